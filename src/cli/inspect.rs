@@ -1,0 +1,77 @@
+use crate::store::layout::open_image;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// An OCI layout directory or OCI archive
+    path: PathBuf,
+    /// Which image (tag or sha256 digest) when the layout holds several
+    #[arg(long = "ref")]
+    reference: Option<String>,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let img = open_image(&a.path, a.reference.as_deref(), None)?;
+    let diff_ids = img.config.rootfs().diff_ids().clone();
+    let layers: Vec<serde_json::Value> = img
+        .manifest
+        .layers()
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::json!({
+                "digest": l.digest().to_string(),
+                "diff_id": diff_ids.get(i),
+                "size": l.size(),
+                "media_type": l.media_type().to_string(),
+            })
+        })
+        .collect();
+    let total: u64 = img.manifest.layers().iter().map(|l| l.size()).sum();
+    if a.json {
+        super::print_json(&serde_json::json!({
+            "path": a.path,
+            "tag": img.tag,
+            "manifest_digest": img.manifest_digest,
+            "config_digest": img.config_digest,
+            "platform": format!("{}/{}", img.config.os(), img.config.architecture()),
+            "layers": layers,
+            "size": total,
+            "config": img.config.config(),
+            "history": img.config.history(),
+        }))?;
+        return Ok(0);
+    }
+    println!("image     {}", a.path.display());
+    if let Some(t) = &img.tag {
+        println!("tag       {t}");
+    }
+    println!("manifest  {}", img.manifest_digest);
+    println!("config    {}", img.config_digest);
+    println!("platform  {}/{}", img.config.os(), img.config.architecture());
+    println!("layers    {} ({})", layers.len(), super::human_size(total));
+    for (i, l) in img.manifest.layers().iter().enumerate() {
+        println!("  {:>2}  {}  {:>10}  {}", i, super::short_digest(&l.digest().to_string()), super::human_size(l.size()), l.media_type());
+    }
+    if let Some(c) = img.config.config() {
+        if let Some(e) = c.entrypoint() {
+            println!("entrypoint {e:?}");
+        }
+        if let Some(c2) = c.cmd() {
+            println!("cmd       {c2:?}");
+        }
+        if let Some(w) = c.working_dir() {
+            println!("workdir   {w}");
+        }
+        if let Some(u) = c.user() {
+            println!("user      {u}");
+        }
+        for e in c.env().clone().unwrap_or_default() {
+            println!("env       {e}");
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,173 @@
+//! `dir` sources: a host directory placed at `dest`. The walk never follows
+//! symlinks; include/exclude globs match paths relative to the directory.
+
+use crate::digest::KeyHasher;
+use crate::spec::Source;
+use crate::tarball::path::join;
+use crate::tarball::{Content, Kind, Node, Tree};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::Metadata;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+pub struct DirEntry {
+    /// Relative to the source directory; empty for the directory itself.
+    pub rel: Vec<u8>,
+    pub path: PathBuf,
+    pub meta: Metadata,
+    pub link: Option<Vec<u8>>,
+}
+
+pub struct DirScan {
+    pub root: PathBuf,
+    pub entries: Vec<DirEntry>,
+}
+
+#[derive(Default)]
+pub struct DirReport {
+    pub dropped_devices: usize,
+    pub skipped_sockets: usize,
+}
+
+fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
+    if pats.is_empty() {
+        return Ok(None);
+    }
+    let mut b = globset::GlobSetBuilder::new();
+    for p in pats {
+        b.add(globset::Glob::new(p).map_err(|e| format!("`{p}` is not a valid glob: {e}"))?);
+    }
+    b.build().map(Some).map_err(|e| e.to_string())
+}
+
+/// Walk `root` (stat only). Errors are messages for the `dir` field.
+pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
+    let meta = std::fs::metadata(root).map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("`{}` is not a directory", root.display()));
+    }
+    let include = globs(&s.include)?;
+    let exclude = globs(&s.exclude)?;
+    let mut entries = Vec::new();
+    let walker = walkdir::WalkDir::new(root).follow_links(false).into_iter().filter_entry(|e| {
+        let rel = e.path().strip_prefix(root).unwrap_or(Path::new(""));
+        rel.as_os_str().is_empty() || exclude.as_ref().map(|x| !x.is_match(rel)).unwrap_or(true)
+    });
+    for e in walker {
+        let e = e.map_err(|e| format!("walking `{}` failed: {e}", root.display()))?;
+        let rel = e.path().strip_prefix(root).unwrap_or(Path::new("")).to_path_buf();
+        let meta = e.metadata().map_err(|err| format!("cannot stat `{}`: {err}", e.path().display()))?;
+        if let Some(inc) = &include {
+            if !rel.as_os_str().is_empty() && !meta.is_dir() && !inc.is_match(&rel) {
+                continue;
+            }
+        }
+        let link = if meta.file_type().is_symlink() {
+            Some(
+                std::fs::read_link(e.path())
+                    .map_err(|err| format!("cannot read symlink `{}`: {err}", e.path().display()))?
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec(),
+            )
+        } else {
+            None
+        };
+        entries.push(DirEntry { rel: rel.as_os_str().as_bytes().to_vec(), path: e.path().to_path_buf(), meta, link });
+    }
+    entries.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(DirScan { root: root.to_path_buf(), entries })
+}
+
+fn capability(path: &Path) -> Option<Vec<u8>> {
+    // Hand-written: one lgetxattr call does not justify an xattr crate.
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let name = c"security.capability";
+    let mut buf = vec![0u8; 256];
+    // SAFETY: both strings are NUL-terminated and buf is valid for its length.
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
+}
+
+impl DirScan {
+    pub fn fingerprint(&self) -> String {
+        let mut h = KeyHasher::new();
+        for e in &self.entries {
+            let m = &e.meta;
+            h.field(&e.rel).field(format!(
+                "{}:{}:{}:{}:{}:{}",
+                m.mode(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ino(),
+                m.rdev()
+            ));
+            if let Some(l) = &e.link {
+                h.field(l);
+            }
+        }
+        h.finish()
+    }
+
+    /// Place the scanned entries under `dest` in `tree`.
+    pub fn into_tree(self, dest: &[u8], s: &Source, tree: &mut Tree) -> Result<DirReport, String> {
+        let (uid, gid) = s.owner.unwrap_or((0, 0));
+        let mut report = DirReport::default();
+        let mut first_of_inode: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+        for e in self.entries {
+            let m = &e.meta;
+            let ft = m.file_type();
+            let target = join(dest, &e.rel);
+            let kind = if ft.is_dir() {
+                Kind::Dir
+            } else if ft.is_symlink() {
+                Kind::Symlink(e.link.clone().unwrap_or_default())
+            } else if ft.is_file() {
+                if m.nlink() > 1 {
+                    let key = (m.dev(), m.ino());
+                    if let Some(first) = first_of_inode.get(&key) {
+                        Kind::Hardlink(first.clone())
+                    } else {
+                        first_of_inode.insert(key, target.clone());
+                        Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
+                    }
+                } else {
+                    Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
+                }
+            } else if ft.is_char_device() || ft.is_block_device() {
+                if !s.devices {
+                    report.dropped_devices += 1;
+                    continue;
+                }
+                let (maj, min) = (libc::major(m.rdev()), libc::minor(m.rdev()));
+                if ft.is_char_device() {
+                    Kind::CharDev(maj, min)
+                } else {
+                    Kind::BlockDev(maj, min)
+                }
+            } else if ft.is_fifo() {
+                Kind::Fifo
+            } else {
+                report.skipped_sockets += 1;
+                continue;
+            };
+            let mut node = Node::new(kind, m.mode() & 0o7777).owned(uid, gid);
+            node.mtime = m.mtime().max(0) as u64;
+            if ft.is_file() {
+                if let Some(cap) = capability(&e.path) {
+                    node.xattrs.push(("security.capability".into(), cap));
+                }
+            }
+            tree.insert(target, node)
+                .map_err(|err| format!("`{}`: {err}", Path::new(OsStr::from_bytes(&e.rel)).display()))?;
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,203 @@
+//! Where layer content comes from. A layer's sources are first *scanned*
+//! (cheap: stat calls only), which gives the fingerprint for the cache key;
+//! only on a cache miss is the scan turned into a tree (reading archives).
+
+pub mod dir;
+
+use crate::digest::KeyHasher;
+use crate::spec::{Layer, Source, SourceKind};
+use crate::tarball::archive::{read_into, Placement};
+use crate::tarball::path::{display, normalize_dest, normalize_member};
+use crate::tarball::{Content, Kind, Node, Tree};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: `{field}`: {message}")]
+pub struct SourceError {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl SourceError {
+    fn new(layer: &Layer, field: String, message: impl Into<String>) -> Self {
+        SourceError { file: layer.file.display().to_string(), field, message: message.into() }
+    }
+}
+
+/// One source after scanning.
+enum Scanned {
+    Dir(dir::DirScan),
+    File { path: PathBuf, meta: std::fs::Metadata },
+    Archive { path: PathBuf, meta: std::fs::Metadata },
+    Remove,
+}
+
+/// A layer's sources, scanned.
+pub struct LayerScan<'a> {
+    layer: &'a Layer,
+    field_prefix: String,
+    scans: Vec<(usize, &'a Source, Scanned)>,
+}
+
+/// What building the tree noticed, for the user.
+#[derive(Debug, Default)]
+pub struct TreeReport {
+    pub dropped_devices: usize,
+    pub skipped_sockets: usize,
+}
+
+fn stat_line(h: &mut KeyHasher, meta: &std::fs::Metadata) {
+    h.field(format!("{}:{}:{}:{}:{}", meta.size(), meta.mtime(), meta.mtime_nsec(), meta.ino(), meta.mode()));
+}
+
+/// Scan every source of `layer`. `field_prefix` is how the definition
+/// names the layer's sources (`source` or `layer[0].source`).
+pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, SourceError> {
+    let mut scans = Vec::new();
+    for (i, s) in layer.sources.iter().enumerate() {
+        let field = |what: &str| format!("{field_prefix}[{i}].{what}");
+        let scanned = match &s.kind {
+            SourceKind::Dir(p) => Scanned::Dir(
+                dir::scan(p, s).map_err(|m| SourceError::new(layer, field("dir"), m))?,
+            ),
+            SourceKind::File(p) => {
+                let meta = std::fs::metadata(p).map_err(|e| {
+                    SourceError::new(layer, field("file"), format!("cannot read `{}`: {e}", p.display()))
+                })?;
+                if !meta.is_file() {
+                    return Err(SourceError::new(layer, field("file"), format!("`{}` is not a regular file", p.display())));
+                }
+                Scanned::File { path: p.clone(), meta }
+            }
+            SourceKind::Archive(p) => {
+                let meta = std::fs::metadata(p).map_err(|e| {
+                    SourceError::new(layer, field("archive"), format!("cannot read `{}`: {e}", p.display()))
+                })?;
+                if !meta.is_file() {
+                    return Err(SourceError::new(layer, field("archive"), format!("`{}` is not a file", p.display())));
+                }
+                Scanned::Archive { path: p.clone(), meta }
+            }
+            SourceKind::Remove => Scanned::Remove,
+        };
+        scans.push((i, s, scanned));
+    }
+    Ok(LayerScan { layer, field_prefix: field_prefix.to_string(), scans })
+}
+
+impl LayerScan<'_> {
+    /// Everything that decides the layer's bytes except the parent chain:
+    /// the canonical definition and a stat fingerprint of every input.
+    pub fn fingerprint(&self) -> String {
+        let mut h = KeyHasher::new();
+        h.field("layer-v1").field(&self.layer.name);
+        h.field(format!("{:?}", self.layer.remove));
+        for (_, s, scanned) in &self.scans {
+            // The validated definition, paths included, in a fixed order.
+            h.field(format!("{s:?}"));
+            match scanned {
+                Scanned::Dir(d) => h.field(d.fingerprint()),
+                Scanned::File { meta, .. } | Scanned::Archive { meta, .. } => {
+                    stat_line(&mut h, meta);
+                    &mut h
+                }
+                Scanned::Remove => &mut h,
+            };
+        }
+        h.finish()
+    }
+
+    /// Build the layer's tree. Archives are read (and sha256 pins checked) here.
+    pub fn into_tree(self, spool_dir: &Path) -> Result<(Tree, TreeReport), SourceError> {
+        let layer = self.layer;
+        let mut tree = Tree::new();
+        let mut report = TreeReport::default();
+        for (i, s, scanned) in self.scans {
+            let field = |what: &str| format!("{}[{i}].{what}", self.field_prefix);
+            let dest = normalize_dest(&s.dest).map_err(|p| SourceError::new(layer, field("dest"), format!("`{}` {p}", s.dest)))?;
+            match scanned {
+                Scanned::Dir(d) => {
+                    let r = d.into_tree(&dest, s, &mut tree).map_err(|m| SourceError::new(layer, field("dir"), m))?;
+                    report.dropped_devices += r.dropped_devices;
+                    report.skipped_sockets += r.skipped_sockets;
+                }
+                Scanned::File { path, meta } => {
+                    if let Some(pin) = &s.sha256 {
+                        verify_pin(layer, &field("sha256"), &path, pin)?;
+                    }
+                    let target = if s.dest.ends_with('/') || dest.is_empty() {
+                        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                        crate::tarball::path::join(&dest, name.as_bytes())
+                    } else {
+                        dest.clone()
+                    };
+                    let (uid, gid) = s.owner.unwrap_or((0, 0));
+                    let mut node = Node::new(
+                        Kind::File { size: meta.size(), content: Content::Host(path.clone()) },
+                        s.mode.unwrap_or(meta.mode() & 0o7777),
+                    )
+                    .owned(uid, gid);
+                    node.mtime = meta.mtime().max(0) as u64;
+                    tree.insert(target, node).map_err(|e| SourceError::new(layer, field("dest"), e.to_string()))?;
+                }
+                Scanned::Archive { path, .. } => {
+                    if let Some(pin) = &s.sha256 {
+                        verify_pin(layer, &field("sha256"), &path, pin)?;
+                    }
+                    let mut map = Vec::new();
+                    for (k, v) in &s.map {
+                        let key = normalize_member(k.trim_start_matches('/').as_bytes()).unwrap_or_default();
+                        let to = normalize_dest(v).unwrap_or_default();
+                        map.push((key, to));
+                    }
+                    let place = Placement {
+                        dest: dest.clone(),
+                        strip_components: s.strip_components,
+                        map,
+                        owner: s.owner,
+                        allow_devices: s.devices,
+                    };
+                    let r = read_into(&path, &mut tree, &place, spool_dir)
+                        .map_err(|e| SourceError::new(layer, field("archive"), e.to_string()))?;
+                    report.dropped_devices += r.dropped_devices;
+                }
+                Scanned::Remove => {}
+            }
+            for (j, r) in s.remove.iter().enumerate() {
+                whiteout(layer, &mut tree, &format!("{}[{i}].remove[{j}]", self.field_prefix), r)?;
+            }
+        }
+        for (j, r) in layer.remove.iter().enumerate() {
+            whiteout(layer, &mut tree, &format!("remove[{j}]"), r)?;
+        }
+        tree.finalize_hardlinks().map_err(|e| SourceError::new(layer, self.field_prefix.clone(), e.to_string()))?;
+        Ok((tree, report))
+    }
+}
+
+fn whiteout(layer: &Layer, tree: &mut Tree, field: &str, path: &str) -> Result<(), SourceError> {
+    let p = normalize_dest(path).map_err(|e| SourceError::new(layer, field.to_string(), format!("`{path}` {e}")))?;
+    if p.is_empty() {
+        return Err(SourceError::new(layer, field.to_string(), "cannot remove `/`"));
+    }
+    tree.whiteout(&p).map_err(|e| SourceError::new(layer, field.to_string(), format!("`{}`: {e}", display(&p))))
+}
+
+/// Check a file against its sha256 pin; a mismatch names file, expected, actual.
+pub fn verify_pin(layer: &Layer, field: &str, path: &Path, expected: &str) -> Result<(), SourceError> {
+    let actual = crate::digest::sha256_file(path)
+        .map_err(|e| SourceError::new(layer, field.to_string(), format!("cannot read `{}`: {e}", path.display())))?;
+    if actual != expected {
+        return Err(SourceError::new(
+            layer,
+            field.to_string(),
+            format!(
+                "sha256 mismatch for `{}`: expected {expected}, actual {actual}; if the new file is intended, update the pin",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,441 @@
+//! Image and layer definitions: parsing (unknown fields refused), parameter
+//! substitution, layer lookup and validation. Every error names the file and
+//! the field. See DESIGN.md, "Definitions", for the format.
+
+pub mod params;
+mod raw;
+
+pub use raw::{ConfigDef, InputDef, RunDef};
+
+use params::{subst_value, SubstError};
+use raw::{BaseDef, ImageFile, LayerBody, SourceDef};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read {what} `{file}`: {err}")]
+    Read { what: &'static str, file: String, err: std::io::Error },
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: field `{field}`: {message}")]
+    Field { file: String, field: String, message: String },
+}
+
+fn field_err(file: &Path, field: impl Into<String>, message: impl Into<String>) -> SpecError {
+    SpecError::Field { file: file.display().to_string(), field: field.into(), message: message.into() }
+}
+
+/// Where an image's base comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Base {
+    Scratch,
+    /// A rootfs tarball turned into one normalized base layer.
+    Rootfs { path: PathBuf, sha256: Option<String>, devices: bool },
+    /// An OCI layout directory or OCI archive; layers reused as they are.
+    Oci { path: PathBuf, reference: Option<String> },
+    /// A registry reference pulled by digest.
+    Registry { reference: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceKind {
+    Dir(PathBuf),
+    File(PathBuf),
+    Archive(PathBuf),
+    /// Only whiteouts.
+    Remove,
+}
+
+/// One validated source of a layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    pub kind: SourceKind,
+    /// Where the content lands in the image (`/` when not given).
+    pub dest: String,
+    pub owner: Option<(u64, u64)>,
+    pub mode: Option<u32>,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub sha256: Option<String>,
+    pub strip_components: usize,
+    pub map: BTreeMap<String, String>,
+    pub remove: Vec<String>,
+    pub devices: bool,
+}
+
+/// One layer, named (from `layers/NAME.toml`) or inline (`[[layer]]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layer {
+    pub name: String,
+    /// The file that defined it (for messages and relative paths).
+    pub file: PathBuf,
+    pub sources: Vec<Source>,
+    pub remove: Vec<String>,
+    pub run: Option<RunDef>,
+    pub inputs: Vec<Input>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputKind {
+    File(PathBuf),
+    Pypi(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Input {
+    pub kind: InputKind,
+    pub sha256: Option<String>,
+    pub dest: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image {
+    pub file: PathBuf,
+    pub name: String,
+    pub tag: String,
+    pub base: Base,
+    pub layers: Vec<Layer>,
+    pub config: ConfigDef,
+    /// Effective parameter values (defaults overridden by --set).
+    pub params: BTreeMap<String, String>,
+}
+
+impl Image {
+    /// `os/arch[/variant]` of the image.
+    pub fn platform(&self) -> (String, String, Option<String>) {
+        let p = self.config.platform.clone().unwrap_or_else(host_platform);
+        let mut parts = p.splitn(3, '/');
+        let os = parts.next().unwrap_or("linux").to_string();
+        let arch = parts.next().unwrap_or("amd64").to_string();
+        (os, arch, parts.next().map(String::from))
+    }
+}
+
+pub fn host_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    format!("linux/{arch}")
+}
+
+fn read(what: &'static str, file: &Path) -> Result<String, SpecError> {
+    std::fs::read_to_string(file).map_err(|err| SpecError::Read { what, file: file.display().to_string(), err })
+}
+
+fn parse_err(file: &Path, e: impl std::fmt::Display) -> SpecError {
+    SpecError::Parse { file: file.display().to_string(), message: e.to_string().trim_end().to_string() }
+}
+
+fn subst_err(file: &Path, e: SubstError) -> SpecError {
+    match e {
+        SubstError::Unset(u) => field_err(
+            file,
+            u.field,
+            format!("parameter `${{{}}}` is not set; pass `--set {}=VALUE` or declare a default under [params]", u.name, u.name),
+        ),
+        SubstError::Syntax(s) => field_err(file, s.field, s.message),
+    }
+}
+
+/// Find `layers/NAME.toml` in the parent of the image's directory, else beside the image.
+pub fn find_layer_file(image_file: &Path, name: &str) -> Option<PathBuf> {
+    let dir = image_file.parent().unwrap_or(Path::new("."));
+    let mut candidates = Vec::new();
+    if let Some(parent) = dir.parent() {
+        candidates.push(parent.join("layers").join(format!("{name}.toml")));
+    }
+    candidates.push(dir.join("layers").join(format!("{name}.toml")));
+    candidates.push(dir.join(format!("{name}.toml")));
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+fn resolve_path(base_file: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base_file.parent().unwrap_or(Path::new(".")).join(p)
+    }
+}
+
+/// Parse `--set K=V` arguments.
+pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut m = BTreeMap::new();
+    for s in sets {
+        let (k, v) = s.split_once('=').ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        if k.is_empty() {
+            return Err(format!("`--set {s}`: the key is empty"));
+        }
+        m.insert(k.to_string(), v.to_string());
+    }
+    Ok(m)
+}
+
+/// Load an image definition and every layer it names.
+pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image, SpecError> {
+    let text = read("image definition", file)?;
+    // First pass: structure and unknown fields, with line numbers.
+    let parsed: ImageFile = toml::from_str(&text).map_err(|e| parse_err(file, e))?;
+    let mut doc: toml::Value = toml::from_str(&text).map_err(|e| parse_err(file, e))?;
+
+    // Layer files, read first so their [params] defaults are known.
+    let mut layer_docs = Vec::new();
+    for (i, name) in parsed.layers.iter().enumerate() {
+        let lf = find_layer_file(file, name).ok_or_else(|| {
+            field_err(
+                file,
+                format!("layers[{i}]"),
+                format!(
+                    "unknown layer `{name}`: no `layers/{name}.toml` next to the image's directory or beside the image file"
+                ),
+            )
+        })?;
+        let ltext = read("layer definition", &lf)?;
+        let lparsed: LayerBody = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
+        if lparsed.name != *name {
+            return Err(field_err(&lf, "name", format!("is `{}` but the file is named for `{name}`", lparsed.name)));
+        }
+        let ldoc: toml::Value = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
+        layer_docs.push((lf, lparsed.params.clone().unwrap_or_default(), ldoc));
+    }
+
+    let mut params: BTreeMap<String, String> = BTreeMap::new();
+    for (_, defaults, _) in &layer_docs {
+        params.extend(defaults.clone());
+    }
+    params.extend(parsed.params.clone());
+    params.extend(sets.clone());
+
+    subst_value(&mut doc, "", &params, &["params"]).map_err(|e| subst_err(file, e))?;
+    let img: ImageFile = doc.try_into().map_err(|e| parse_err(file, e))?;
+
+    let mut layers = Vec::new();
+    for (lf, _, mut ldoc) in layer_docs {
+        subst_value(&mut ldoc, "", &params, &["params"]).map_err(|e| subst_err(&lf, e))?;
+        let body: LayerBody = ldoc.try_into().map_err(|e| parse_err(&lf, e))?;
+        layers.push(validate_layer(&lf, "", body)?);
+    }
+    for (i, body) in img.layer.into_iter().enumerate() {
+        let prefix = format!("layer[{i}].");
+        if body.params.is_some() {
+            return Err(field_err(file, format!("{prefix}params"), "parameters of an image belong in its top-level [params] table"));
+        }
+        layers.push(validate_layer(file, &prefix, body)?);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for l in &layers {
+        if !seen.insert(l.name.clone()) {
+            return Err(field_err(file, "layers", format!("layer `{}` appears twice; layer names must be unique", l.name)));
+        }
+    }
+
+    let base = validate_base(file, img.base)?;
+    if img.name.is_empty() {
+        return Err(field_err(file, "name", "must not be empty"));
+    }
+    validate_config(file, &img.config)?;
+    Ok(Image {
+        file: file.to_path_buf(),
+        name: img.name,
+        tag: img.tag.unwrap_or_else(|| "latest".into()),
+        base,
+        layers,
+        config: img.config,
+        params,
+    })
+}
+
+fn validate_config(file: &Path, c: &ConfigDef) -> Result<(), SpecError> {
+    if let Some(p) = &c.platform {
+        let parts: Vec<&str> = p.split('/').collect();
+        if !(2..=3).contains(&parts.len()) || parts.iter().any(|s| s.is_empty()) {
+            return Err(field_err(file, "config.platform", format!("`{p}` is not of the form os/arch[/variant], e.g. linux/amd64")));
+        }
+    }
+    for (i, port) in c.exposed_ports.iter().enumerate() {
+        let (num, proto) = port.split_once('/').unwrap_or((port, "tcp"));
+        if num.parse::<u16>().is_err() || !["tcp", "udp", "sctp"].contains(&proto) {
+            return Err(field_err(file, format!("config.exposed_ports[{i}]"), format!("`{port}` is not a port like 8080 or 8080/tcp")));
+        }
+    }
+    Ok(())
+}
+
+fn validate_base(file: &Path, b: BaseDef) -> Result<Base, SpecError> {
+    match b {
+        BaseDef::Named(n) if n == "scratch" => Ok(Base::Scratch),
+        BaseDef::Named(n) => Err(field_err(
+            file,
+            "base",
+            format!("`{n}` is not a base; use \"scratch\", {{ rootfs = \"x.tar\" }}, {{ oci = \"dir\", ref = \"tag\" }} or {{ registry = \"host/repo@sha256:...\" }}"),
+        )),
+        BaseDef::Table(t) => {
+            let kinds = [t.rootfs.is_some(), t.oci.is_some(), t.registry.is_some()].iter().filter(|x| **x).count();
+            if kinds != 1 {
+                return Err(field_err(file, "base", "give exactly one of `rootfs`, `oci` or `registry`"));
+            }
+            if let Some(s) = &t.sha256 {
+                check_sha256(file, "base.sha256", s)?;
+            }
+            if let Some(r) = t.rootfs {
+                if t.r#ref.is_some() {
+                    return Err(field_err(file, "base.ref", "applies only to `oci` bases"));
+                }
+                return Ok(Base::Rootfs { path: resolve_path(file, &r), sha256: t.sha256, devices: t.devices.unwrap_or(false) });
+            }
+            if t.sha256.is_some() || t.devices.is_some() {
+                return Err(field_err(file, "base", "`sha256` and `devices` apply only to `rootfs` bases"));
+            }
+            if let Some(o) = t.oci {
+                return Ok(Base::Oci { path: resolve_path(file, &o), reference: t.r#ref });
+            }
+            let reference = t.registry.expect("counted above");
+            if reference.is_empty() {
+                return Err(field_err(file, "base.registry", "is empty; give HOST/REPO@sha256:DIGEST"));
+            }
+            Ok(Base::Registry { reference })
+        }
+    }
+}
+
+fn check_sha256(file: &Path, field: &str, s: &str) -> Result<(), SpecError> {
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        return Err(field_err(file, field, format!("`{s}` is not a sha256 (64 lowercase hex digits)")));
+    }
+    Ok(())
+}
+
+fn parse_owner(file: &Path, field: &str, s: &str) -> Result<(u64, u64), SpecError> {
+    let bad = || field_err(file, field, format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""));
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
+}
+
+fn parse_mode(file: &Path, field: &str, m: &raw::Mode) -> Result<u32, SpecError> {
+    let v = match m {
+        raw::Mode::Int(i) => u32::try_from(*i).ok(),
+        raw::Mode::Str(s) => {
+            let digits = s.trim_start_matches("0o");
+            u32::from_str_radix(digits, 8).ok()
+        }
+    };
+    match v {
+        Some(v) if v <= 0o7777 => Ok(v),
+        _ => Err(field_err(file, field, "is not a file mode like \"0644\" or \"4755\"")),
+    }
+}
+
+fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, SpecError> {
+    if body.name.is_empty() {
+        return Err(field_err(file, format!("{prefix}name"), "must not be empty"));
+    }
+    let mut sources = Vec::new();
+    for (i, s) in body.source.into_iter().enumerate() {
+        sources.push(validate_source(file, &format!("{prefix}source[{i}]"), s)?);
+    }
+    let mut inputs = Vec::new();
+    for (i, inp) in body.input.into_iter().enumerate() {
+        let f = format!("{prefix}input[{i}]");
+        let kind = match (inp.file, inp.pypi) {
+            (Some(p), None) => InputKind::File(resolve_path(file, &p)),
+            (None, Some(spec)) => InputKind::Pypi(spec),
+            _ => return Err(field_err(file, f, "give exactly one of `file` or `pypi`")),
+        };
+        if let Some(s) = &inp.sha256 {
+            check_sha256(file, &format!("{f}.sha256"), s)?;
+        }
+        inputs.push(Input { kind, sha256: inp.sha256, dest: inp.dest });
+    }
+    if !inputs.is_empty() && body.run.is_none() {
+        return Err(field_err(file, format!("{prefix}input"), "inputs are copied in for a `[run]` step; add a `run` table or remove them"));
+    }
+    if let Some(run) = &body.run {
+        if run.script.trim().is_empty() {
+            return Err(field_err(file, format!("{prefix}run.script"), "is empty"));
+        }
+    }
+    if sources.is_empty() && body.remove.is_empty() && body.run.is_none() {
+        return Err(field_err(file, format!("{prefix}source"), format!("layer `{}` has no sources, removals or run step", body.name)));
+    }
+    Ok(Layer { name: body.name, file: file.to_path_buf(), sources, remove: body.remove, run: body.run, inputs })
+}
+
+fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecError> {
+    let given: Vec<&str> = [("dir", s.dir.is_some()), ("file", s.file.is_some()), ("archive", s.archive.is_some())]
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(n, _)| *n)
+        .collect();
+    if given.len() > 1 {
+        return Err(field_err(file, f, format!("give one of `dir`, `file` or `archive`, not {}", given.join(" and "))));
+    }
+    let kind = if let Some(d) = &s.dir {
+        SourceKind::Dir(resolve_path(file, d))
+    } else if let Some(p) = &s.file {
+        SourceKind::File(resolve_path(file, p))
+    } else if let Some(a) = &s.archive {
+        SourceKind::Archive(resolve_path(file, a))
+    } else if !s.remove.is_empty() {
+        SourceKind::Remove
+    } else {
+        return Err(field_err(file, f, "give one of `dir`, `file`, `archive` or `remove`"));
+    };
+    let only = |field: &str, ok: bool, what: &str| -> Result<(), SpecError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(field_err(file, format!("{f}.{field}"), format!("applies only to {what} sources")))
+        }
+    };
+    let is_dir = matches!(kind, SourceKind::Dir(_));
+    let is_file = matches!(kind, SourceKind::File(_));
+    let is_archive = matches!(kind, SourceKind::Archive(_));
+    only("mode", s.mode.is_none() || is_file, "`file`")?;
+    only("include", s.include.is_empty() || is_dir, "`dir`")?;
+    only("exclude", s.exclude.is_empty() || is_dir, "`dir`")?;
+    only("strip_components", s.strip_components.is_none() || is_archive, "`archive`")?;
+    only("map", s.map.is_empty() || is_archive, "`archive`")?;
+    only("sha256", s.sha256.is_none() || is_archive || is_file, "`archive` and `file`")?;
+    only("devices", s.devices.is_none() || is_archive || is_dir, "`archive` and `dir`")?;
+    if matches!(kind, SourceKind::Remove) && (s.dest.is_some() || s.owner.is_some()) {
+        return Err(field_err(file, f, "a `remove` source takes no `dest` or `owner`"));
+    }
+    let owner = s.owner.as_deref().map(|o| parse_owner(file, &format!("{f}.owner"), o)).transpose()?;
+    let mode = s.mode.as_ref().map(|m| parse_mode(file, &format!("{f}.mode"), m)).transpose()?;
+    if let Some(h) = &s.sha256 {
+        check_sha256(file, &format!("{f}.sha256"), h)?;
+    }
+    let dest = s.dest.unwrap_or_else(|| "/".into());
+    if crate::tarball::path::normalize_dest(&dest).is_err() {
+        return Err(field_err(file, format!("{f}.dest"), format!("`{dest}` must not contain `..`")));
+    }
+    for (k, v) in &s.map {
+        if crate::tarball::path::normalize_member(k.trim_start_matches("./").as_bytes()).is_err()
+            || crate::tarball::path::normalize_dest(v).is_err()
+        {
+            return Err(field_err(file, format!("{f}.map"), format!("`{k}` = `{v}`: keys are paths inside the archive, values destinations, neither with `..`")));
+        }
+    }
+    for (i, g) in s.include.iter().chain(s.exclude.iter()).enumerate() {
+        if let Err(e) = globset::Glob::new(g) {
+            return Err(field_err(file, format!("{f}.include/exclude[{i}]"), format!("`{g}` is not a valid glob: {e}")));
+        }
+    }
+    Ok(Source {
+        kind,
+        dest,
+        owner,
+        mode,
+        include: s.include,
+        exclude: s.exclude,
+        sha256: s.sha256,
+        strip_components: s.strip_components.unwrap_or(0),
+        map: s.map,
+        remove: s.remove,
+        devices: s.devices.unwrap_or(false),
+    })
+}

@@ -1,0 +1,147 @@
+//! The definitions as written (serde shapes). Unknown fields are refused.
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ImageFile {
+    pub name: String,
+    #[serde(default)]
+    pub tag: Option<String>,
+    pub base: BaseDef,
+    #[serde(default)]
+    pub layers: Vec<String>,
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    #[serde(default)]
+    pub config: ConfigDef,
+    #[serde(default)]
+    pub layer: Vec<LayerBody>,
+}
+
+/// `base = "scratch"` or a table.
+#[derive(Debug)]
+pub(super) enum BaseDef {
+    Named(String),
+    Table(BaseTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BaseTable {
+    pub rootfs: Option<String>,
+    pub oci: Option<String>,
+    pub r#ref: Option<String>,
+    pub registry: Option<String>,
+    pub sha256: Option<String>,
+    pub devices: Option<bool>,
+}
+
+impl<'de> Deserialize<'de> for BaseDef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = BaseDef;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"scratch\" or a table like { rootfs = \"base.tar\" }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<BaseDef, E> {
+                Ok(BaseDef::Named(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<BaseDef, A::Error> {
+                BaseTable::deserialize(de::value::MapAccessDeserializer::new(m)).map(BaseDef::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigDef {
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    pub workdir: Option<String>,
+    pub user: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub exposed_ports: Vec<String>,
+    #[serde(default)]
+    pub volumes: Vec<String>,
+    pub stop_signal: Option<String>,
+    /// `os/arch[/variant]`; the host's platform when absent.
+    pub platform: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LayerBody {
+    pub name: String,
+    #[serde(default)]
+    pub params: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub source: Vec<SourceDef>,
+    #[serde(default)]
+    pub remove: Vec<String>,
+    pub run: Option<RunDef>,
+    #[serde(default)]
+    pub input: Vec<InputDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum Mode {
+    Int(i64),
+    Str(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SourceDef {
+    pub dir: Option<String>,
+    pub file: Option<String>,
+    pub archive: Option<String>,
+    pub dest: Option<String>,
+    pub owner: Option<String>,
+    pub mode: Option<Mode>,
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    pub sha256: Option<String>,
+    pub strip_components: Option<usize>,
+    #[serde(default)]
+    pub map: BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove: Vec<String>,
+    pub devices: Option<bool>,
+}
+
+/// A step: a script run in a container of the image built so far.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunDef {
+    pub script: String,
+    #[serde(default)]
+    pub network: bool,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub user: Option<String>,
+    pub workdir: Option<String>,
+    /// The shell that runs the script; `["/bin/sh", "-ec"]` when absent.
+    pub shell: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputDef {
+    pub file: Option<String>,
+    pub pypi: Option<String>,
+    pub sha256: Option<String>,
+    pub dest: String,
+}

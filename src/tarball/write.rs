@@ -1,0 +1,231 @@
+//! The deterministic tar writer: one tree in, one byte-identical tar out,
+//! whatever the host's mtimes, owners or directory order.
+//! Headers are ustar; PAX extended headers carry what ustar cannot hold
+//! (paths or link targets over 100 bytes, huge sizes or ids, capabilities).
+
+use super::path::display;
+use super::tree::{Content, Kind, Node, Tree};
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+
+/// Largest size/id a ustar octal field holds.
+const USTAR_SIZE_MAX: u64 = 0o77777777777;
+const USTAR_ID_MAX: u64 = 0o7777777;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("cannot read `{source_path}` for layer entry `{entry}`: {err}")]
+    Read { entry: String, source_path: String, err: io::Error },
+    #[error("`{source_path}` changed while the layer was written (expected {expected} bytes); re-run the build")]
+    Changed { source_path: String, expected: u64 },
+    #[error("writing the layer failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Options that shape every header.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// mtimes are clamped to this (SOURCE_DATE_EPOCH; default 0).
+    pub source_date_epoch: u64,
+}
+
+/// A reader that must yield exactly `left` bytes.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+    what: String,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let want = (buf.len() as u64).min(self.left) as usize;
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{} is shorter than recorded", self.what)));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+fn set_bytes(field: &mut [u8], value: &[u8]) {
+    let n = value.len().min(field.len());
+    field.iter_mut().for_each(|b| *b = 0);
+    field[..n].copy_from_slice(&value[..n]);
+}
+
+fn pax_record(key: &str, value: &[u8], out: &mut Vec<(String, Vec<u8>)>) {
+    out.push((key.to_string(), value.to_vec()));
+}
+
+/// Build the ustar header and the PAX records an entry needs.
+fn header_for(path: &[u8], node: &Node, opts: &WriteOptions) -> (tar::Header, Vec<(String, Vec<u8>)>) {
+    let mut h = tar::Header::new_ustar();
+    let mut pax = Vec::new();
+
+    let mut name = path.to_vec();
+    if node.kind.is_dir() {
+        name.push(b'/');
+    }
+    if name.len() > 100 {
+        pax_record("path", &name, &mut pax);
+    }
+    set_bytes(&mut h.as_old_mut().name, &name);
+
+    h.set_mode(node.mode & 0o7777);
+    for (key, id, set) in [("uid", node.uid, 0), ("gid", node.gid, 1)] {
+        let v = if id > USTAR_ID_MAX {
+            pax_record(key, id.to_string().as_bytes(), &mut pax);
+            0
+        } else {
+            id
+        };
+        if set == 0 {
+            h.set_uid(v);
+        } else {
+            h.set_gid(v);
+        }
+    }
+    h.set_mtime(node.mtime.min(opts.source_date_epoch));
+
+    let (etype, size, link): (tar::EntryType, u64, Option<&[u8]>) = match &node.kind {
+        Kind::Dir => (tar::EntryType::Directory, 0, None),
+        Kind::File { size, .. } => (tar::EntryType::Regular, *size, None),
+        Kind::Symlink(t) => (tar::EntryType::Symlink, 0, Some(t)),
+        Kind::Hardlink(t) => (tar::EntryType::Link, 0, Some(t)),
+        Kind::CharDev(..) => (tar::EntryType::Char, 0, None),
+        Kind::BlockDev(..) => (tar::EntryType::Block, 0, None),
+        Kind::Fifo => (tar::EntryType::Fifo, 0, None),
+    };
+    h.set_entry_type(etype);
+    if size > USTAR_SIZE_MAX {
+        pax_record("size", size.to_string().as_bytes(), &mut pax);
+    }
+    h.set_size(size);
+    if let Some(t) = link {
+        if t.len() > 100 {
+            pax_record("linkpath", t, &mut pax);
+        }
+        set_bytes(&mut h.as_old_mut().linkname, t);
+    }
+    if let Kind::CharDev(maj, min) | Kind::BlockDev(maj, min) = node.kind {
+        // Always Ok on a ustar header.
+        let _ = h.set_device_major(maj);
+        let _ = h.set_device_minor(min);
+    }
+    for (k, v) in &node.xattrs {
+        pax_record(&format!("SCHILY.xattr.{k}"), v, &mut pax);
+    }
+    // uname/gname stay empty: new_ustar zero-fills them.
+    h.set_cksum();
+    (h, pax)
+}
+
+fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Box<dyn Read>, WriteError> {
+    let read_err = |src: &str, err| WriteError::Read { entry: display(path), source_path: src.to_string(), err };
+    match content {
+        Content::Host(p) => {
+            let src = p.display().to_string();
+            let f = File::open(p).map_err(|e| read_err(&src, e))?;
+            let len = f.metadata().map_err(|e| read_err(&src, e))?.len();
+            if len != size {
+                return Err(WriteError::Changed { source_path: src, expected: size });
+            }
+            Ok(Box::new(Exact { inner: io::BufReader::with_capacity(256 << 10, f), left: size, what: src }))
+        }
+        Content::Slice { file, offset } => {
+            let src = file.display().to_string();
+            let mut f = File::open(file.as_ref()).map_err(|e| read_err(&src, e))?;
+            f.seek(SeekFrom::Start(*offset)).map_err(|e| read_err(&src, e))?;
+            Ok(Box::new(Exact { inner: io::BufReader::with_capacity(256 << 10, f), left: size, what: src }))
+        }
+        Content::Bytes(b) => Ok(Box::new(io::Cursor::new(b.clone()))),
+    }
+}
+
+/// Write `tree` as a tar stream into `out`; `on_bytes` sees content progress.
+/// Call `Tree::finalize_hardlinks` first.
+pub fn write_tar<W: Write>(
+    tree: &Tree,
+    out: W,
+    opts: &WriteOptions,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<W, WriteError> {
+    let mut b = tar::Builder::new(out);
+    for (path, node) in tree.iter() {
+        let (header, pax) = header_for(path, node, opts);
+        if !pax.is_empty() {
+            b.append_pax_extensions(pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
+        }
+        match &node.kind {
+            Kind::File { size, content } => {
+                let reader = open_content(path, content, *size)?;
+                b.append(&header, reader).map_err(|e| match e.kind() {
+                    io::ErrorKind::UnexpectedEof => WriteError::Changed {
+                        source_path: display(path),
+                        expected: *size,
+                    },
+                    _ => WriteError::Io(e),
+                })?;
+                on_bytes(*size);
+            }
+            _ => b.append(&header, io::empty())?,
+        }
+    }
+    Ok(b.into_inner()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(tar_bytes: &[u8]) -> Vec<(String, u32, u64, Option<String>)> {
+        let mut a = tar::Archive::new(tar_bytes);
+        a.entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let h = e.header();
+                (
+                    String::from_utf8(e.path_bytes().to_vec()).unwrap(),
+                    h.mode().unwrap(),
+                    h.mtime().unwrap(),
+                    e.link_name_bytes().map(|l| String::from_utf8(l.to_vec()).unwrap()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn writes_sorted_clamped_pax_entries() {
+        let mut t = Tree::new();
+        let long = format!("d/{}", "x".repeat(300));
+        let mut f = Node::bytes(b"hello".to_vec(), 0o4755);
+        f.mtime = 1_700_000_000;
+        t.insert(b"b/file".to_vec(), f).unwrap();
+        t.insert(long.clone().into_bytes(), Node::bytes(b"long".to_vec(), 0o644)).unwrap();
+        t.insert(b"a".to_vec(), Node::new(Kind::Symlink(b"b/file".to_vec()), 0o777)).unwrap();
+        let out = write_tar(&t, Vec::new(), &WriteOptions { source_date_epoch: 100 }, &mut |_| {}).unwrap();
+        let got = entries(&out);
+        let names: Vec<&str> = got.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(names, ["a", "b/", "b/file", "d/", long.as_str()]);
+        let file = &got[2];
+        assert_eq!(file.1, 0o4755);
+        assert_eq!(file.2, 100, "mtime clamped to SOURCE_DATE_EPOCH");
+        assert_eq!(got[0].3.as_deref(), Some("b/file"));
+    }
+
+    #[test]
+    fn same_tree_same_bytes() {
+        let build = || {
+            let mut t = Tree::new();
+            t.insert(b"x/y".to_vec(), Node::bytes(b"1".to_vec(), 0o644)).unwrap();
+            t.insert(b"x/a".to_vec(), Node::bytes(b"2".to_vec(), 0o600)).unwrap();
+            write_tar(&t, Vec::new(), &WriteOptions::default(), &mut |_| {}).unwrap()
+        };
+        assert_eq!(build(), build());
+    }
+}
