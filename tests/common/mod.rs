@@ -1,0 +1,120 @@
+//! Shared helpers for the end-to-end tests: the built binary, fixtures cached
+//! under target/, and the rule that in CI (CI set) a missing engine or tool
+//! fails the test instead of skipping it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn quarry() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quarry"));
+    c.env_remove("SOURCE_DATE_EPOCH");
+    c
+}
+
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").map(|v| !v.is_empty()).unwrap_or(false)
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/fixtures: cached inputs made by scripts.
+pub fn fixtures_dir() -> PathBuf {
+    let d = repo().join("target").join("fixtures");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// True when `tool` runs; in CI a missing tool is a failure.
+pub fn have_tool(tool: &str) -> bool {
+    let ok = Command::new(tool).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+        || Command::new(tool).arg("--help").output().map(|o| o.status.success()).unwrap_or(false);
+    if !ok {
+        assert!(!in_ci(), "CI is set but `{tool}` is missing: .ci/run must install it");
+        eprintln!("skipping: `{tool}` is not installed");
+    }
+    ok
+}
+
+/// True when the Docker Engine answers; in CI a missing engine is a failure.
+pub fn have_docker() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    let ok = *OK.get_or_init(|| Command::new("docker").arg("info").output().map(|o| o.status.success()).unwrap_or(false));
+    if !ok {
+        assert!(!in_ci(), "CI is set but the Docker Engine does not answer: .ci/run must start dockerd");
+        eprintln!("skipping: no Docker Engine");
+    }
+    ok
+}
+
+/// Serializes fixture creation across test binaries running in parallel.
+fn with_lock<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    let lock_path = fixtures_dir().join(format!("{name}.lock"));
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
+    // SAFETY: flock on a valid descriptor we own.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) };
+    let r = f();
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_UN) };
+    r
+}
+
+/// A Debian 12 rootfs tarball made by mmdebstrap with `packages` included
+/// (comma-separated, may be empty), cached under target/fixtures.
+pub fn debian_rootfs(packages: &str) -> PathBuf {
+    let name = if packages.is_empty() {
+        "debian12-minbase.tar".to_string()
+    } else {
+        format!("debian12-{}.tar", &quarry::digest::sha256_hex(packages.as_bytes())[..12])
+    };
+    let out = fixtures_dir().join(&name);
+    with_lock(&name, || {
+        if !out.exists() {
+            let st = Command::new("sh")
+                .arg(repo().join("tests/fixtures/debian-rootfs.sh"))
+                .arg(&out)
+                .arg(packages)
+                .status()
+                .expect("run tests/fixtures/debian-rootfs.sh");
+            assert!(st.success(), "making the Debian rootfs fixture failed (is mmdebstrap installed?)");
+        }
+    });
+    out
+}
+
+/// Run and return the output, failing with both streams shown when the exit
+/// status is not `code`.
+pub fn run_expect(cmd: &mut Command, code: i32) -> Output {
+    let out = cmd.output().expect("spawn");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "command {:?} exited {:?}\nstdout:\n{}\nstderr:\n{}",
+        cmd,
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn stdout_json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("stdout is not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout))
+    })
+}
+
+pub fn write(path: &Path, data: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    std::fs::write(path, data).unwrap();
+}
+
+/// Names for engine objects made by a test, unique per process.
+pub fn unique(name: &str) -> String {
+    format!("quarry-test-{name}-{}", std::process::id())
+}
