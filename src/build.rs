@@ -337,7 +337,7 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
                 inputs: vec![],
             };
             b.source_layer(&layer, "base")?;
-            b.history(format!("quarry: rootfs {}", path.display()), None);
+            b.history(format!("quarry: base rootfs {}", path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()), None);
         }
         Base::Oci { path, reference } => {
             let base = b.oci_base(path, reference.as_deref(), image)?;
