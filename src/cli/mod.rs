@@ -8,7 +8,11 @@ mod inspect;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "quarry", version, about = "Hermetic, reproducible OCI images and GPU-ready containers for ROCm builds")]
+#[command(
+    name = "quarry",
+    version,
+    about = "Hermetic, reproducible OCI images and GPU-ready containers for ROCm builds"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
