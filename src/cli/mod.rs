@@ -2,6 +2,7 @@
 //! codes); the work itself lives in the library modules.
 
 mod build;
+mod dockerfile;
 mod export;
 mod inspect;
 
@@ -26,6 +27,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write an OCI layout as an OCI archive or a docker-archive
     Export(export::Args),
+    /// Render an image definition as an equivalent Dockerfile
+    Dockerfile(dockerfile::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -35,6 +38,7 @@ pub fn main() -> i32 {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
+        Command::Dockerfile(a) => dockerfile::run(a),
     };
     match result {
         Ok(code) => code,

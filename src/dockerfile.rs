@@ -1,0 +1,317 @@
+//! Rendering an image definition as an equivalent Dockerfile, for people who
+//! build with docker. Paths are written relative to a build context (the
+//! repository root by default); what a Dockerfile cannot say exactly
+//! (archive maps, stripped components) becomes an explicit RUN with a note.
+
+use crate::spec::{Base, Image, InputKind, Layer, SourceKind};
+use std::fmt::Write as _;
+use std::path::{Component, Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct RenderError {
+    pub file: String,
+    pub message: String,
+}
+
+/// Quote a string as a JSON string (the exec form of Dockerfile instructions).
+fn q(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialize")
+}
+
+fn exec_form(args: &[String]) -> String {
+    format!(
+        "[{}]",
+        args.iter().map(|a| q(a)).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Lexically normalize (`a/../b` -> `b`) without touching the disk.
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// A host path as seen from the build context, or an error when outside it.
+fn in_context(image: &Image, context: &Path, p: &Path) -> Result<String, RenderError> {
+    let abs = lexical(&if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    });
+    let ctx = lexical(&if context.is_absolute() {
+        context.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(context)
+    });
+    match abs.strip_prefix(&ctx) {
+        Ok(rel) if rel.as_os_str().is_empty() => Ok(".".into()),
+        Ok(rel) => Ok(rel.display().to_string()),
+        Err(_) => Err(RenderError {
+            file: image.file.display().to_string(),
+            message: format!(
+                "`{}` lies outside the build context `{}`; pass --context with a directory that holds every input",
+                p.display(),
+                context.display()
+            ),
+        }),
+    }
+}
+
+fn dest_dir(dest: &str) -> String {
+    if dest.ends_with('/') {
+        dest.to_string()
+    } else {
+        format!("{dest}/")
+    }
+}
+
+fn render_layer(
+    out: &mut String,
+    image: &Image,
+    context: &Path,
+    layer: &Layer,
+) -> Result<(), RenderError> {
+    writeln!(out, "\n# layer: {}", layer.name).unwrap();
+    for s in &layer.sources {
+        let chown = s
+            .owner
+            .map(|(u, g)| format!(" --chown={u}:{g}"))
+            .unwrap_or_default();
+        match &s.kind {
+            SourceKind::Dir(p) => {
+                let src = in_context(image, context, p)?;
+                if !s.include.is_empty() || !s.exclude.is_empty() {
+                    writeln!(
+                        out,
+                        "# quarry filters this directory: include {:?}, exclude {:?}",
+                        s.include, s.exclude
+                    )
+                    .unwrap();
+                }
+                writeln!(
+                    out,
+                    "COPY{chown} {} {}",
+                    q(&format!("{src}/")),
+                    q(&dest_dir(&s.dest))
+                )
+                .unwrap();
+            }
+            SourceKind::File(p) => {
+                let src = in_context(image, context, p)?;
+                let chmod = s
+                    .mode
+                    .map(|m| format!(" --chmod={m:04o}"))
+                    .unwrap_or_default();
+                writeln!(out, "COPY{chown}{chmod} {} {}", q(&src), q(&s.dest)).unwrap();
+            }
+            SourceKind::Archive(p) => {
+                let src = in_context(image, context, p)?;
+                let zip = src.ends_with(".zip") || src.ends_with(".whl");
+                if s.strip_components == 0 && s.map.is_empty() && !zip {
+                    writeln!(out, "ADD{chown} {} {}", q(&src), q(&dest_dir(&s.dest))).unwrap();
+                } else {
+                    // ADD cannot strip components or place parts: unpack in a RUN.
+                    let tmp = "/tmp/quarry-archive";
+                    writeln!(
+                        out,
+                        "COPY {} {}",
+                        q(&src),
+                        q(&format!(
+                            "{tmp}/{}",
+                            Path::new(&src)
+                                .file_name()
+                                .unwrap_or_default()
+                                .to_string_lossy()
+                        ))
+                    )
+                    .unwrap();
+                    let name = Path::new(&src)
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned();
+                    let unpack = if zip {
+                        format!("cd {tmp} && mkdir x && cd x && unzip -q ../{name}")
+                    } else {
+                        format!(
+                            "cd {tmp} && mkdir x && tar -xf {name} -C x --strip-components={}",
+                            s.strip_components
+                        )
+                    };
+                    let place = if s.map.is_empty() {
+                        format!("mkdir -p {0} && cp -a {tmp}/x/. {0}/", s.dest)
+                    } else {
+                        s.map
+                            .iter()
+                            .map(|(from, to)| {
+                                format!("mkdir -p {to} && cp -a {tmp}/x/{from}/. {to}/")
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" && ")
+                    };
+                    writeln!(out, "RUN {unpack} && {place} && rm -rf {tmp}").unwrap();
+                }
+            }
+            SourceKind::Remove => {}
+        }
+        if !s.remove.is_empty() {
+            writeln!(out, "RUN rm -rf {}", s.remove.join(" ")).unwrap();
+        }
+    }
+    if !layer.remove.is_empty() {
+        writeln!(out, "RUN rm -rf {}", layer.remove.join(" ")).unwrap();
+    }
+    if let Some(run) = &layer.run {
+        for input in &layer.inputs {
+            match &input.kind {
+                InputKind::File(p) => {
+                    writeln!(
+                        out,
+                        "COPY {} {}",
+                        q(&in_context(image, context, p)?),
+                        q(&input.dest)
+                    )
+                    .unwrap();
+                }
+                InputKind::Pypi(spec) => {
+                    writeln!(
+                        out,
+                        "# fetched on the host with: pip download --no-deps {spec}"
+                    )
+                    .unwrap();
+                    writeln!(
+                        out,
+                        "COPY {} {}",
+                        q(&format!("pypi/{}", spec.replace("==", "-"))),
+                        q(&input.dest)
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        for (k, v) in &run.env {
+            writeln!(out, "ENV {k}={}", q(v)).unwrap();
+        }
+        if let Some(w) = &run.workdir {
+            writeln!(out, "WORKDIR {w}").unwrap();
+        }
+        if let Some(u) = &run.user {
+            writeln!(out, "USER {u}").unwrap();
+        }
+        let network = if run.network { "" } else { "--network=none " };
+        let shell = run
+            .shell
+            .clone()
+            .unwrap_or_else(|| vec!["/bin/sh".into(), "-ec".into()]);
+        let mut args = shell;
+        args.push(run.script.clone());
+        writeln!(out, "RUN {network}{}", exec_form(&args)).unwrap();
+    }
+    Ok(())
+}
+
+/// Render `image` as a Dockerfile whose build context is `context`.
+pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
+    let mut out = String::new();
+    let rel_file = in_context(image, context, &image.file)
+        .unwrap_or_else(|_| image.file.display().to_string());
+    writeln!(out, "# Generated by `quarry dockerfile {rel_file}`: do not edit; edit the definition and render again.").unwrap();
+    writeln!(out, "# Build context: the repository root. quarry's own builds are reproducible; docker's are not.").unwrap();
+    if !image.params.is_empty() {
+        let shown: Vec<String> = image
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        writeln!(out, "# Parameters: {}", shown.join(" ")).unwrap();
+    }
+    match &image.base {
+        Base::Scratch => writeln!(out, "FROM scratch").unwrap(),
+        Base::Registry { reference } => writeln!(out, "FROM {reference}").unwrap(),
+        Base::Rootfs { path, .. } => {
+            writeln!(out, "FROM scratch").unwrap();
+            writeln!(out, "ADD {} /", q(&in_context(image, context, path)?)).unwrap();
+        }
+        Base::Oci { path, reference } => {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().to_lowercase())
+                .unwrap_or_else(|| "base".into());
+            writeln!(
+                out,
+                "# the `oci` base {}: load it first (quarry load {})",
+                path.display(),
+                path.display()
+            )
+            .unwrap();
+            writeln!(
+                out,
+                "FROM {name}:{}",
+                reference.clone().unwrap_or_else(|| "latest".into())
+            )
+            .unwrap();
+        }
+    }
+    for layer in &image.layers {
+        render_layer(&mut out, image, context, layer)?;
+    }
+    let c = &image.config;
+    writeln!(out).unwrap();
+    if let Some(p) = &c.platform {
+        writeln!(out, "# platform: {p}").unwrap();
+    }
+    for (k, v) in &c.env {
+        writeln!(out, "ENV {k}={}", q(v)).unwrap();
+    }
+    for (k, v) in &c.labels {
+        writeln!(out, "LABEL {}={}", q(k), q(v)).unwrap();
+    }
+    for p in &c.exposed_ports {
+        writeln!(out, "EXPOSE {p}").unwrap();
+    }
+    for v in &c.volumes {
+        writeln!(out, "VOLUME {}", q(v)).unwrap();
+    }
+    if let Some(w) = &c.workdir {
+        writeln!(out, "WORKDIR {w}").unwrap();
+    }
+    if let Some(u) = &c.user {
+        writeln!(out, "USER {u}").unwrap();
+    }
+    if let Some(s) = &c.stop_signal {
+        writeln!(out, "STOPSIGNAL {s}").unwrap();
+    }
+    if let Some(e) = &c.entrypoint {
+        writeln!(out, "ENTRYPOINT {}", exec_form(e)).unwrap();
+    }
+    if let Some(cmd) = &c.cmd {
+        writeln!(out, "CMD {}", exec_form(cmd)).unwrap();
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_normalization() {
+        assert_eq!(lexical(Path::new("/a/b/../c/./d")), PathBuf::from("/a/c/d"));
+        assert_eq!(
+            exec_form(&["/bin/sh".into(), "-c".into(), "echo \"hi\"".into()]),
+            r#"["/bin/sh", "-c", "echo \"hi\""]"#
+        );
+    }
+}
