@@ -165,6 +165,21 @@ fn render_layer(
                 }
             }
             SourceKind::Remove => {}
+            SourceKind::RocmArtifacts { dir, .. } => {
+                writeln!(
+                    out,
+                    "# ROCm artifacts from {}: flatten them first with",
+                    dir.display()
+                )
+                .unwrap();
+                writeln!(
+                    out,
+                    "#   quarry rocm flatten --artifact-dir {} --output rocm-dist",
+                    dir.display()
+                )
+                .unwrap();
+                writeln!(out, "COPY{chown} \"rocm-dist/\" {}", q(&dest_dir(&s.dest))).unwrap();
+            }
         }
         if !s.remove.is_empty() {
             writeln!(out, "RUN rm -rf {}", s.remove.join(" ")).unwrap();

@@ -10,6 +10,7 @@ pub mod dockerfile;
 pub mod export;
 pub mod pack;
 pub mod progress;
+pub mod rocm;
 pub mod source;
 pub mod spec;
 pub mod store;

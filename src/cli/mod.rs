@@ -5,6 +5,7 @@ mod build;
 mod dockerfile;
 mod export;
 mod inspect;
+mod rocm;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +30,8 @@ enum Command {
     Export(export::Args),
     /// Render an image definition as an equivalent Dockerfile
     Dockerfile(dockerfile::Args),
+    /// ROCm builds: flatten artifacts into a dist tree
+    Rocm(rocm::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -39,6 +42,7 @@ pub fn main() -> i32 {
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
         Command::Dockerfile(a) => dockerfile::run(a),
+        Command::Rocm(a) => rocm::run(a),
     };
     match result {
         Ok(code) => code,

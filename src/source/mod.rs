@@ -42,6 +42,11 @@ enum Scanned {
         meta: std::fs::Metadata,
     },
     Remove,
+    Rocm(
+        crate::rocm::artifacts::Artifacts,
+        crate::rocm::artifacts::Selection,
+        Vec<dir::DirScan>,
+    ),
 }
 
 /// A layer's sources, scanned.
@@ -120,6 +125,29 @@ pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, S
                 }
             }
             SourceKind::Remove => Scanned::Remove,
+            SourceKind::RocmArtifacts {
+                dir: root,
+                components,
+                targets,
+            } => {
+                let a = crate::rocm::artifacts::read(root)
+                    .map_err(|e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()))?;
+                let sel = crate::rocm::artifacts::Selection {
+                    components: components.clone(),
+                    targets: targets.clone(),
+                };
+                // Scanned now for the fingerprint; flattened again on a miss.
+                let mut scans = Vec::new();
+                for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
+                    for p in &art.prefixes {
+                        scans
+                            .push(dir::scan(p, s).map_err(|m| {
+                                SourceError::new(layer, field("rocm_artifacts"), m)
+                            })?);
+                    }
+                }
+                Scanned::Rocm(a, sel, scans)
+            }
         };
         scans.push((i, s, scanned));
     }
@@ -147,6 +175,13 @@ impl LayerScan<'_> {
                     &mut h
                 }
                 Scanned::Remove => &mut h,
+                Scanned::Rocm(_, _, scans) => {
+                    for d in scans {
+                        h.field(d.root.as_os_str().as_encoded_bytes())
+                            .field(d.fingerprint());
+                    }
+                    &mut h
+                }
             };
         }
         h.finish()
@@ -218,6 +253,11 @@ impl LayerScan<'_> {
                     report.dropped_devices += r.dropped_devices;
                 }
                 Scanned::Remove => {}
+                Scanned::Rocm(a, sel, _) => {
+                    crate::rocm::flatten::into_tree(&a, &sel, &dest, s.owner, &mut tree).map_err(
+                        |e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()),
+                    )?;
+                }
             }
             for (j, r) in s.remove.iter().enumerate() {
                 whiteout(

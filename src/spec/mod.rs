@@ -66,6 +66,12 @@ pub enum SourceKind {
     Archive(PathBuf),
     /// Only whiteouts.
     Remove,
+    /// ROCm build artifacts flattened into a dist tree (see `rocm::flatten`).
+    RocmArtifacts {
+        dir: PathBuf,
+        components: Vec<String>,
+        targets: Vec<String>,
+    },
 }
 
 /// One validated source of a layer.
@@ -463,6 +469,7 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
         ("dir", s.dir.is_some()),
         ("file", s.file.is_some()),
         ("archive", s.archive.is_some()),
+        ("rocm_artifacts", s.rocm_artifacts.is_some()),
     ]
     .iter()
     .filter(|(_, g)| *g)
@@ -473,7 +480,7 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
             file,
             f,
             format!(
-                "give one of `dir`, `file` or `archive`, not {}",
+                "give one of `dir`, `file`, `archive` or `rocm_artifacts`, not {}",
                 given.join(" and ")
             ),
         ));
@@ -484,13 +491,19 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
         SourceKind::File(resolve_path(file, p))
     } else if let Some(a) = &s.archive {
         SourceKind::Archive(resolve_path(file, a))
+    } else if let Some(r) = &s.rocm_artifacts {
+        SourceKind::RocmArtifacts {
+            dir: resolve_path(file, r),
+            components: s.components.clone(),
+            targets: s.targets.clone(),
+        }
     } else if !s.remove.is_empty() {
         SourceKind::Remove
     } else {
         return Err(field_err(
             file,
             f,
-            "give one of `dir`, `file`, `archive` or `remove`",
+            "give one of `dir`, `file`, `archive`, `rocm_artifacts` or `remove`",
         ));
     };
     let only = |field: &str, ok: bool, what: &str| -> Result<(), SpecError> {
@@ -507,7 +520,18 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     let is_dir = matches!(kind, SourceKind::Dir(_));
     let is_file = matches!(kind, SourceKind::File(_));
     let is_archive = matches!(kind, SourceKind::Archive(_));
+    let is_rocm = matches!(kind, SourceKind::RocmArtifacts { .. });
     only("mode", s.mode.is_none() || is_file, "`file`")?;
+    only(
+        "components",
+        s.components.is_empty() || is_rocm,
+        "`rocm_artifacts`",
+    )?;
+    only(
+        "targets",
+        s.targets.is_empty() || is_rocm,
+        "`rocm_artifacts`",
+    )?;
     only("include", s.include.is_empty() || is_dir, "`dir`")?;
     only("exclude", s.exclude.is_empty() || is_dir, "`dir`")?;
     only(

@@ -106,6 +106,11 @@ pub(super) struct SourceDef {
     pub dir: Option<String>,
     pub file: Option<String>,
     pub archive: Option<String>,
+    pub rocm_artifacts: Option<String>,
+    #[serde(default)]
+    pub components: Vec<String>,
+    #[serde(default)]
+    pub targets: Vec<String>,
     pub dest: Option<String>,
     pub owner: Option<String>,
     pub mode: Option<Mode>,

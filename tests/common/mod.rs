@@ -74,7 +74,7 @@ pub fn have_docker() -> bool {
 }
 
 /// Serializes fixture creation across test binaries running in parallel.
-fn with_lock<T>(name: &str, f: impl FnOnce() -> T) -> T {
+pub fn with_lock<T>(name: &str, f: impl FnOnce() -> T) -> T {
     let lock_path = fixtures_dir().join(format!("{name}.lock"));
     let file = std::fs::OpenOptions::new()
         .create(true)
