@@ -3,3 +3,4 @@
 
 pub mod artifacts;
 pub mod flatten;
+pub mod python;
