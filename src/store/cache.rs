@@ -42,6 +42,31 @@ impl Cache {
         Ok(c)
     }
 
+    /// Remove what killed builds left in `tmp/` (older than a day, so a
+    /// build running right now in the same cache keeps its files).
+    fn sweep_tmp(&self) {
+        let Ok(entries) = std::fs::read_dir(self.tmp_dir()) else {
+            return;
+        };
+        let day = std::time::Duration::from_secs(24 * 3600);
+        for e in entries.flatten() {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > day);
+            if old {
+                let p = e.path();
+                let _ = if p.is_dir() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+            }
+        }
+    }
+
     fn err(&self, what: impl Into<String>, err: io::Error) -> CacheError {
         CacheError {
             dir: self.root.display().to_string(),
