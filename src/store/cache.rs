@@ -39,6 +39,7 @@ impl Cache {
             std::fs::create_dir_all(root.join(sub))
                 .map_err(|err| c.err(format!("cannot create `{sub}`"), err))?;
         }
+        c.sweep_tmp();
         Ok(c)
     }
 
