@@ -5,6 +5,7 @@ use crate::compress::Compression;
 use crate::digest::KeyHasher;
 use crate::pack::{pack_tree, PackError};
 use crate::progress::Progress;
+use crate::source::hashes::ContentHasher;
 use crate::source::{self, SourceError};
 use crate::spec::{self, Base, Image, Layer, Source, SourceKind, SpecError};
 use crate::store::cache::{Cache, CacheError};
@@ -44,6 +45,8 @@ pub struct BuildOptions {
     pub compression: Compression,
     pub cache_dir: PathBuf,
     pub no_cache: bool,
+    /// Rehash every input file instead of trusting the stat memo.
+    pub verify: bool,
     pub threads: usize,
     pub source_date_epoch: u64,
     pub progress: Progress,
@@ -57,6 +60,9 @@ pub struct BuiltLayer {
     pub size: u64,
     pub media_type: String,
     pub cached: bool,
+    /// Input files read and hashed to compute the layer's cache key (those
+    /// whose stat changed since the last build, or all with `--verify`).
+    pub files_hashed: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -90,6 +96,9 @@ struct Builder<'a> {
     opts: &'a BuildOptions,
     cache: Cache,
     spool: tempfile::TempDir,
+    hasher: ContentHasher,
+    /// Files hashed for the layer being built, reported with it.
+    files_hashed: u64,
     layers: Vec<BuiltLayer>,
     history: Vec<History>,
     chain: String,
@@ -109,10 +118,19 @@ impl Builder<'_> {
     /// Build one layer from its sources, or take it from the cache.
     fn source_layer(&mut self, layer: &Layer, field_prefix: &str) -> Result<(), BuildError> {
         let scan = source::scan(layer, field_prefix)?;
+        let hashed_before = self.hasher.files_hashed;
+        let stale_before = self.hasher.stale_entries;
+        let fingerprint = scan.fingerprint(&mut self.hasher, self.opts.source_date_epoch)?;
+        self.files_hashed = self.hasher.files_hashed - hashed_before;
+        let stale = self.hasher.stale_entries - stale_before;
+        if stale > 0 {
+            eprintln!(
+                "quarry: layer `{}`: {stale} file(s) changed without their size, times, inode or mode changing; --verify rehashed them",
+                layer.name
+            );
+        }
         let mut k = KeyHasher::new();
-        k.field(&self.chain)
-            .field(scan.fingerprint())
-            .field(self.opts.compression.format_id());
+        k.field(&self.chain).field(fingerprint).field(self.opts.compression.format_id());
         let key = k.finish();
         self.chain = key.clone();
         if !self.opts.no_cache {
@@ -154,6 +172,7 @@ impl Builder<'_> {
     }
 
     fn push(&mut self, name: String, blob: LayerBlob, cached: bool) {
+        let files_hashed = std::mem::take(&mut self.files_hashed);
         self.layers.push(BuiltLayer {
             name,
             digest: blob.digest,
@@ -161,6 +180,7 @@ impl Builder<'_> {
             size: blob.size,
             media_type: blob.media_type,
             cached,
+            files_hashed,
         });
     }
 
@@ -403,14 +423,14 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         })?;
     let (os, arch, variant) = image.platform();
     let mut chain = KeyHasher::new();
-    chain
-        .field("quarry-chain-v1")
-        .field(format!("{os}/{arch}/{variant:?}"))
-        .field(opts.source_date_epoch.to_string());
+    chain.field("quarry-chain-v1").field(format!("{os}/{arch}/{variant:?}")).field(opts.source_date_epoch.to_string());
+    let hasher = ContentHasher::new(cache.clone(), opts.verify);
     let mut b = Builder {
         opts,
         cache,
         spool,
+        hasher,
+        files_hashed: 0,
         layers: Vec::new(),
         history: Vec::new(),
         chain: chain.finish(),

@@ -2,7 +2,9 @@
 //! member, so the bytes never depend on the thread count), zstd and none.
 
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::io::{self, Write};
+use std::sync::{mpsc, Arc, Mutex};
 
 /// Size of the independent gzip blocks. Part of the output format: changing
 /// it changes every gzip digest, so it is also part of the cache key.
@@ -107,62 +109,165 @@ impl<W: Write> Write for Encoder<W> {
     }
 }
 
-/// Deterministic gzip: input cut into `GZIP_BLOCK`-sized blocks, each
-/// compressed on its own into one gzip member (multi-member streams are valid
-/// gzip and every OCI runtime reads them). Blocks are compressed in batches on
-/// `threads` workers and written in order.
+/// Deterministic gzip: the input is cut into `GZIP_BLOCK`-sized blocks and
+/// each is compressed on its own into one gzip member (multi-member streams
+/// are valid gzip and every OCI runtime reads them), so the bytes never
+/// depend on the thread count.
+///
+/// A pipeline: the writing thread (tar production and hashing upstream) fills
+/// a block and hands it to `threads` worker threads, then goes on producing
+/// while they compress. Finished members are written to `out` in block order
+/// by the writing thread. At most `2 * threads + 2` blocks are in flight: when
+/// that many wait, the writer blocks on the oldest one, so memory stays flat
+/// whatever the input size.
 pub struct GzipBlocks<W: Write> {
     out: W,
-    pending: Vec<Vec<u8>>,
     current: Vec<u8>,
-    threads: usize,
+    /// Results of the blocks in flight, oldest first.
+    in_flight: VecDeque<mpsc::Receiver<Vec<u8>>>,
+    max_in_flight: usize,
+    pool: GzipPool,
+}
+
+struct GzipJob {
+    block: Vec<u8>,
+    done: mpsc::SyncSender<Vec<u8>>,
+}
+
+/// The compressing threads; dropping the pool stops and joins them.
+struct GzipPool {
+    jobs: Option<mpsc::SyncSender<GzipJob>>,
+    /// Input buffers the workers are done with, reused for the next blocks.
+    free: mpsc::Receiver<Vec<u8>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl GzipPool {
+    fn new(threads: usize, max_in_flight: usize) -> GzipPool {
+        let (jobs, job_rx) = mpsc::sync_channel::<GzipJob>(threads);
+        let (free_tx, free) = mpsc::sync_channel::<Vec<u8>>(max_in_flight + 1);
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let workers = (0..threads)
+            .map(|_| {
+                let job_rx = Arc::clone(&job_rx);
+                let free_tx = free_tx.clone();
+                std::thread::spawn(move || gzip_worker(&job_rx, &free_tx))
+            })
+            .collect();
+        GzipPool {
+            jobs: Some(jobs),
+            free,
+            workers,
+        }
+    }
+}
+
+impl Drop for GzipPool {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+fn gzip_worker(jobs: &Mutex<mpsc::Receiver<GzipJob>>, free: &mpsc::SyncSender<Vec<u8>>) {
+    let mut c = libdeflater::Compressor::new(
+        libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"),
+    );
+    loop {
+        // The lock is held only while waiting for the next job.
+        let job = match jobs.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(GzipJob { mut block, done }) = job else {
+            return;
+        };
+        let mut member = vec![0u8; c.gzip_compress_bound(block.len())];
+        let n = c
+            .gzip_compress(&block, &mut member)
+            .expect("output buffer sized by gzip_compress_bound");
+        member.truncate(n);
+        let _ = done.send(member);
+        block.clear();
+        let _ = free.try_send(block);
+    }
+}
+
+fn worker_died() -> io::Error {
+    io::Error::other("a gzip compression thread stopped unexpectedly")
 }
 
 impl<W: Write> GzipBlocks<W> {
     pub fn new(out: W, threads: usize) -> Self {
+        let threads = threads.max(1);
+        let max_in_flight = 2 * threads + 2;
         GzipBlocks {
             out,
-            pending: Vec::new(),
             current: Vec::with_capacity(GZIP_BLOCK),
-            threads: threads.max(1),
+            in_flight: VecDeque::with_capacity(max_in_flight),
+            max_in_flight,
+            pool: GzipPool::new(threads, max_in_flight),
         }
     }
 
-    fn flush_pending(&mut self) -> io::Result<()> {
-        use rayon::prelude::*;
-        let blocks = std::mem::take(&mut self.pending);
-        let compressed: Vec<Vec<u8>> = if self.threads > 1 {
-            blocks.par_iter().map(|b| gzip_member(b)).collect()
-        } else {
-            blocks.iter().map(|b| gzip_member(b)).collect()
-        };
-        for c in compressed {
-            self.out.write_all(&c)?;
+    /// Write out the oldest block's member, waiting for it.
+    fn write_oldest(&mut self) -> io::Result<()> {
+        if let Some(rx) = self.in_flight.pop_front() {
+            let member = rx.recv().map_err(|_| worker_died())?;
+            self.out.write_all(&member)?;
         }
         Ok(())
     }
 
+    /// Write out the finished members that are next in order, without waiting.
+    fn write_ready(&mut self) -> io::Result<()> {
+        while let Some(rx) = self.in_flight.front() {
+            match rx.try_recv() {
+                Ok(member) => {
+                    self.in_flight.pop_front();
+                    self.out.write_all(&member)?;
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return Err(worker_died()),
+            }
+        }
+        Ok(())
+    }
+
+    fn submit_current(&mut self) -> io::Result<()> {
+        let next = self
+            .pool
+            .free
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(GZIP_BLOCK));
+        let block = std::mem::replace(&mut self.current, next);
+        while self.in_flight.len() >= self.max_in_flight {
+            self.write_oldest()?;
+        }
+        let (done, rx) = mpsc::sync_channel(1);
+        let jobs = self
+            .pool
+            .jobs
+            .as_ref()
+            .expect("open until the pool is dropped");
+        jobs.send(GzipJob { block, done })
+            .map_err(|_| worker_died())?;
+        self.in_flight.push_back(rx);
+        self.write_ready()
+    }
+
     pub fn finish(mut self) -> io::Result<W> {
         if !self.current.is_empty() {
-            let block = std::mem::take(&mut self.current);
-            self.pending.push(block);
+            self.submit_current()?;
         }
-        self.flush_pending()?;
+        while !self.in_flight.is_empty() {
+            self.write_oldest()?;
+        }
         self.out.flush()?;
         Ok(self.out)
     }
-}
-
-fn gzip_member(data: &[u8]) -> Vec<u8> {
-    let mut c = libdeflater::Compressor::new(
-        libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"),
-    );
-    let mut out = vec![0u8; c.gzip_compress_bound(data.len())];
-    let n = c
-        .gzip_compress(data, &mut out)
-        .expect("output buffer sized by gzip_compress_bound");
-    out.truncate(n);
-    out
 }
 
 impl<W: Write> Write for GzipBlocks<W> {
@@ -171,11 +276,7 @@ impl<W: Write> Write for GzipBlocks<W> {
         let n = room.min(buf.len());
         self.current.extend_from_slice(&buf[..n]);
         if self.current.len() == GZIP_BLOCK {
-            let block = std::mem::replace(&mut self.current, Vec::with_capacity(GZIP_BLOCK));
-            self.pending.push(block);
-            if self.pending.len() >= self.threads * 2 {
-                self.flush_pending()?;
-            }
+            self.submit_current()?;
         }
         Ok(n)
     }

@@ -23,6 +23,10 @@ pub struct Args {
     /// Rebuild every layer (the cache is still written)
     #[arg(long)]
     no_cache: bool,
+    /// Rehash every input file instead of trusting the stat memo (which skips
+    /// files whose size, times, inode and mode are unchanged)
+    #[arg(long)]
+    verify: bool,
     /// Compression threads [default: all cores]; output is identical for any count
     #[arg(long)]
     threads: Option<usize>,
@@ -42,10 +46,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         compression: a.compression,
         cache_dir: a.cache_dir.unwrap_or_else(crate::store::cache::default_dir),
         no_cache: a.no_cache,
-        threads: a
-            .threads
-            .unwrap_or_else(crate::compress::default_threads)
-            .max(1),
+        verify: a.verify,
+        threads: a.threads.unwrap_or_else(crate::compress::default_threads).max(1),
         source_date_epoch: source_date_epoch_from_env().map_err(|e| anyhow!(e))?,
         progress: Progress::new(a.json, a.quiet),
     };

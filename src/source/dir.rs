@@ -1,6 +1,7 @@
 //! `dir` sources: a host directory placed at `dest`. The walk never follows
 //! symlinks; include/exclude globs match paths relative to the directory.
 
+use super::hashes::{source_id, ContentHasher, FileToHash};
 use crate::digest::KeyHasher;
 use crate::spec::Source;
 use crate::tarball::path::join;
@@ -99,7 +100,7 @@ pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
     })
 }
 
-fn capability(path: &Path) -> Option<Vec<u8>> {
+pub(crate) fn capability(path: &Path) -> Option<Vec<u8>> {
     // Hand-written: one lgetxattr call does not justify an xattr crate.
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     let name = c"security.capability";
@@ -121,24 +122,69 @@ fn capability(path: &Path) -> Option<Vec<u8>> {
 }
 
 impl DirScan {
-    pub fn fingerprint(&self) -> String {
-        let mut h = KeyHasher::new();
-        for e in &self.entries {
+    /// A content-based key for everything this source puts in the layer:
+    /// per entry its path, type, permission bits, mtime as the tar will
+    /// store it (clamped to `source_date_epoch`), link target, device
+    /// numbers, and for regular files the size, sha256 and capability; the
+    /// hardlink structure as `into_tree` will build it. File contents come
+    /// from `hasher` (memoized by stat), so `touch` costs a rehash, not a
+    /// rebuild.
+    pub fn fingerprint(&self, s: &Source, hasher: &mut ContentHasher, source_date_epoch: u64) -> Result<String, String> {
+        // Regular files that carry content (the first of each hardlink group).
+        let mut first_of_inode: HashMap<(u64, u64), &[u8]> = HashMap::new();
+        let mut link_to: HashMap<usize, &[u8]> = HashMap::new();
+        let mut to_hash = Vec::new();
+        let mut hashed_index: HashMap<usize, usize> = HashMap::new();
+        for (i, e) in self.entries.iter().enumerate() {
             let m = &e.meta;
-            h.field(&e.rel).field(format!(
-                "{}:{}:{}:{}:{}:{}",
-                m.mode(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ino(),
-                m.rdev()
-            ));
-            if let Some(l) = &e.link {
-                h.field(l);
+            if !m.file_type().is_file() {
+                continue;
+            }
+            if m.nlink() > 1 {
+                if let Some(first) = first_of_inode.get(&(m.dev(), m.ino())) {
+                    link_to.insert(i, first);
+                    continue;
+                }
+                first_of_inode.insert((m.dev(), m.ino()), &e.rel);
+            }
+            hashed_index.insert(i, to_hash.len());
+            to_hash.push(FileToHash { rel: &e.rel, path: &e.path, meta: m });
+        }
+        let root = self.root.as_path();
+        let id = source_id("dir", root, &[&s.include, &s.exclude]);
+        let digests = hasher.hash_files(&id, &to_hash)?;
+
+        let mut h = KeyHasher::new();
+        h.field("dir-content-v1");
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.rel.is_empty() {
+                continue; // the root itself is not stored in the layer
+            }
+            let m = &e.meta;
+            let ft = m.file_type();
+            let mtime = (m.mtime().max(0) as u64).min(source_date_epoch);
+            h.field(&e.rel).field(format!("{:o}:{mtime}", m.mode() & 0o7777));
+            if ft.is_dir() {
+                h.field("d");
+            } else if ft.is_symlink() {
+                h.field("l").field(e.link.as_deref().unwrap_or_default());
+            } else if ft.is_file() {
+                if let Some(first) = link_to.get(&i) {
+                    h.field("h").field(first);
+                } else {
+                    let d = &digests[hashed_index[&i]];
+                    h.field("f").field(m.size().to_string()).field(d.sha256);
+                    h.field(d.capability.as_deref().unwrap_or_default());
+                }
+            } else if ft.is_char_device() || ft.is_block_device() {
+                h.field(if ft.is_char_device() { "c" } else { "b" }).field(m.rdev().to_string());
+            } else if ft.is_fifo() {
+                h.field("p");
+            } else {
+                h.field("s");
             }
         }
-        h.finish()
+        Ok(h.finish())
     }
 
     /// Place the scanned entries under `dest` in `tree`.

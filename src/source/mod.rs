@@ -3,8 +3,10 @@
 //! only on a cache miss is the scan turned into a tree (reading archives).
 
 pub mod dir;
+pub mod hashes;
 
 use crate::digest::KeyHasher;
+use hashes::{ContentHasher, FileToHash};
 use crate::spec::{Layer, Source, SourceKind};
 use crate::tarball::archive::{read_into, Placement};
 use crate::tarball::path::{display, normalize_dest, normalize_member};
@@ -61,17 +63,6 @@ pub struct LayerScan<'a> {
 pub struct TreeReport {
     pub dropped_devices: usize,
     pub skipped_sockets: usize,
-}
-
-fn stat_line(h: &mut KeyHasher, meta: &std::fs::Metadata) {
-    h.field(format!(
-        "{}:{}:{}:{}:{}",
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ino(),
-        meta.mode()
-    ));
 }
 
 /// Scan every source of `layer`. `field_prefix` is how the definition
@@ -159,32 +150,55 @@ pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, S
 }
 
 impl LayerScan<'_> {
-    /// Everything that decides the layer's bytes except the parent chain:
-    /// the canonical definition and a stat fingerprint of every input.
-    pub fn fingerprint(&self) -> String {
+    /// Everything that decides the layer's bytes except the parent chain
+    /// and the compression: the canonical definition and the *content* of
+    /// every input (files hashed through `hasher`'s stat memo), so a changed
+    /// mtime alone never rebuilds a layer unless the tar would store it.
+    pub fn fingerprint(&self, hasher: &mut ContentHasher, source_date_epoch: u64) -> Result<String, SourceError> {
         let mut h = KeyHasher::new();
-        h.field("layer-v1").field(&self.layer.name);
+        h.field("layer-v2").field(&self.layer.name);
         h.field(format!("{:?}", self.layer.remove));
-        for (_, s, scanned) in &self.scans {
+        for (i, s, scanned) in &self.scans {
+            let field = |what: &str| format!("{}[{i}].{what}", self.field_prefix);
             // The validated definition, paths included, in a fixed order.
             h.field(format!("{s:?}"));
             match scanned {
-                Scanned::Dir(d) => h.field(d.fingerprint()),
-                Scanned::File { meta, .. } | Scanned::Archive { meta, .. } => {
-                    stat_line(&mut h, meta);
-                    &mut h
+                Scanned::Dir(d) => {
+                    let fp = d
+                        .fingerprint(s, hasher, source_date_epoch)
+                        .map_err(|m| SourceError::new(self.layer, field("dir"), m))?;
+                    h.field(fp);
                 }
-                Scanned::Remove => &mut h,
+                Scanned::File { path, meta } | Scanned::Archive { path, meta } => {
+                    let (kind, name) = match scanned {
+                        Scanned::File { .. } => ("file", "file"),
+                        _ => ("archive", "archive"),
+                    };
+                    let id = hashes::source_id(kind, path, &[]);
+                    let one = [FileToHash { rel: b"", path, meta }];
+                    let d = hasher
+                        .hash_files(&id, &one)
+                        .map_err(|m| SourceError::new(self.layer, field(name), m))?
+                        .remove(0);
+                    h.field(kind).field(meta.size().to_string()).field(d.sha256);
+                    if kind == "file" {
+                        // What `into_tree` takes from the host file's stat.
+                        let mtime = (meta.mtime().max(0) as u64).min(source_date_epoch);
+                        h.field(format!("{:o}:{mtime}", meta.mode() & 0o7777));
+                    }
+                }
+                Scanned::Remove => {}
                 Scanned::Rocm(_, _, scans) => {
                     for d in scans {
-                        h.field(d.root.as_os_str().as_encoded_bytes())
-                            .field(d.fingerprint());
+                        let fp = d
+                            .fingerprint(s, hasher, source_date_epoch)
+                            .map_err(|m| SourceError::new(self.layer, field("rocm_artifacts"), m))?;
+                        h.field(d.root.as_os_str().as_encoded_bytes()).field(fp);
                     }
-                    &mut h
                 }
-            };
+            }
         }
-        h.finish()
+        Ok(h.finish())
     }
 
     /// Build the layer's tree. Archives are read (and sha256 pins checked) here.

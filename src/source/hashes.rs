@@ -1,0 +1,429 @@
+//! Content hashes of host files, memoized by stat. A file is read and hashed
+//! only when its stat fingerprint (size, mtime, ctime, inode, device, mode)
+//! differs from the one recorded at its last hashing, so an unchanged tree
+//! costs one `lstat` per file; `verify` ignores the memo and rehashes all.
+//!
+//! The memo is kept in the cache directory (`stat-memo/<id>`), one JSON file
+//! per source (its kind, absolute path and filters), rewritten atomically
+//! only when something changed. ctime is part of the fingerprint because it
+//! moves on every content, mode, owner or xattr change, even when a tool puts
+//! the mtime back. Like git's "racily clean" rule, a file whose timestamps are
+//! younger than `RACY_SECS` is hashed but not memoized: a write within the
+//! same timestamp tick would otherwise go unnoticed.
+
+use crate::digest::KeyHasher;
+use crate::store::cache::Cache;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fs::Metadata;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+const MEMO_KIND: &str = "stat-memo";
+const MEMO_VERSION: u32 = 1;
+const RACY_SECS: i64 = 2;
+
+/// What the memo compares to decide whether a file may have changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatFingerprint {
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+    ctime: i64,
+    ctime_nsec: i64,
+    ino: u64,
+    dev: u64,
+    mode: u32,
+}
+
+impl StatFingerprint {
+    pub fn of(m: &Metadata) -> StatFingerprint {
+        StatFingerprint {
+            size: m.size(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+            ctime: m.ctime(),
+            ctime_nsec: m.ctime_nsec(),
+            ino: m.ino(),
+            dev: m.dev(),
+            mode: m.mode(),
+        }
+    }
+
+    fn is_racy(&self, racy_from: i64) -> bool {
+        self.mtime.max(self.ctime) >= racy_from
+    }
+}
+
+/// A file's content identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileDigest {
+    pub sha256: [u8; 32],
+    /// The `security.capability` xattr, which the layer carries.
+    pub capability: Option<Vec<u8>>,
+}
+
+/// One file to hash: its path relative to the source (the memo's key) and
+/// the stat taken by the scan.
+pub struct FileToHash<'a> {
+    pub rel: &'a [u8],
+    pub path: &'a Path,
+    pub meta: &'a Metadata,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MemoFile {
+    version: u32,
+    entries: Vec<MemoEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MemoEntry {
+    /// The relative path, as text when it is UTF-8...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    /// ...else as hex bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_hex: Option<String>,
+    stat: StatFingerprint,
+    sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    capability: Option<String>,
+}
+
+type Memo = HashMap<Vec<u8>, (StatFingerprint, FileDigest)>;
+
+/// Hashes files for cache keys, through the stat memo.
+pub struct ContentHasher {
+    cache: Cache,
+    verify: bool,
+    /// Files read and hashed so far (memo misses, or all under `verify`).
+    pub files_hashed: u64,
+    /// Memo entries that `verify` found wrong: content changed while the
+    /// stat fingerprint did not.
+    pub stale_entries: u64,
+    /// Files with a timestamp at or after this (seconds) are not memoized.
+    racy_from: i64,
+}
+
+impl ContentHasher {
+    pub fn new(cache: Cache, verify: bool) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(i64::MAX);
+        ContentHasher {
+            cache,
+            verify,
+            files_hashed: 0,
+            stale_entries: 0,
+            racy_from: now.saturating_sub(RACY_SECS),
+        }
+    }
+
+    /// Content digests of `files`, in order. `source_id` names the memo: the
+    /// same source (kind, path, filters) must give the same id.
+    pub fn hash_files(
+        &mut self,
+        source_id: &str,
+        files: &[FileToHash],
+    ) -> Result<Vec<FileDigest>, String> {
+        let memo_name = memo_name(source_id);
+        let memo = self.load(&memo_name);
+        let mut out: Vec<Option<FileDigest>> = Vec::with_capacity(files.len());
+        let mut todo = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            let fp = StatFingerprint::of(f.meta);
+            match memo.get(f.rel) {
+                Some((old, d)) if *old == fp && !self.verify => out.push(Some(d.clone())),
+                _ => {
+                    out.push(None);
+                    todo.push(i);
+                }
+            }
+        }
+        // Reading is I/O bound on cold caches and SHA-bound on warm ones:
+        // either way, all cores help.
+        let fresh: Vec<(usize, FileDigest, bool)> = todo
+            .par_iter()
+            .map(|&i| {
+                let f = &files[i];
+                let (digest, still) = hash_file(f.path, f.meta)?;
+                Ok((i, digest, still))
+            })
+            .collect::<Result<_, String>>()?;
+        self.files_hashed += fresh.len() as u64;
+        let mut memoizable = vec![true; files.len()];
+        for (i, d, unchanged_while_read) in fresh {
+            let fp = StatFingerprint::of(files[i].meta);
+            if let Some((old_fp, old)) = memo.get(files[i].rel) {
+                if *old_fp == fp && *old != d {
+                    self.stale_entries += 1;
+                }
+            }
+            memoizable[i] = unchanged_while_read && !fp.is_racy(self.racy_from);
+            out[i] = Some(d);
+        }
+        let digests: Vec<FileDigest> = out
+            .into_iter()
+            .map(|d| d.expect("every file hashed or memoized"))
+            .collect();
+
+        // Rewrite the memo only when it would change.
+        let mut changed = memo.len() != files.len();
+        let mut entries = Vec::with_capacity(files.len());
+        for ((f, d), ok) in files.iter().zip(&digests).zip(&memoizable) {
+            if !ok {
+                changed = true;
+                continue;
+            }
+            let fp = StatFingerprint::of(f.meta);
+            if !changed {
+                changed = memo
+                    .get(f.rel)
+                    .map(|(ofp, od)| *ofp != fp || od != d)
+                    .unwrap_or(true);
+            }
+            entries.push(MemoEntry {
+                path: std::str::from_utf8(f.rel).ok().map(str::to_string),
+                path_hex: std::str::from_utf8(f.rel)
+                    .is_err()
+                    .then(|| hex::encode(f.rel)),
+                stat: fp,
+                sha256: hex::encode(d.sha256),
+                capability: d.capability.as_ref().map(hex::encode),
+            });
+        }
+        if changed {
+            let doc = MemoFile {
+                version: MEMO_VERSION,
+                entries,
+            };
+            let bytes = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
+            self.cache
+                .write_note(MEMO_KIND, &memo_name, &bytes)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(digests)
+    }
+
+    /// The memo, or an empty one when it is missing or unreadable (a memo is
+    /// only ever an optimization: a bad one costs rehashing, never a wrong key).
+    fn load(&self, name: &str) -> Memo {
+        let Some(bytes) = self.cache.read_note(MEMO_KIND, name) else {
+            return Memo::new();
+        };
+        let Ok(doc) = serde_json::from_slice::<MemoFile>(&bytes) else {
+            return Memo::new();
+        };
+        if doc.version != MEMO_VERSION {
+            return Memo::new();
+        }
+        let mut memo = Memo::with_capacity(doc.entries.len());
+        for e in doc.entries {
+            let rel = match (e.path, e.path_hex) {
+                (Some(p), _) => p.into_bytes(),
+                (None, Some(h)) => match hex::decode(h) {
+                    Ok(b) => b,
+                    Err(_) => continue,
+                },
+                (None, None) => continue,
+            };
+            let Ok(sha) = hex::decode(&e.sha256) else {
+                continue;
+            };
+            let Ok(sha256) = <[u8; 32]>::try_from(sha.as_slice()) else {
+                continue;
+            };
+            let capability = match e.capability.map(hex::decode) {
+                Some(Ok(c)) => Some(c),
+                Some(Err(_)) => continue,
+                None => None,
+            };
+            memo.insert(rel, (e.stat, FileDigest { sha256, capability }));
+        }
+        memo
+    }
+}
+
+/// The memo's file name for a source id.
+fn memo_name(source_id: &str) -> String {
+    let mut k = KeyHasher::new();
+    k.field("stat-memo-v1").field(source_id);
+    k.finish()
+}
+
+/// An id for a source's memo: its kind, its absolute path and whatever else
+/// selects its files (filters).
+pub fn source_id(kind: &str, path: &Path, selectors: &[&[String]]) -> String {
+    let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut k = KeyHasher::new();
+    k.field(kind).field(abs.as_os_str().as_bytes());
+    for s in selectors {
+        k.field(s.len().to_string());
+        for p in *s {
+            k.field(p);
+        }
+    }
+    k.finish()
+}
+
+/// Hash one file; also says whether its stat was unchanged while it was read.
+fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), String> {
+    let err = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
+    let mut f = std::fs::File::open(path).map_err(err)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(err(e)),
+        };
+        h.update(&buf[..n]);
+    }
+    let after = f.metadata().map_err(err)?;
+    let unchanged = StatFingerprint::of(&after) == StatFingerprint::of(scanned);
+    let capability = crate::source::dir::capability(path);
+    Ok((
+        FileDigest {
+            sha256: h.finalize().into(),
+            capability,
+        },
+        unchanged,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files_of(dir: &Path, names: &[&str]) -> Vec<(Vec<u8>, std::path::PathBuf, Metadata)> {
+        names
+            .iter()
+            .map(|n| {
+                let p = dir.join(n);
+                let m = std::fs::symlink_metadata(&p).unwrap();
+                (n.as_bytes().to_vec(), p, m)
+            })
+            .collect()
+    }
+
+    fn hash(
+        h: &mut ContentHasher,
+        id: &str,
+        files: &[(Vec<u8>, std::path::PathBuf, Metadata)],
+    ) -> Vec<FileDigest> {
+        let list: Vec<FileToHash> = files
+            .iter()
+            .map(|(r, p, m)| FileToHash {
+                rel: r,
+                path: p,
+                meta: m,
+            })
+            .collect();
+        h.hash_files(id, &list).unwrap()
+    }
+
+    #[test]
+    fn memo_skips_unchanged_files_and_catches_changes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&tmp.path().join("cache")).unwrap();
+        let src = tmp.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("a"), b"alpha").unwrap();
+        std::fs::write(src.join("b"), b"beta").unwrap();
+
+        // Files written just now are racy: hashed every time, never memoized.
+        let mut h = ContentHasher::new(cache.clone(), false);
+        let first = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
+        assert_eq!(
+            hex::encode(first[0].sha256),
+            crate::digest::sha256_hex(b"alpha")
+        );
+        assert_eq!(
+            hex::encode(first[1].sha256),
+            crate::digest::sha256_hex(b"beta")
+        );
+        assert_eq!(hash(&mut h, "s", &files_of(&src, &["a", "b"])), first);
+        assert_eq!(h.files_hashed, 4);
+
+        // Once old enough, unchanged files are not read again...
+        let mut h = ContentHasher::new(cache.clone(), false);
+        h.racy_from = i64::MAX;
+        hash(&mut h, "s", &files_of(&src, &["a", "b"]));
+        assert_eq!(h.files_hashed, 2);
+        assert_eq!(hash(&mut h, "s", &files_of(&src, &["a", "b"])), first);
+        assert_eq!(h.files_hashed, 2, "memo hits");
+        // ...a changed one is, and only it...
+        std::fs::write(src.join("b"), b"BETA!").unwrap();
+        let changed = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
+        assert_eq!(h.files_hashed, 3);
+        assert_eq!(
+            hex::encode(changed[1].sha256),
+            crate::digest::sha256_hex(b"BETA!")
+        );
+        // ...and `verify` reads everything, reporting memo entries that lied.
+        let name = memo_name("s");
+        let text = String::from_utf8(cache.read_note(MEMO_KIND, &name).unwrap()).unwrap();
+        let lying = text.replace(&crate::digest::sha256_hex(b"alpha"), &"11".repeat(32));
+        cache
+            .write_note(MEMO_KIND, &name, lying.as_bytes())
+            .unwrap();
+        let trusted = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
+        assert_eq!(
+            trusted[0].sha256, [0x11; 32],
+            "the memo is trusted without verify"
+        );
+        let mut v = ContentHasher::new(cache.clone(), true);
+        v.racy_from = i64::MAX;
+        assert_eq!(hash(&mut v, "s", &files_of(&src, &["a", "b"])), changed);
+        assert_eq!(v.files_hashed, 2);
+        assert_eq!(v.stale_entries, 1);
+        // The memo was repaired.
+        assert_eq!(hash(&mut h, "s", &files_of(&src, &["a", "b"])), changed);
+    }
+
+    #[test]
+    fn memo_round_trips_non_utf8_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(tmp.path()).unwrap();
+        let h = ContentHasher::new(cache.clone(), false);
+        let fp = StatFingerprint {
+            size: 1,
+            mtime: 2,
+            mtime_nsec: 3,
+            ctime: 4,
+            ctime_nsec: 5,
+            ino: 6,
+            dev: 7,
+            mode: 8,
+        };
+        let doc = MemoFile {
+            version: MEMO_VERSION,
+            entries: vec![MemoEntry {
+                path: None,
+                path_hex: Some(hex::encode(b"caf\xe9")),
+                stat: fp,
+                sha256: "00".repeat(32),
+                capability: Some("0102".into()),
+            }],
+        };
+        cache
+            .write_note(
+                MEMO_KIND,
+                &memo_name("x"),
+                &serde_json::to_vec(&doc).unwrap(),
+            )
+            .unwrap();
+        let memo = h.load(&memo_name("x"));
+        let (got_fp, d) = memo.get(&b"caf\xe9"[..]).unwrap();
+        assert_eq!(*got_fp, fp);
+        assert_eq!(d.capability.as_deref(), Some(&[1u8, 2][..]));
+    }
+}

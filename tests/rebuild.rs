@@ -1,0 +1,178 @@
+//! Unchanged rebuilds: layer cache keys come from file *contents* (hashed
+//! through a stat memo), so `touch` rehashes a file without rebuilding the
+//! layer, a content change rebuilds it, and `--verify` rehashes everything.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn build_cmd(&self, extra: &[&str]) -> Command {
+        let mut c = quarry();
+        c.arg("build")
+            .arg(self.path().join("image.toml"))
+            .args(["--json", "--threads", "2"])
+            .arg("--cache-dir")
+            .arg(self.path().join("cache"))
+            .arg("-o")
+            .arg(self.path().join("out"))
+            .args(extra);
+        c
+    }
+
+    /// Build and return the layer's JSON object.
+    fn build(&self, extra: &[&str]) -> serde_json::Value {
+        stdout_json(&run_expect(&mut self.build_cmd(extra), 0))["layers"][0].clone()
+    }
+}
+
+const FILES: usize = 30;
+
+fn setup(name: &str) -> Case {
+    let dir = tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(fixtures_dir())
+        .unwrap();
+    for i in 0..FILES {
+        write(
+            &dir.path().join(format!("tree/d{}/f{i}.txt", i % 3)),
+            &format!("file {i}\n").repeat(500),
+        );
+    }
+    write(
+        &dir.path().join("image.toml"),
+        "name = \"rebuild\"\nbase = \"scratch\"\n[[layer]]\nname = \"tree\"\n[[layer.source]]\ndir = \"tree\"\ndest = \"/srv\"\n",
+    );
+    // Files whose timestamps are this fresh are never memoized (a write in
+    // the same timestamp tick would go unseen): let them age.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    Case { dir }
+}
+
+fn set_mtime(p: &Path, secs: i64) {
+    filetime::set_file_mtime(p, filetime::FileTime::from_unix_time(secs, 0)).unwrap();
+}
+
+#[test]
+fn touch_keeps_the_layer_and_a_content_change_rebuilds_it() {
+    let case = setup("rebuild-touch-");
+    let first = case.build(&[]);
+    assert_eq!(first["cached"], false);
+    assert_eq!(first["files_hashed"], FILES as u64);
+
+    let noop = case.build(&[]);
+    assert_eq!(noop["cached"], true);
+    assert_eq!(
+        noop["files_hashed"], 0,
+        "an unchanged tree is not read again"
+    );
+    assert_eq!(noop["digest"], first["digest"]);
+
+    // A new mtime, same content: rehashed, still cached, same digest.
+    let touched = case.path().join("tree/d1/f4.txt");
+    set_mtime(&touched, 1_900_000_000);
+    let after_touch = case.build(&[]);
+    assert_eq!(after_touch["files_hashed"], 1);
+    assert_eq!(
+        after_touch["cached"], true,
+        "touch alone must not rebuild the layer"
+    );
+    assert_eq!(after_touch["digest"], first["digest"]);
+
+    // Same size, different content, mtime put back: rebuilt, new digest.
+    let changed = case.path().join("tree/d2/f5.txt");
+    let old = std::fs::metadata(&changed).unwrap();
+    let text = std::fs::read_to_string(&changed)
+        .unwrap()
+        .replacen("file 5", "FILE 5", 1);
+    std::fs::write(&changed, text).unwrap();
+    filetime::set_file_mtime(
+        &changed,
+        filetime::FileTime::from_last_modification_time(&old),
+    )
+    .unwrap();
+    let rebuilt = case.build(&[]);
+    assert_eq!(
+        rebuilt["cached"], false,
+        "a content change must rebuild the layer"
+    );
+    assert_ne!(rebuilt["digest"], first["digest"]);
+    assert_ne!(rebuilt["diff_id"], first["diff_id"]);
+}
+
+#[test]
+fn mtimes_count_when_the_tar_keeps_them() {
+    // With SOURCE_DATE_EPOCH in the future, the tar stores real mtimes: a
+    // touch then changes the layer and must rebuild it.
+    let case = setup("rebuild-epoch-");
+    let build = || {
+        let mut c = case.build_cmd(&[]);
+        c.env("SOURCE_DATE_EPOCH", "4000000000");
+        stdout_json(&run_expect(&mut c, 0))["layers"][0].clone()
+    };
+    let first = build();
+    set_mtime(&case.path().join("tree/d0/f0.txt"), 1_500_000_000);
+    let second = build();
+    assert_eq!(second["cached"], false);
+    assert_ne!(second["diff_id"], first["diff_id"]);
+}
+
+#[test]
+fn verify_rehashes_everything_and_repairs_a_lying_memo() {
+    let case = setup("rebuild-verify-");
+    let first = case.build(&[]);
+    assert_eq!(case.build(&[])["files_hashed"], 0);
+
+    let verified = case.build(&["--verify"]);
+    assert_eq!(
+        verified["files_hashed"], FILES as u64,
+        "--verify reads every file"
+    );
+    assert_eq!(verified["cached"], true);
+    assert_eq!(verified["digest"], first["digest"]);
+
+    // Make the memo lie about one file's content (as if it had changed
+    // without any stat change): a normal build trusts it, --verify does not.
+    let memo_dir = case.path().join("cache/stat-memo");
+    let memos: Vec<_> = std::fs::read_dir(&memo_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(memos.len(), 1, "one memo for the one dir source");
+    let real = quarry::digest::sha256_hex("file 7\n".repeat(500).as_bytes());
+    let text = std::fs::read_to_string(&memos[0]).unwrap();
+    assert!(text.contains(&real), "the memo records the file's sha256");
+    std::fs::write(&memos[0], text.replace(&real, &"0".repeat(64))).unwrap();
+
+    let trusting = case.build(&[]);
+    assert_eq!(trusting["files_hashed"], 0);
+    assert_eq!(trusting["cached"], false, "the lying memo gave another key");
+
+    let out = run_expect(&mut case.build_cmd(&["--verify"]), 0);
+    let layer = &stdout_json(&out)["layers"][0];
+    assert_eq!(
+        layer["cached"], true,
+        "rehashed: the real key is found again"
+    );
+    assert_eq!(layer["digest"], first["digest"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 file(s) changed without"),
+        "stderr: {stderr}"
+    );
+    assert_eq!(
+        case.build(&[])["files_hashed"],
+        0,
+        "--verify repaired the memo"
+    );
+}
