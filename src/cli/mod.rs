@@ -2,8 +2,13 @@
 //! codes); the work itself lives in the library modules.
 
 mod build;
+mod doctor;
 mod export;
+mod gc;
+mod gpus;
 mod inspect;
+mod load;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +27,16 @@ enum Command {
     Inspect(inspect::Args),
     /// Write an OCI layout as an OCI archive or a docker-archive
     Export(export::Args),
+    /// Load an OCI layout or image definition into the Docker Engine, skipping layers it has
+    Load(load::Args),
+    /// Run a command in a container, with AMD GPUs passed through
+    Run(run::Args),
+    /// Remove containers and temporary images left by killed quarry runs
+    Gc(gc::Args),
+    /// Show the GPUs (KFD topology) and the target list builds use
+    Gpus(gpus::Args),
+    /// Check the engine, GPU nodes and cache
+    Doctor(doctor::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -31,6 +46,11 @@ pub fn main() -> i32 {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
+        Command::Load(a) => load::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Gc(a) => gc::run(a),
+        Command::Gpus(a) => gpus::run(a),
+        Command::Doctor(a) => doctor::run(a),
     };
     match result {
         Ok(code) => code,
