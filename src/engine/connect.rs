@@ -27,6 +27,9 @@ pub struct Engine {
     pub version: String,
     /// The API version both sides use after negotiation (`1.41`...).
     pub api_version: String,
+    /// SIGINT and SIGTERM listeners, made by the first guarded operation.
+    pub(crate) signals:
+        std::cell::RefCell<Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>>,
 }
 
 /// The engine address quarry uses: `DOCKER_HOST`, else the default socket.
@@ -77,6 +80,7 @@ impl Engine {
             host,
             version: version.version.unwrap_or_else(|| "unknown".into()),
             api_version,
+            signals: Default::default(),
         })
     }
 

@@ -332,6 +332,6 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path().unwrap().display().to_string())
             .collect();
-        assert_eq!(names, ["work/in/sub", "work/in/sub/a.txt", "tmp/f.txt"]);
+        assert_eq!(names, ["work/in/sub/", "work/in/sub/a.txt", "tmp/f.txt"]);
     }
 }

@@ -373,20 +373,34 @@ impl Engine {
     ) -> Result<T, EngineError> {
         use tokio::signal::unix::{signal, SignalKind};
         self.rt.block_on(async {
-            let sig_err = |e| EngineError::Invalid(format!("cannot watch for signals: {e}"));
-            let mut int = signal(SignalKind::interrupt()).map_err(sig_err)?;
-            let mut term = signal(SignalKind::terminate()).map_err(sig_err)?;
+            // The listeners live as long as the engine: once installed, the
+            // handlers replace the default action for good, so a signal that
+            // arrives between two guarded operations (a build's steps) stays
+            // pending here and stops the next one at once.
+            let (mut int, mut term) = match self.signals.take() {
+                Some(s) => s,
+                None => {
+                    let sig_err =
+                        |e| EngineError::Invalid(format!("cannot watch for signals: {e}"));
+                    (
+                        signal(SignalKind::interrupt()).map_err(sig_err)?,
+                        signal(SignalKind::terminate()).map_err(sig_err)?,
+                    )
+                }
+            };
             let session = Session {
                 engine: self,
                 containers: RefCell::new(Vec::new()),
                 images: RefCell::new(Vec::new()),
             };
             let r = tokio::select! {
-                r = work(&session) => r,
+                biased;
                 _ = int.recv() => Err(EngineError::Interrupted("SIGINT")),
                 _ = term.recv() => Err(EngineError::Interrupted("SIGTERM")),
+                r = work(&session) => r,
             };
             session.cleanup().await;
+            self.signals.replace(Some((int, term)));
             r
         })
     }
