@@ -36,6 +36,10 @@ pub enum BuildError {
     Unsupported { file: String, message: String },
     #[error("base image `{path}`: {message}")]
     Base { path: String, message: String },
+    #[error(transparent)]
+    Step(#[from] crate::engine::step::StepError),
+    #[error("layer `{layer}`: {err}")]
+    Engine { layer: String, err: crate::engine::EngineError },
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +56,24 @@ pub struct BuildOptions {
     pub progress: Progress,
 }
 
+impl BuildOptions {
+    /// Default options for building a definition on the way to something
+    /// else (`load`, `run`): gzip, all cores, SOURCE_DATE_EPOCH from the env.
+    pub fn defaults(sets: BTreeMap<String, String>, cache_dir: PathBuf, progress: Progress) -> Result<BuildOptions, String> {
+        Ok(BuildOptions {
+            sets,
+            output: None,
+            compression: Compression::Gzip,
+            cache_dir,
+            no_cache: false,
+            verify: false,
+            threads: crate::compress::default_threads(),
+            source_date_epoch: source_date_epoch_from_env()?,
+            progress,
+        })
+    }
+}
+
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BuiltLayer {
     pub name: String,
@@ -63,6 +85,12 @@ pub struct BuiltLayer {
     /// Input files read and hashed to compute the layer's cache key (those
     /// whose stat changed since the last build, or all with `--verify`).
     pub files_hashed: u64,
+}
+
+impl BuiltLayer {
+    pub fn blob(&self) -> LayerBlob {
+        LayerBlob { digest: self.digest.clone(), diff_id: self.diff_id.clone(), size: self.size, media_type: self.media_type.clone() }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -102,6 +130,8 @@ struct Builder<'a> {
     layers: Vec<BuiltLayer>,
     history: Vec<History>,
     chain: String,
+    /// Connected on the first step layer that misses the cache.
+    engine: Option<crate::engine::Engine>,
 }
 
 impl Builder<'_> {
@@ -165,6 +195,103 @@ impl Builder<'_> {
             layer: layer.name.clone(),
             err,
         })?;
+        bar.finish_and_clear();
+        self.cache.record(&key, &blob)?;
+        self.push(layer.name.clone(), blob, false);
+        Ok(())
+    }
+
+    /// A step layer: its script runs in a container of the image built so
+    /// far (see `engine::step`); the diff is packed like any layer. Cache
+    /// key: parent chain + script and run settings + input contents + env.
+    fn step_layer(&mut self, image: &Image, layer: &Layer, base: Option<&ImageConfiguration>, field: &str) -> Result<(), BuildError> {
+        let run = layer.run.as_ref().expect("called for step layers");
+        let file = layer.file.display().to_string();
+        if !layer.sources.is_empty() || !layer.remove.is_empty() {
+            return Err(BuildError::Unsupported {
+                file,
+                message: format!(
+                    "layer `{}`: a `[run]` step makes its content with its script; move `source`/`remove` to a layer of their own, or copy files in with `[[input]]`",
+                    layer.name
+                ),
+            });
+        }
+        let mut k = KeyHasher::new();
+        k.field(&self.chain).field("step-v1").field(&layer.name);
+        k.field(serde_json::to_string(run).unwrap_or_default());
+        k.field(format!("{:?}|{:?}|{:?}", image.config.env, image.config.user, image.config.workdir));
+        k.field(self.opts.compression.format_id());
+        let mut inputs = Vec::new();
+        for (j, input) in layer.inputs.iter().enumerate() {
+            let f = format!("{field}input[{j}]");
+            let path = match &input.kind {
+                spec::InputKind::File(p) => p,
+                spec::InputKind::Pypi(req) => {
+                    return Err(BuildError::Unsupported {
+                        file,
+                        message: format!(
+                            "`{f}.pypi` (`{req}`): PyPI inputs are not supported in this version; download the file with `pip download --no-deps` and use `file = \"...\"` with its `sha256`"
+                        ),
+                    })
+                }
+            };
+            if !path.is_file() {
+                return Err(SourceError { file, field: format!("{f}.file"), message: format!("`{}` is not a readable file", path.display()) }.into());
+            }
+            let actual = crate::digest::sha256_file(path).map_err(|e| SourceError {
+                file: file.clone(),
+                field: format!("{f}.file"),
+                message: format!("cannot read `{}`: {e}", path.display()),
+            })?;
+            if let Some(pin) = &input.sha256 {
+                source::verify_pin(layer, &format!("{f}.sha256"), path, pin)?;
+            }
+            k.field(&input.dest).field(&actual);
+            inputs.push(crate::engine::copy::CopyIn { host: path.clone(), dest: input.dest.clone() });
+        }
+        let key = k.finish();
+        self.chain = key.clone();
+        if !self.opts.no_cache {
+            if let Some(blob) = self.cache.lookup(&key) {
+                self.push(layer.name.clone(), blob, true);
+                return Ok(());
+            }
+        }
+        // The image so far, as a layout the engine can load.
+        let partial = self.spool.path().join(format!("partial-{}", self.layers.len()));
+        let config = image_config(image, base, &self.layers, self.history.clone(), self.opts.source_date_epoch);
+        let blobs: Vec<LayerBlob> = self.layers.iter().map(BuiltLayer::blob).collect();
+        let (os, arch, variant) = image.platform();
+        layout::write_image(
+            &partial,
+            &self.cache.root().join("blobs/sha256"),
+            &blobs,
+            &config,
+            "partial",
+            layout::parse_platform(&os, &arch, variant.as_deref()),
+        )?;
+        if self.engine.is_none() {
+            let e = crate::engine::Engine::connect().map_err(|err| BuildError::Engine { layer: layer.name.clone(), err })?;
+            self.engine = Some(e);
+        }
+        let engine = self.engine.as_ref().expect("connected above");
+        let spool = self.spool.path().to_path_buf();
+        let mut tree = engine.run_step(crate::engine::step::StepRequest {
+            layer: &layer.name,
+            file: &layer.file,
+            layout: &partial,
+            run,
+            inputs,
+            epoch: self.opts.source_date_epoch,
+            spool: &spool,
+        })?;
+        let _ = std::fs::remove_dir_all(&partial);
+        tree.finalize_hardlinks()
+            .map_err(|e| SourceError { file: file.clone(), field: format!("{field}run"), message: format!("the step's diff: {e}") })?;
+        let bar = self.opts.progress.bytes(tree.content_bytes(), layer.name.clone());
+        let wopts = WriteOptions { source_date_epoch: self.opts.source_date_epoch };
+        let blob = pack_tree(&self.cache, &tree, self.opts.compression, self.opts.threads, &wopts, &mut |n| bar.inc(n))
+            .map_err(|err| BuildError::Pack { layer: layer.name.clone(), err })?;
         bar.finish_and_clear();
         self.cache.record(&key, &blob)?;
         self.push(layer.name.clone(), blob, false);
@@ -434,6 +561,7 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         layers: Vec::new(),
         history: Vec::new(),
         chain: chain.finish(),
+        engine: None,
     };
 
     let file = image.file.display().to_string();
@@ -477,10 +605,10 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
     }
     for (i, layer) in image.layers.iter().enumerate() {
         if layer.run.is_some() {
-            return Err(BuildError::Unsupported {
-                file: layer.file.display().to_string(),
-                message: format!("layer `{}`: `[run]` steps need the engine integration, which this version does not have yet", layer.name),
-            });
+            let field = if layer.file == image.file { format!("layer[{i}].") } else { String::new() };
+            b.step_layer(image, layer, base_config.as_ref(), &field)?;
+            b.history(format!("quarry: step {}", layer.name), None);
+            continue;
         }
         let prefix = if layer.file == image.file {
             format!("layer[{}].source", i)
@@ -491,27 +619,9 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         b.history(format!("quarry: layer {}", layer.name), None);
     }
 
-    let output = opts
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("out").join(&image.name));
-    let config = image_config(
-        image,
-        base_config.as_ref(),
-        &b.layers,
-        b.history.clone(),
-        opts.source_date_epoch,
-    );
-    let blobs: Vec<LayerBlob> = b
-        .layers
-        .iter()
-        .map(|l| LayerBlob {
-            digest: l.digest.clone(),
-            diff_id: l.diff_id.clone(),
-            size: l.size,
-            media_type: l.media_type.clone(),
-        })
-        .collect();
+    let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
+    let config = image_config(image, base_config.as_ref(), &b.layers, b.history.clone(), opts.source_date_epoch);
+    let blobs: Vec<LayerBlob> = b.layers.iter().map(BuiltLayer::blob).collect();
     let written = layout::write_image(
         &output,
         &b.cache.root().join("blobs/sha256"),

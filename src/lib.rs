@@ -7,6 +7,7 @@ pub mod cli;
 pub mod compress;
 pub mod digest;
 pub mod dockerfile;
+pub mod engine;
 pub mod export;
 pub mod pack;
 pub mod progress;

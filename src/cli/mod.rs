@@ -3,9 +3,14 @@
 
 mod build;
 mod dockerfile;
+mod doctor;
 mod export;
+mod gc;
+mod gpus;
 mod inspect;
 mod rocm;
+mod load;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +37,16 @@ enum Command {
     Dockerfile(dockerfile::Args),
     /// ROCm builds: flatten artifacts into a dist tree
     Rocm(rocm::Args),
+    /// Load an OCI layout or image definition into the Docker Engine, skipping layers it has
+    Load(load::Args),
+    /// Run a command in a container, with AMD GPUs passed through
+    Run(run::Args),
+    /// Remove containers and temporary images left by killed quarry runs
+    Gc(gc::Args),
+    /// Show the GPUs (KFD topology) and the target list builds use
+    Gpus(gpus::Args),
+    /// Check the engine, GPU nodes and cache
+    Doctor(doctor::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -43,6 +58,11 @@ pub fn main() -> i32 {
         Command::Export(a) => export::run(a),
         Command::Dockerfile(a) => dockerfile::run(a),
         Command::Rocm(a) => rocm::run(a),
+        Command::Load(a) => load::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Gc(a) => gc::run(a),
+        Command::Gpus(a) => gpus::run(a),
+        Command::Doctor(a) => doctor::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,83 @@
+use crate::engine::doctor;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let r = doctor::diagnose(a.cache_dir.unwrap_or_else(crate::store::cache::default_dir));
+    let code = if r.healthy() { 0 } else { 1 };
+    if a.json {
+        super::print_json(&r)?;
+        return Ok(code);
+    }
+    let e = &r.engine;
+    if e.reachable {
+        println!(
+            "engine      ok: Docker {} at {} (API {}), storage driver {}, zstd layers: {}",
+            e.version.as_deref().unwrap_or("?"),
+            e.host,
+            e.api_version.as_deref().unwrap_or("?"),
+            e.storage_driver.as_deref().unwrap_or("?"),
+            if e.reads_zstd == Some(true) {
+                "yes"
+            } else {
+                "no (quarry recompresses them to gzip on load)"
+            }
+        );
+    } else {
+        println!(
+            "engine      PROBLEM: {}",
+            e.problem.as_deref().unwrap_or("unreachable")
+        );
+    }
+    if r.gpu_nodes.is_empty() {
+        println!(
+            "gpu nodes   none under {} (runs use --gpu none)",
+            r.dev_root.display()
+        );
+    }
+    for n in &r.gpu_nodes {
+        println!(
+            "gpu node    {} gid {}{}",
+            n.host_path.display(),
+            n.gid,
+            if n.is_char_device {
+                ""
+            } else {
+                " (not a character device!)"
+            }
+        );
+    }
+    for g in &r.gpus {
+        println!(
+            "gpu         node {} {} ({}) {}",
+            g.node,
+            g.gfx_target,
+            g.family,
+            g.render_node.as_deref().unwrap_or("-")
+        );
+    }
+    println!("targets     {} ({})", r.targets.joined(), r.targets.source);
+    println!(
+        "cache       {}{}, {} free",
+        r.cache.dir.display(),
+        if r.cache.exists {
+            ""
+        } else {
+            " (not created yet)"
+        },
+        r.cache
+            .free_bytes
+            .map(super::human_size)
+            .unwrap_or_else(|| "?".into())
+    );
+    Ok(code)
+}

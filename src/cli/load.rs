@@ -1,0 +1,62 @@
+use crate::build::BuildOptions;
+use crate::engine::image_arg::{self, ImageArg};
+use crate::engine::Engine;
+use crate::progress::Progress;
+use anyhow::{anyhow, bail};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// An OCI layout directory, or an image definition (.toml) to build first
+    image: String,
+    /// Name in the engine (NAME:TAG) [default: the layout's directory name and tag, or the definition's name:tag]
+    #[arg(long)]
+    tag: Option<String>,
+    /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
+    #[arg(long = "set", value_name = "K=V")]
+    sets: Vec<String>,
+    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Print one JSON object on stdout: image_id, tag, layers_sent, layers_skipped
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
+    let (dir, default_tag) = match image_arg::classify(&a.image)? {
+        ImageArg::Layout(d) => {
+            let t = image_arg::layout_tag(&d)?;
+            (d, t)
+        }
+        ImageArg::Definition(f) => {
+            let opts = BuildOptions::defaults(crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?, cache_dir.clone(), Progress::new(a.json, false))
+                .map_err(|e| anyhow!(e))?;
+            let r = image_arg::build_definition(&f, &opts)?;
+            let t = image_arg::definition_tag(&r);
+            (r.output, t)
+        }
+        ImageArg::Reference(r) => bail!("`{r}` is neither an OCI layout directory nor an image definition (.toml); `quarry load` loads those into the engine"),
+    };
+    let tag = a.tag.unwrap_or(default_tag);
+    let engine = Engine::connect()?;
+    let r = engine.load_layout(&dir, &tag, &cache_dir)?;
+    if a.json {
+        super::print_json(&r)?;
+    } else {
+        println!(
+            "loaded {} as {} ({} layer(s) sent, {} already in the engine{})",
+            super::short_digest(&r.image_id),
+            r.tag,
+            r.layers_sent,
+            r.layers_skipped,
+            if r.layers_recompressed > 0 {
+                format!(", {} recompressed zstd -> gzip", r.layers_recompressed)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,136 @@
+use crate::build::BuildOptions;
+use crate::engine::gpu::{self, GpuMode};
+use crate::engine::image_arg::{self, ImageArg};
+use crate::engine::run::{
+    parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions,
+};
+use crate::engine::{Engine, EngineError};
+use crate::progress::Progress;
+use anyhow::anyhow;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// An OCI layout directory, an image definition (.toml, built and loaded first) or an engine image
+    image: String,
+    /// GPUs: `auto` passes AMD GPUs when /dev/kfd exists
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    gpu: GpuMode,
+    /// Only these GPUs: render nodes (renderD128), their paths, or indexes (0,1); comma-separated
+    #[arg(long = "gpu-devices", value_delimiter = ',')]
+    gpu_devices: Vec<String>,
+    /// Bind-mount a host path: SRC:DST[:ro] (repeatable)
+    #[arg(long)]
+    mount: Vec<String>,
+    /// Copy a host file or directory in before the command runs: SRC:DST (repeatable)
+    #[arg(long = "copy-in")]
+    copy_in: Vec<String>,
+    /// Copy a container path out after the command ends: SRC:DST (repeatable)
+    #[arg(long = "copy-out")]
+    copy_out: Vec<String>,
+    /// Set an environment variable: K=V, or K to pass quarry's own value (repeatable)
+    #[arg(long)]
+    env: Vec<String>,
+    /// Working directory in the container
+    #[arg(long)]
+    workdir: Option<String>,
+    /// User in the container (NAME, UID or UID:GID)
+    #[arg(long)]
+    user: Option<String>,
+    /// Network of the container
+    #[arg(long, value_enum, default_value_t = Network::None)]
+    network: Network,
+    /// Print the equivalent `docker` command line and exit
+    #[arg(long)]
+    print_docker: bool,
+    /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
+    #[arg(long = "set", value_name = "K=V")]
+    sets: Vec<String>,
+    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// The command to run (after `--`); the image's own when absent
+    #[arg(last = true)]
+    cmd: Vec<String>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let cache_dir = a
+        .cache_dir
+        .clone()
+        .unwrap_or_else(crate::store::cache::default_dir);
+    let mut opts = RunOptions {
+        image: String::new(),
+        cmd: a.cmd.clone(),
+        env: a
+            .env
+            .iter()
+            .map(|e| parse_env(e))
+            .collect::<Result<_, _>>()?,
+        mounts: a
+            .mount
+            .iter()
+            .map(|m| parse_mount(m))
+            .collect::<Result<_, _>>()?,
+        copy_in: a
+            .copy_in
+            .iter()
+            .map(|c| parse_copy_in(c))
+            .collect::<Result<_, _>>()?,
+        copy_out: a
+            .copy_out
+            .iter()
+            .map(|c| parse_copy_out(c))
+            .collect::<Result<_, _>>()?,
+        workdir: a.workdir.clone(),
+        user: a.user.clone(),
+        network: a.network,
+        gpu: gpu::plan(a.gpu, &a.gpu_devices)?,
+    };
+    let arg = image_arg::classify(&a.image)?;
+    if a.print_docker {
+        opts.image = match &arg {
+            ImageArg::Layout(d) => image_arg::layout_tag(d)?,
+            ImageArg::Definition(f) => {
+                let img = crate::spec::load_image(
+                    f,
+                    &crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?,
+                )?;
+                format!("{}:{}", img.name.to_lowercase(), img.tag)
+            }
+            ImageArg::Reference(r) => r.clone(),
+        };
+        println!("{}", opts.docker_command());
+        return Ok(0);
+    }
+    let layout = match arg {
+        ImageArg::Layout(d) => {
+            let tag = image_arg::layout_tag(&d)?;
+            Some((d, tag))
+        }
+        ImageArg::Definition(f) => {
+            let bopts = BuildOptions::defaults(crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?, cache_dir.clone(), Progress::new(false, false))
+                .map_err(|e| anyhow!(e))?;
+            let r = image_arg::build_definition(&f, &bopts)?;
+            let tag = image_arg::definition_tag(&r);
+            Some((r.output, tag))
+        }
+        ImageArg::Reference(r) => {
+            opts.image = r;
+            None
+        }
+    };
+    let engine = Engine::connect()?;
+    if let Some((dir, tag)) = layout {
+        engine.load_layout(&dir, &tag, &cache_dir)?;
+        opts.image = tag;
+    }
+    match engine.run(&opts) {
+        Ok(code) => Ok(code),
+        Err(e @ EngineError::Interrupted(_)) => {
+            eprintln!("quarry: {e}");
+            Ok(e.exit_code())
+        }
+        Err(e) => Err(e.into()),
+    }
+}

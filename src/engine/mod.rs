@@ -1,0 +1,109 @@
+//! The Docker Engine, through its API (`bollard`): connecting (any engine
+//! from 20.10 / API 1.41 on), loading images while skipping the layers the
+//! engine has, running containers with AMD GPUs passed through, step
+//! layers (a script run in a container, its diff turned into a layer),
+//! cleaning up after killed runs, and the health report of `doctor`.
+//!
+//! Every container and temporary image quarry creates carries the label
+//! [`LABEL_MANAGED`] and the creating process id ([`LABEL_PID`]); they are
+//! removed on success, failure and SIGINT/SIGTERM, and `quarry gc` removes
+//! what a killed process left.
+
+pub mod connect;
+pub mod copy;
+pub mod doctor;
+pub mod gc;
+pub mod gpu;
+pub mod image_arg;
+pub mod load;
+pub mod run;
+pub mod step;
+mod stream;
+
+pub use connect::Engine;
+
+/// Label on every container and temporary image quarry creates.
+pub const LABEL_MANAGED: &str = "io.quarry.managed";
+/// The pid of the quarry process that created the object.
+pub const LABEL_PID: &str = "io.quarry.pid";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot reach the Docker Engine at {host}: is dockerd running? ({detail}); set DOCKER_HOST to the engine's address if it listens elsewhere")]
+    Unreachable { host: String, detail: String },
+    #[error("{what}: {detail}")]
+    Api { what: String, detail: String },
+    #[error("image `{0}` is not in the Docker Engine; load it first (`quarry load DIR --tag {0}`), or give an OCI directory or an image definition")]
+    NoSuchImage(String),
+    #[error("{what} `{path}`: {err}")]
+    Io {
+        what: String,
+        path: String,
+        err: std::io::Error,
+    },
+    #[error(transparent)]
+    Export(#[from] crate::export::ExportError),
+    #[error(transparent)]
+    Layout(#[from] crate::store::layout::LayoutError),
+    #[error(transparent)]
+    Gpu(#[from] gpu::GpuError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("interrupted by {0}; the container was stopped and removed")]
+    Interrupted(&'static str),
+}
+
+impl EngineError {
+    pub(crate) fn api(what: impl Into<String>, err: bollard::errors::Error) -> EngineError {
+        EngineError::Api {
+            what: what.into(),
+            detail: describe(&err),
+        }
+    }
+
+    pub(crate) fn io(
+        what: impl Into<String>,
+        path: impl AsRef<std::path::Path>,
+        err: std::io::Error,
+    ) -> EngineError {
+        EngineError::Io {
+            what: what.into(),
+            path: path.as_ref().display().to_string(),
+            err,
+        }
+    }
+
+    /// The exit status a CLI should use: 130/143 after a signal, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            EngineError::Interrupted("SIGINT") => 130,
+            EngineError::Interrupted(_) => 143,
+            _ => 1,
+        }
+    }
+}
+
+/// The engine's own message when there is one, without bollard's debug dump.
+pub(crate) fn describe(err: &bollard::errors::Error) -> String {
+    use bollard::errors::Error as E;
+    match err {
+        E::DockerResponseServerError {
+            status_code,
+            message,
+        } => format!("{} (HTTP {status_code})", message.trim()),
+        E::DockerStreamError { error } => error.trim().to_string(),
+        E::DockerContainerWaitError { error, code } => format!("exit code {code} {error}"),
+        E::RequestTimeoutError => "the engine did not answer in time".to_string(),
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn is_not_found(err: &bollard::errors::Error) -> bool {
+    matches!(
+        err,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
