@@ -9,6 +9,7 @@ pub mod digest;
 pub mod export;
 pub mod pack;
 pub mod progress;
+pub mod registry;
 pub mod source;
 pub mod spec;
 pub mod store;

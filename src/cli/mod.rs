@@ -4,6 +4,7 @@
 mod build;
 mod export;
 mod inspect;
+mod push;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write an OCI layout as an OCI archive or a docker-archive
     Export(export::Args),
+    /// Push an OCI layout's image to a registry (OCI distribution API)
+    Push(push::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -31,6 +34,7 @@ pub fn main() -> i32 {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
+        Command::Push(a) => push::run(a),
     };
     match result {
         Ok(code) => code,
