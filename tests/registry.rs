@@ -622,3 +622,92 @@ fn missing_tag_and_tag_only_bases_are_clear_errors() {
     assert!(e.contains("not found"), "{e}");
     assert!(!w.join("out/on").exists());
 }
+
+/// An image index with an amd64 and an arm64 image, put under a tag.
+#[test]
+fn index_is_resolved_to_the_image_platform() {
+    if !have_registry() {
+        return;
+    }
+    let reg = Registry::start("");
+    let work = tempfile::Builder::new().prefix("quarry-test-reg-").tempdir().unwrap();
+    let w = work.path();
+    let cache = w.join("cache");
+    let amd = small_image(w, "amd", "amd64\n");
+    write(&w.join("arm/data.txt"), "arm64\n");
+    write(
+        &w.join("arm/image.toml"),
+        "name = \"arm\"\nbase = \"scratch\"\n[config]\nplatform = \"linux/arm64\"\n[[layer]]\nname = \"data\"\n[[layer.source]]\nfile = \"data.txt\"\ndest = \"/data.txt\"\n",
+    );
+    let arm = build(&w.join("arm/image.toml"), &w.join("out/arm"), &shared_cache(), &[]);
+    push(&amd.dir, &format!("{}/quarry-test/multi:amd", reg.addr()), &cache, &[]);
+    push(&arm.dir, &format!("{}/quarry-test/multi:arm", reg.addr()), &cache, &[]);
+    let entry = |b: &Built, arch: &str| {
+        let size = std::fs::metadata(b.dir.join("blobs/sha256").join(b.manifest_digest.trim_start_matches("sha256:")))
+            .unwrap()
+            .len();
+        serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": b.manifest_digest,
+            "size": size,
+            "platform": { "os": "linux", "architecture": arch },
+        })
+    };
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [entry(&arm, "arm64"), entry(&amd, "amd64")],
+    }))
+    .unwrap();
+    let index_digest = format!("sha256:{}", quarry::digest::sha256_hex(&index));
+    ureq::put(format!("http://{}/v2/quarry-test/multi/manifests/multi", reg.addr()))
+        .header("content-type", "application/vnd.oci.image.index.v1+json")
+        .send(&index[..])
+        .expect("put the index");
+
+    let on = |platform: &str, out: &str| {
+        write(
+            &w.join(out).join("image.toml"),
+            &format!(
+                "name = \"{out}\"\nbase = {{ registry = \"{}/quarry-test/multi@{index_digest}\" }}\n[config]\nplatform = \"{platform}\"\n",
+                reg.addr()
+            ),
+        );
+        w.join(out).join("image.toml")
+    };
+    let b = build(&on("linux/amd64", "on-amd"), &w.join("out/on-amd"), &w.join("pull-cache"), &[]);
+    assert_eq!(b.layer_digests, amd.layer_digests);
+    let b = build(&on("linux/arm64", "on-arm"), &w.join("out/on-arm"), &w.join("pull-cache"), &[]);
+    assert_eq!(b.layer_digests, arm.layer_digests);
+    let o = run_expect(
+        quarry()
+            .arg("build")
+            .arg(on("linux/s390x", "on-s390x"))
+            .arg("-o")
+            .arg(w.join("out/on-s390x"))
+            .arg("--cache-dir")
+            .arg(w.join("pull-cache")),
+        1,
+    );
+    let e = stderr(&o);
+    assert!(e.contains("linux/s390x") && e.contains("linux/amd64") && e.contains("linux/arm64"), "{e}");
+
+    // `quarry pull` writes the registry's own bytes: the layout has its digest.
+    let o = run_expect(
+        quarry()
+            .arg("pull")
+            .arg(format!("{}/quarry-test/multi:multi", reg.addr()))
+            .args(["--plain-http", "--json", "--platform", "linux/arm64", "-o"])
+            .arg(w.join("out/pulled"))
+            .arg("--cache-dir")
+            .arg(&cache),
+        0,
+    );
+    assert_eq!(stdout_json(&o)["digest"], arm.manifest_digest.as_str());
+    let s = stdout_json(&run_expect(
+        Command::new("skopeo").arg("inspect").arg(format!("oci:{}", w.join("out/pulled").display())),
+        0,
+    ));
+    assert_eq!(s["Digest"], arm.manifest_digest.as_str());
+    assert_eq!(s["Architecture"], "arm64");
+}

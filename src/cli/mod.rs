@@ -4,6 +4,7 @@
 mod build;
 mod export;
 mod inspect;
+mod pull;
 mod push;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,8 @@ enum Command {
     Export(export::Args),
     /// Push an OCI layout's image to a registry (OCI distribution API)
     Push(push::Args),
+    /// Pull an image from a registry into an OCI layout
+    Pull(pull::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -35,6 +38,7 @@ pub fn main() -> i32 {
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
         Command::Push(a) => push::run(a),
+        Command::Pull(a) => pull::run(a),
     };
     match result {
         Ok(code) => code,

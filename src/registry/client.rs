@@ -125,10 +125,17 @@ impl Client {
         RegistryError::Protocol { registry: self.registry.clone(), what: what.to_string(), message: message.into() }
     }
 
+    /// A TLS handshake with a server that answers in plain HTTP (or a bad
+    /// certificate): retrying cannot help.
+    fn is_tls_problem(e: &ureq::Error) -> bool {
+        let text = e.to_string().to_lowercase();
+        matches!(e, ureq::Error::Tls(_))
+            || ["tls", "invalidcontenttype", "certificate", "handshake"].iter().any(|w| text.contains(w))
+    }
+
     fn connect_error(&self, e: &ureq::Error) -> RegistryError {
-        let tls = matches!(e, ureq::Error::Tls(_)) || e.to_string().to_lowercase().contains("tls");
-        let hint = if !self.plain_http && tls {
-            "; a registry without TLS (e.g. on 127.0.0.1) needs --plain-http".to_string()
+        let hint = if !self.plain_http && Self::is_tls_problem(e) {
+            "; if the registry speaks plain HTTP (no TLS), use --plain-http (bases on 127.0.0.1/localhost use plain HTTP; list other hosts in QUARRY_PLAIN_HTTP_REGISTRIES)".to_string()
         } else {
             String::new()
         };
@@ -137,6 +144,7 @@ impl Client {
 
     fn is_transient(e: &ureq::Error) -> bool {
         matches!(e, ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::Timeout(_))
+            && !Self::is_tls_problem(e)
     }
 
     fn build(&self, call: &Call<'_>) -> Result<http::Request<ureq::SendBody<'static>>, RegistryError> {

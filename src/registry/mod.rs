@@ -8,6 +8,7 @@
 //! - `upload`: one blob's upload (monolithic or chunked)
 //! - `push`: an OCI layout's image to a repository
 //! - `known`: where blobs were seen, for cross-repository mounts
+//! - `save`: a pulled image as an OCI layout, byte for byte
 
 pub mod auth;
 pub mod client;
@@ -15,6 +16,7 @@ mod known;
 pub mod pull;
 pub mod push;
 pub mod reference;
+pub mod save;
 mod upload;
 
 pub use client::Client;

@@ -43,7 +43,8 @@ pub fn have_tool(tool: &str) -> bool {
 /// True when the Docker Engine answers; in CI a missing engine is a failure.
 pub fn have_docker() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    let ok = *OK.get_or_init(|| Command::new("docker").arg("info").output().map(|o| o.status.success()).unwrap_or(false));
+    let ok =
+        *OK.get_or_init(|| Command::new("docker").arg("info").output().map(|o| o.status.success()).unwrap_or(false));
     if !ok {
         assert!(!in_ci(), "CI is set but the Docker Engine does not answer: .ci/run must start dockerd");
         eprintln!("skipping: no Docker Engine");
@@ -102,9 +103,8 @@ pub fn run_expect(cmd: &mut Command, code: i32) -> Output {
 }
 
 pub fn stdout_json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("stdout is not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout))
-    })
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout)))
 }
 
 pub fn write(path: &Path, data: &str) {
