@@ -67,6 +67,11 @@ pub struct Client {
     backoff: Duration,
 }
 
+/// Attempts per request on transient failures (`QUARRY_REGISTRY_ATTEMPTS`, default 4).
+pub(crate) fn max_attempts() -> u32 {
+    std::env::var("QUARRY_REGISTRY_ATTEMPTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4u32).max(1)
+}
+
 /// How much of an error body to read.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 
@@ -81,13 +86,15 @@ impl Client {
         })?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            // Blob GETs may redirect to storage with signed URLs: credentials
+            // go only to the registry's own host.
+            .redirect_auth_headers(ureq::config::RedirectAuthHeaders::SameHost)
             .timeout_connect(Some(Duration::from_secs(30)))
             .timeout_recv_response(Some(Duration::from_secs(600)))
             .user_agent(format!("quarry/{}", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
-        let max_attempts =
-            std::env::var("QUARRY_REGISTRY_ATTEMPTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4u32).max(1);
+        let max_attempts = max_attempts();
         Ok(Client {
             agent,
             registry: registry.to_string(),

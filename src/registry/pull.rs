@@ -186,7 +186,8 @@ impl Puller<'_> {
     /// A manifest or index by digest: from the cache, else fetched and verified.
     fn document(&mut self, digest: &str) -> Result<(Vec<u8>, String), RegistryError> {
         if let Ok(bytes) = std::fs::read(self.cache.blob_path(digest)) {
-            return Ok((bytes.clone(), document_media_type(&bytes, "")));
+            let media_type = document_media_type(&bytes, "");
+            return Ok((bytes, media_type));
         }
         let r = self.reference.clone();
         let (bytes, _, ctype) = get_manifest(self.client()?, &r, digest)?;
@@ -199,7 +200,8 @@ impl Puller<'_> {
             });
         }
         self.store_small(&bytes, digest)?;
-        Ok((bytes.clone(), document_media_type(&bytes, &ctype)))
+        let media_type = document_media_type(&bytes, &ctype);
+        Ok((bytes, media_type))
     }
 
     fn store_small(&self, bytes: &[u8], digest: &str) -> Result<(), RegistryError> {
@@ -228,15 +230,14 @@ impl Puller<'_> {
         }
         let repo = self.reference.repository.clone();
         let bar = self.opts.progress.bytes(size, format!("pull {}", &digest[7..19]));
-        let max = std::env::var("QUARRY_REGISTRY_ATTEMPTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4u32).max(1);
+        let max = super::client::max_attempts();
         let mut attempt = 0;
         loop {
             attempt += 1;
             bar.set_position(0);
             match self.download(&repo, digest, size, what, &bar) {
-                Err(Transfer::Interrupted(e)) if attempt < max => {
+                Err(Transfer::Interrupted(_)) if attempt < max => {
                     std::thread::sleep(std::time::Duration::from_millis(250 << attempt));
-                    let _ = e;
                 }
                 Err(Transfer::Interrupted(e)) => {
                     return Err(RegistryError::Connect {

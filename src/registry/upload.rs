@@ -83,7 +83,7 @@ pub(crate) fn upload_blob(
     mut session: Option<Url>,
     bar: &indicatif::ProgressBar,
 ) -> Result<(), RegistryError> {
-    let max = std::env::var("QUARRY_REGISTRY_ATTEMPTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4u32).max(1);
+    let max = super::client::max_attempts();
     let mut attempt = 0;
     loop {
         attempt += 1;
