@@ -711,3 +711,81 @@ fn index_is_resolved_to_the_image_platform() {
     assert_eq!(s["Digest"], arm.manifest_digest.as_str());
     assert_eq!(s["Architecture"], "arm64");
 }
+
+/// A proxy to `upstream` that answers its first `fail` connections with a
+/// 503 and then forwards every connection byte for byte.
+fn flaky_proxy(upstream: u16, fail: usize) -> (u16, Arc<Mutex<usize>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let failed = Arc::new(Mutex::new(0usize));
+    let failed2 = failed.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut client) = stream else { continue };
+            let mut n = failed2.lock().unwrap();
+            if *n < fail {
+                *n += 1;
+                let _ = client
+                    .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = client.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
+            drop(n);
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut c1, mut s1) = (client, server);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c1, &mut s1);
+                let _ = s1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (port, failed)
+}
+
+#[test]
+fn transient_failures_are_retried() {
+    if !have_registry() {
+        return;
+    }
+    let reg = Registry::start("");
+    let work = tempfile::Builder::new().prefix("quarry-test-reg-").tempdir().unwrap();
+    let w = work.path();
+    let img = small_image(w, "flaky", "flaky\n");
+    let (port, failed) = flaky_proxy(reg.port, 3);
+    let p = push(&img.dir, &format!("127.0.0.1:{port}/quarry-test/flaky:v1"), &w.join("cache"), &[]);
+    assert_eq!(p["digest"], img.manifest_digest.as_str());
+    assert_eq!(*failed.lock().unwrap(), 3, "the proxy did not fail requests");
+    assert_eq!(skopeo_inspect(&format!("{}/quarry-test/flaky:v1", reg.addr()))["Digest"], img.manifest_digest.as_str());
+
+    // Pulling through a proxy that fails again.
+    let (port, failed) = flaky_proxy(reg.port, 3);
+    write(
+        &w.join("on/image.toml"),
+        &format!(
+            "name = \"on\"\nbase = {{ registry = \"127.0.0.1:{port}/quarry-test/flaky@{}\" }}\n",
+            img.manifest_digest
+        ),
+    );
+    let on = build(&w.join("on/image.toml"), &w.join("out/on"), &w.join("pull-cache"), &[]);
+    assert_eq!(on.layer_digests, img.layer_digests);
+    assert_eq!(*failed.lock().unwrap(), 3);
+
+    // More failures than attempts: a clear error naming the status.
+    let (port, _) = flaky_proxy(reg.port, 100);
+    let o = run_expect(
+        quarry()
+            .arg("push")
+            .arg(&img.dir)
+            .arg(format!("127.0.0.1:{port}/quarry-test/flaky:v2"))
+            .args(["--plain-http", "--cache-dir"])
+            .arg(w.join("cache"))
+            .env("QUARRY_REGISTRY_ATTEMPTS", "2"),
+        1,
+    );
+    assert!(stderr(&o).contains("503"), "{}", stderr(&o));
+}
