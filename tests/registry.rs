@@ -789,3 +789,98 @@ fn transient_failures_are_retried() {
     );
     assert!(stderr(&o).contains("503"), "{}", stderr(&o));
 }
+
+/// A proxy that sends each request on its own upstream connection (it adds
+/// `Connection: close`), records request lines, and answers the `fail_at`-th
+/// PATCH with a 503 without passing it on.
+fn patch_failing_proxy(upstream: u16, fail_at: usize) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut client) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && client.read(&mut byte).map(|n| n == 1).unwrap_or(false) {
+                head.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&head).to_string();
+            let line = text.lines().next().unwrap_or("").to_string();
+            let patches = {
+                let mut s = seen2.lock().unwrap();
+                s.push(line.clone());
+                s.iter().filter(|l| l.starts_with("PATCH ")).count()
+            };
+            if line.starts_with("PATCH ") && patches == fail_at {
+                let _ = client
+                    .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = client.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+            let head = text.replacen("\r\n", "\r\nConnection: close\r\n", 1);
+            server.write_all(head.as_bytes()).unwrap();
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut client, &mut server);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn a_failed_chunk_is_sent_again_in_the_same_session() {
+    if !have_registry() {
+        return;
+    }
+    let reg = Registry::start("");
+    let work = tempfile::Builder::new().prefix("quarry-test-reg-").tempdir().unwrap();
+    let w = work.path();
+    // 3.5 MiB of incompressible bytes: four 1 MiB chunks.
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let bytes: Vec<u8> = (0..(7 << 19))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(w.join("chunks.bin"), &bytes).unwrap();
+    write(
+        &w.join("img/image.toml"),
+        &format!(
+            "name = \"chunks\"\nbase = \"scratch\"\n[[layer]]\nname = \"chunks\"\n[[layer.source]]\nfile = \"{}\"\ndest = \"/chunks.bin\"\n",
+            w.join("chunks.bin").display()
+        ),
+    );
+    let img = build(&w.join("img/image.toml"), &w.join("out/chunks"), &w.join("cache"), &["--compression", "none"]);
+    let (port, seen) = patch_failing_proxy(reg.port, 2);
+    let p =
+        push(&img.dir, &format!("127.0.0.1:{port}/quarry-test/chunks:v1"), &w.join("cache"), &["--chunk-size", "1"]);
+    assert_eq!(p["digest"], img.manifest_digest.as_str());
+    let seen = seen.lock().unwrap().clone();
+    let count = |m: &str| seen.iter().filter(|l| l.starts_with(m) && l.contains("/blobs/uploads/")).count();
+    // One session for the layer and one for the config; 4 chunks + the failed one.
+    assert_eq!(count("POST "), 2, "{seen:#?}");
+    assert_eq!(count("PATCH "), 5, "{seen:#?}");
+    assert_eq!(count("GET "), 1, "one status query: {seen:#?}");
+    // The registry holds the right bytes: pull them back as a base.
+    write(
+        &w.join("on/image.toml"),
+        &format!(
+            "name = \"on\"\nbase = {{ registry = \"{}/quarry-test/chunks@{}\" }}\n",
+            reg.addr(),
+            img.manifest_digest
+        ),
+    );
+    let on = build(&w.join("on/image.toml"), &w.join("out/on"), &w.join("pull-cache"), &[]);
+    assert_eq!(on.layer_digests, img.layer_digests);
+}

@@ -61,6 +61,19 @@ fn transient(e: &RegistryError) -> bool {
     }
 }
 
+/// How many bytes the registry holds in an upload session (`Range: 0-N`),
+/// or None when the session is gone or the answer is unclear.
+fn received(client: &mut Client, session: &Url, what: &str) -> Option<u64> {
+    let resp = client.send(&Call::new(Method::GET, session.clone(), what)).ok()?;
+    if resp.status().as_u16() != 204 {
+        return None;
+    }
+    let range = resp.headers().get("range")?.to_str().ok()?;
+    let (start, end) = range.trim_start_matches("bytes=").split_once('-')?;
+    (start == "0").then_some(())?;
+    end.parse::<u64>().ok().map(|e| e + 1)
+}
+
 fn with_digest(mut url: Url, digest: &str) -> Url {
     url.query_pairs_mut().append_pair("digest", digest);
     url
@@ -147,6 +160,8 @@ fn chunked(
     chunk_size: u64,
     bar: &indicatif::ProgressBar,
 ) -> Result<(), RegistryError> {
+    let max = super::client::max_attempts();
+    let mut chunk_failures = 0;
     let mut offset = 0u64;
     while offset < blob.size {
         let len = chunk_size.min(blob.size - offset);
@@ -155,12 +170,29 @@ fn chunked(
             .header("content-range", format!("{}-{}", offset, offset + len - 1))
             .body(Payload::File { path: blob.path, offset, len, progress: Some(bar) })
             .no_retry();
-        let resp = client.send(&call)?;
-        if resp.status().as_u16() != 202 {
-            return Err(client.status_error(blob.what, resp));
+        let result = match client.send(&call) {
+            Ok(resp) if resp.status().as_u16() == 202 => Ok(resp),
+            Ok(resp) => Err(client.status_error(blob.what, resp)),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(resp) => {
+                session = location(client, &resp, blob.what)?;
+                offset += len;
+                chunk_failures = 0;
+            }
+            // A chunk that failed before the registry stored any of it can be
+            // sent again in the same session; else the caller restarts the blob.
+            Err(e) if transient(&e) && chunk_failures + 1 < max && offset > 0 => {
+                chunk_failures += 1;
+                std::thread::sleep(std::time::Duration::from_millis(250 << chunk_failures));
+                if received(client, &session, blob.what) != Some(offset) {
+                    return Err(e);
+                }
+                bar.set_position(offset);
+            }
+            Err(e) => return Err(e),
         }
-        session = location(client, &resp, blob.what)?;
-        offset += len;
     }
     let resp = client.send(&Call::new(Method::PUT, with_digest(session, blob.digest), blob.what).no_retry())?;
     finish_check(client, resp, blob)
