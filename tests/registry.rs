@@ -884,3 +884,35 @@ fn a_failed_chunk_is_sent_again_in_the_same_session() {
     let on = build(&w.join("on/image.toml"), &w.join("out/on"), &w.join("pull-cache"), &[]);
     assert_eq!(on.layer_digests, img.layer_digests);
 }
+
+/// A Docker schema 2 manifest (written by skopeo) as a base: its layers are
+/// reused with their OCI media types, so an image with no layers of its own
+/// on it is byte for byte the OCI original.
+#[test]
+fn docker_schema2_base() {
+    if !have_registry() {
+        return;
+    }
+    let reg = Registry::start("");
+    let work = tempfile::Builder::new().prefix("quarry-test-reg-").tempdir().unwrap();
+    let w = work.path();
+    let img = small_image(w, "v2s2", "docker schema 2\n");
+    let reference = format!("{}/quarry-test/v2s2:v1", reg.addr());
+    run_expect(
+        Command::new("skopeo")
+            .args(["copy", "-q", "--dest-tls-verify=false", "--format", "v2s2"])
+            .arg(format!("oci:{}", img.dir.display()))
+            .arg(format!("docker://{reference}")),
+        0,
+    );
+    let s = skopeo_inspect(&reference);
+    let digest = s["Digest"].as_str().unwrap().to_string();
+    assert_ne!(digest, img.manifest_digest, "skopeo did not convert the manifest");
+    write(
+        &w.join("on/image.toml"),
+        &format!("name = \"v2s2\"\nbase = {{ registry = \"{}/quarry-test/v2s2@{digest}\" }}\n", reg.addr()),
+    );
+    let on = build(&w.join("on/image.toml"), &w.join("out/on"), &w.join("pull-cache"), &[]);
+    assert_eq!(on.layer_digests, img.layer_digests);
+    assert_eq!(on.manifest_digest, img.manifest_digest);
+}
