@@ -99,20 +99,17 @@ pub fn base_reference(s: &str) -> Result<Reference, RegistryError> {
     })
 }
 
-/// The digest a tag points at now.
+/// The digest a tag points at now: that of the bytes served (not the
+/// registry's `Docker-Content-Digest` header, which is only a claim).
 pub fn resolve_tag(r: &Reference, plain_http: bool) -> Result<String, RegistryError> {
     let mut client = Client::new(&r.registry, plain_http)?;
     client.add_scope(&r.repository, "pull");
-    let (bytes, digest, _) = get_manifest(&mut client, r, r.object())?;
-    Ok(digest.unwrap_or_else(|| format!("sha256:{}", crate::digest::sha256_hex(&bytes))))
+    let (bytes, _) = get_manifest(&mut client, r, r.object())?;
+    Ok(format!("sha256:{}", crate::digest::sha256_hex(&bytes)))
 }
 
-/// GET a manifest by tag or digest: (bytes, Docker-Content-Digest, media type).
-fn get_manifest(
-    client: &mut Client,
-    r: &Reference,
-    object: &str,
-) -> Result<(Vec<u8>, Option<String>, String), RegistryError> {
+/// GET a manifest by tag or digest: (bytes, Content-Type).
+fn get_manifest(client: &mut Client, r: &Reference, object: &str) -> Result<(Vec<u8>, String), RegistryError> {
     let what = format!("manifest `{}/{}:{}`", r.registry, r.repository, object).replace(":sha256:", "@sha256:");
     let url = client.url(&format!("{}/manifests/{}", r.repository, object));
     let call = Call::new(Method::GET, url, what.clone())
@@ -133,13 +130,12 @@ fn get_manifest(
             e => e,
         });
     }
-    let digest = resp.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).map(str::to_string);
     let ctype = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let bytes = read_limited(resp, MANIFEST_LIMIT + 1).map_err(|e| client.protocol(&what, format!("reading: {e}")))?;
     if bytes.len() as u64 > MANIFEST_LIMIT {
         return Err(client.protocol(&what, format!("larger than {MANIFEST_LIMIT} bytes")));
     }
-    Ok((bytes, digest, ctype))
+    Ok((bytes, ctype))
 }
 
 /// The media type a manifest document declares, else guessed from its shape.
@@ -190,7 +186,7 @@ impl Puller<'_> {
             return Ok((bytes, media_type));
         }
         let r = self.reference.clone();
-        let (bytes, _, ctype) = get_manifest(self.client()?, &r, digest)?;
+        let (bytes, ctype) = get_manifest(self.client()?, &r, digest)?;
         let actual = format!("sha256:{}", crate::digest::sha256_hex(&bytes));
         if actual != digest {
             return Err(RegistryError::DigestMismatch {
