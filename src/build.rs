@@ -40,6 +40,8 @@ pub enum BuildError {
     Step(#[from] crate::engine::step::StepError),
     #[error("layer `{layer}`: {err}")]
     Engine { layer: String, err: crate::engine::EngineError },
+    #[error("{file}: base `registry`: {err}")]
+    Registry { file: String, err: crate::registry::RegistryError },
 }
 
 #[derive(Debug, Clone)]
@@ -355,6 +357,25 @@ impl Builder<'_> {
         Ok(base)
     }
 
+    /// Pull a registry base by digest into the cache and reuse its layers
+    /// as they are, like `oci_base`.
+    fn registry_base(&mut self, reference: &str, image: &Image) -> Result<ImageConfiguration, BuildError> {
+        use crate::registry::pull;
+        let (os, arch, variant) = image.platform();
+        let err = |err| BuildError::Registry { file: image.file.display().to_string(), err };
+        let r = pull::base_reference(reference).map_err(err)?;
+        let opts = pull::PullOptions { plain_http: pull::plain_http_default(&r), progress: self.opts.progress };
+        let pulled = pull::pull_image(&r, (&os, &arch, variant.as_deref()), &self.cache, &opts).map_err(err)?;
+        for (i, l) in pulled.layers.into_iter().enumerate() {
+            self.push(format!("base[{i}]"), l.blob, l.cached);
+        }
+        self.history = pulled.config.history().clone().unwrap_or_default();
+        let mut k = KeyHasher::new();
+        k.field(&self.chain).field("oci-base").field(&pulled.manifest_digest);
+        self.chain = k.finish();
+        Ok(pulled.config)
+    }
+
     /// Copy a base blob into the cache, verifying its digest on the way.
     fn import_blob(
         &self,
@@ -564,7 +585,6 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         engine: None,
     };
 
-    let file = image.file.display().to_string();
     let mut base_config = None;
     match &image.base {
         Base::Scratch => {}
@@ -597,10 +617,7 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
             base_config = Some(base.config);
         }
         Base::Registry { reference } => {
-            return Err(BuildError::Unsupported {
-                file,
-                message: format!("base `registry = \"{reference}\"`: pulling from registries is not available in this version; export the base to an OCI layout and use `base = {{ oci = \"DIR\" }}`"),
-            })
+            base_config = Some(b.registry_base(reference, image)?);
         }
     }
     for (i, layer) in image.layers.iter().enumerate() {

@@ -12,6 +12,7 @@ pub mod export;
 pub mod pack;
 pub mod progress;
 pub mod rocm;
+pub mod registry;
 pub mod source;
 pub mod spec;
 pub mod store;

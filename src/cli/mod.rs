@@ -11,6 +11,8 @@ mod inspect;
 mod rocm;
 mod load;
 mod run;
+mod pull;
+mod push;
 
 use clap::{Parser, Subcommand};
 
@@ -47,6 +49,10 @@ enum Command {
     Gpus(gpus::Args),
     /// Check the engine, GPU nodes and cache
     Doctor(doctor::Args),
+    /// Push an OCI layout's image to a registry (OCI distribution API)
+    Push(push::Args),
+    /// Pull an image from a registry into an OCI layout
+    Pull(pull::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -63,6 +69,8 @@ pub fn main() -> i32 {
         Command::Gc(a) => gc::run(a),
         Command::Gpus(a) => gpus::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Push(a) => push::run(a),
+        Command::Pull(a) => pull::run(a),
     };
     match result {
         Ok(code) => code,

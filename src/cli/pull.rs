@@ -1,0 +1,75 @@
+use crate::progress::Progress;
+use crate::registry::pull::{pull_image, PullOptions};
+use crate::registry::save::write_layout;
+use crate::registry::Reference;
+use anyhow::Context;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// What to pull: HOST[:PORT]/REPO[:TAG][@sha256:...]
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// Output OCI layout directory
+    #[arg(short, long, value_name = "OCI_DIR")]
+    output: PathBuf,
+    /// Speak plain HTTP instead of HTTPS (local registries such as 127.0.0.1:5000)
+    #[arg(long)]
+    plain_http: bool,
+    /// Platform to pick from an image index, OS/ARCH[/VARIANT]
+    #[arg(long, default_value = "linux/amd64")]
+    platform: String,
+    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    json: bool,
+    /// Print nothing but errors
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Pulled {
+    #[serde(rename = "ref")]
+    reference: String,
+    digest: String,
+    output: PathBuf,
+    layers: Vec<crate::store::LayerBlob>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let reference = Reference::parse(&a.reference)?;
+    let mut parts = a.platform.splitn(3, '/');
+    let (os, arch, variant) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
+    if os.is_empty() || arch.is_empty() {
+        anyhow::bail!("--platform `{}`: give OS/ARCH[/VARIANT], e.g. linux/amd64", a.platform);
+    }
+    let cache = crate::store::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::store::cache::default_dir))?;
+    let opts = PullOptions { plain_http: a.plain_http, progress: Progress::new(a.json, a.quiet) };
+    let img = pull_image(&reference, (os, arch, variant), &cache, &opts)
+        .with_context(|| format!("pulling `{}`", a.reference))?;
+    let tag = reference.tag.clone().unwrap_or_else(|| "latest".into());
+    write_layout(&img, &cache, &a.output, &tag).with_context(|| format!("writing `{}`", a.output.display()))?;
+    let r = Pulled {
+        reference: img.reference.to_string(),
+        digest: img.manifest_digest.clone(),
+        output: a.output.clone(),
+        layers: img.layers.iter().map(|l| l.blob.clone()).collect(),
+    };
+    if a.json {
+        super::print_json(&r)?;
+    } else if !a.quiet {
+        if reference.digest.is_none() {
+            println!(
+                "{} is {} (pin it as {})",
+                a.reference,
+                img.requested_digest,
+                reference.with_digest(&img.requested_digest)
+            );
+        }
+        println!("{} -> {}", r.reference, r.output.display());
+    }
+    Ok(0)
+}

@@ -1,0 +1,57 @@
+use crate::progress::Progress;
+use crate::registry::push::{push_image, PushOptions};
+use crate::registry::Reference;
+use anyhow::Context;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The OCI layout directory written by `quarry build`
+    oci_dir: PathBuf,
+    /// Where to push: HOST[:PORT]/REPO[:TAG] (tag: the layout's tag, else `latest`)
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// Speak plain HTTP instead of HTTPS (local registries such as 127.0.0.1:5000)
+    #[arg(long)]
+    plain_http: bool,
+    /// Blobs larger than this many MiB are sent in chunks of this size
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    chunk_size: u64,
+    /// Layer cache directory (remembers where blobs live, for cross-repository mounts)
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    json: bool,
+    /// Print nothing but errors
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let reference = Reference::parse(&a.reference)?;
+    if a.chunk_size == 0 {
+        anyhow::bail!("--chunk-size must be at least 1 (MiB)");
+    }
+    let cache = crate::store::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::store::cache::default_dir))?;
+    let opts = PushOptions {
+        plain_http: a.plain_http,
+        chunk_size: a.chunk_size << 20,
+        progress: Progress::new(a.json, a.quiet),
+    };
+    let r = push_image(&a.oci_dir, &reference, &cache, &opts)
+        .with_context(|| format!("pushing `{}` to `{}`", a.oci_dir.display(), a.reference))?;
+    if a.json {
+        super::print_json(&r)?;
+    } else if !a.quiet {
+        println!(
+            "{}: {} blob(s) pushed ({}), {} already there, {} mounted",
+            r.reference,
+            r.blobs_pushed,
+            super::human_size(r.bytes_pushed),
+            r.blobs_skipped,
+            r.blobs_mounted
+        );
+    }
+    Ok(0)
+}

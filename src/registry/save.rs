@@ -1,0 +1,87 @@
+//! Writing a pulled image as an OCI layout, byte for byte: the manifest and
+//! config are the registry's own bytes (so digests stay the registry's),
+//! blobs are hardlinked (else copied) from the layer cache. Built in a
+//! staging directory beside the output and renamed into place.
+
+use super::pull::PulledImage;
+use super::RegistryError;
+use crate::store::cache::Cache;
+use ocidir::oci_spec::image::{DescriptorBuilder, Digest, ImageIndexBuilder, MediaType, SCHEMA_VERSION};
+use std::collections::HashMap;
+use std::path::Path;
+use std::str::FromStr;
+
+fn io(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> RegistryError {
+    let path = path.display().to_string();
+    let what = what.to_string();
+    move |err| RegistryError::Io { path, what, err }
+}
+
+fn bad(out: &Path, message: impl std::fmt::Display) -> RegistryError {
+    RegistryError::Image { reference: out.display().to_string(), message: message.to_string() }
+}
+
+/// Write `image` (its blobs in `cache`) as an OCI layout at `out`, tagged `tag`.
+pub fn write_layout(image: &PulledImage, cache: &Cache, out: &Path, tag: &str) -> Result<(), RegistryError> {
+    if out.exists() {
+        let is_layout = out.join("oci-layout").is_file();
+        let is_empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !is_layout && !is_empty {
+            return Err(bad(out, "exists and is not an OCI layout; choose another output with -o or remove it"));
+        }
+    }
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io(parent, "cannot create the output's parent"))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".quarry-pull-")
+        .tempdir_in(parent)
+        .map_err(io(parent, "cannot create a staging directory"))?;
+    let blobs = staging.path().join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).map_err(io(&blobs, "cannot create"))?;
+    let mut digests = vec![image.manifest_digest.clone(), image.config_digest.clone()];
+    digests.extend(image.layers.iter().map(|l| l.blob.digest.clone()));
+    for d in &digests {
+        let hex = d.trim_start_matches("sha256:");
+        let (from, to) = (cache.blob_path(d), blobs.join(hex));
+        if to.exists() {
+            continue;
+        }
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).map_err(io(&from, "cannot copy a blob from the cache"))?;
+        }
+    }
+    let (os, arch) = (image.config.os().to_string(), image.config.architecture().to_string());
+    let mut platform = ocidir::oci_spec::image::Platform::default();
+    platform.set_os(os.as_str().into());
+    platform.set_architecture(arch.as_str().into());
+    let desc = DescriptorBuilder::default()
+        .media_type(MediaType::from(image.manifest_media_type.as_str()))
+        .digest(Digest::from_str(&image.manifest_digest).map_err(|e| bad(out, e))?)
+        .size(image.manifest_size)
+        .platform(platform)
+        .annotations(HashMap::from([("org.opencontainers.image.ref.name".to_string(), tag.to_string())]))
+        .build()
+        .map_err(|e| bad(out, e))?;
+    let index = ImageIndexBuilder::default()
+        .schema_version(SCHEMA_VERSION)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![desc])
+        .build()
+        .map_err(|e| bad(out, e))?;
+    let index_json = serde_json::to_vec(&index).map_err(|e| bad(out, e))?;
+    std::fs::write(staging.path().join("index.json"), index_json)
+        .map_err(io(staging.path(), "cannot write index.json"))?;
+    std::fs::write(staging.path().join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
+        .map_err(io(staging.path(), "cannot write oci-layout"))?;
+
+    let staged = staging.keep();
+    if out.exists() {
+        let old = parent.join(format!(".quarry-old-{}", std::process::id()));
+        std::fs::rename(out, &old).map_err(io(out, "cannot move the previous output aside"))?;
+        std::fs::rename(&staged, out).map_err(io(out, "cannot move the new output in place"))?;
+        let _ = std::fs::remove_dir_all(&old);
+    } else {
+        std::fs::rename(&staged, out).map_err(io(out, "cannot move the new output in place"))?;
+    }
+    Ok(())
+}
