@@ -6,6 +6,7 @@ pub mod build;
 pub mod cli;
 pub mod compress;
 pub mod digest;
+pub mod elf;
 pub mod export;
 pub mod pack;
 pub mod progress;
