@@ -14,3 +14,4 @@ pub mod source;
 pub mod spec;
 pub mod store;
 pub mod tarball;
+pub mod wheel;

@@ -4,6 +4,7 @@
 mod build;
 mod export;
 mod inspect;
+mod wheel;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,9 @@ enum Command {
     Inspect(inspect::Args),
     /// Write an OCI layout as an OCI archive or a docker-archive
     Export(export::Args),
+    /// Check and repair Python wheels
+    #[command(subcommand)]
+    Wheel(wheel::Command),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -31,6 +35,7 @@ pub fn main() -> i32 {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
+        Command::Wheel(c) => wheel::run(c),
     };
     match result {
         Ok(code) => code,

@@ -109,6 +109,18 @@ impl Patchelf {
         self.run(file, &["--force-rpath", "--set-rpath", rpath])
     }
 
+    /// Remove DT_NEEDED entries.
+    pub fn remove_needed(&self, file: &Path, sonames: &[String]) -> Result<(), PatchelfError> {
+        if sonames.is_empty() {
+            return Ok(());
+        }
+        let mut args: Vec<&str> = Vec::new();
+        for s in sonames {
+            args.extend(["--remove-needed", s]);
+        }
+        self.run(file, &args)
+    }
+
     /// Remove DT_RPATH and DT_RUNPATH.
     pub fn remove_rpath(&self, file: &Path) -> Result<(), PatchelfError> {
         self.run(file, &["--remove-rpath"])
