@@ -427,7 +427,8 @@ pub fn pack_dir(
             path: parent.to_path_buf(),
             source,
         })?;
-    write_zip(root, &names, time, tmp.as_file()).map_err(|e| match e {
+    let entries: Vec<(String, PathBuf)> = names.iter().map(|n| (n.clone(), root.join(n))).collect();
+    write_zip(&entries, time, tmp.as_file()).map_err(|e| match e {
         WriteError::Io(path, source) => WheelError::Io { path, source },
         WriteError::Zip(why) => WheelError::Zip {
             wheel: out.to_path_buf(),
@@ -472,26 +473,32 @@ enum WriteError {
     Zip(String),
 }
 
-fn write_zip(root: &Path, names: &[String], time: DateTime, out: &File) -> Result<(), WriteError> {
+/// Write `entries` (member name, file on disk), in the order given.
+fn write_zip(entries: &[(String, PathBuf)], time: DateTime, out: &File) -> Result<(), WriteError> {
     use std::os::unix::fs::PermissionsExt;
     let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, out));
-    for name in names {
-        let path = root.join(name);
+    for (name, path) in entries {
         let meta = std::fs::metadata(&path).map_err(|e| WriteError::Io(path.clone(), e))?;
         let mode = if meta.permissions().mode() & 0o111 != 0 {
             0o755
         } else {
             0o644
         };
+        // Deflating nothing only adds a two-byte stream: store empty files.
+        let (method, level) = if meta.len() == 0 {
+            (CompressionMethod::Stored, None)
+        } else {
+            (CompressionMethod::Deflated, Some(DEFLATE_LEVEL))
+        };
         let options = SimpleFileOptions::default()
-            .compression_method(CompressionMethod::Deflated)
-            .compression_level(Some(DEFLATE_LEVEL))
+            .compression_method(method)
+            .compression_level(level)
             .last_modified_time(time)
             .unix_permissions(mode)
             .large_file(meta.len() >= ZIP64_FILE_THRESHOLD);
         zip.start_file(name.as_str(), options)
             .map_err(|e| WriteError::Zip(format!("writing `{name}`: {e}")))?;
-        let f = File::open(&path).map_err(|e| WriteError::Io(path.clone(), e))?;
+        let f = File::open(path).map_err(|e| WriteError::Io(path.clone(), e))?;
         io::copy(&mut BufReader::with_capacity(1 << 16, f), &mut zip)
             .map_err(|e| WriteError::Io(path.clone(), e))?;
     }
@@ -580,5 +587,37 @@ mod tests {
             err.contains("p-1-py3-none-any.whl") && err.contains("truncated"),
             "{err}"
         );
+    }
+}
+
+#[cfg(test)]
+mod zip64_tests {
+    use super::*;
+
+    /// More than 65535 members need the ZIP64 end-of-central-directory
+    /// records; the archive must read back whole.
+    #[test]
+    fn many_members_use_zip64() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = dir.path().join("one");
+        std::fs::write(&one, b"").unwrap(); // empty: stored, so the test stays fast
+        let entries: Vec<(String, PathBuf)> = (0..70_000)
+            .map(|i| (format!("p/{i:05}"), one.clone()))
+            .collect();
+        let out = dir.path().join("many.zip");
+        let f = File::create(&out).unwrap();
+        assert!(write_zip(&entries, zip_time(0), &f).is_ok());
+        drop(f);
+        let data = std::fs::read(&out).unwrap();
+        // The ZIP64 end-of-central-directory record and locator are present.
+        assert!(
+            data.windows(4).any(|w| w == b"PK\x06\x06")
+                && data.windows(4).any(|w| w == b"PK\x06\x07")
+        );
+        let mut w = WheelZip::open(&out).unwrap();
+        assert_eq!(w.file_names().unwrap().len(), 70_000);
+        let scan = w.scan(None, |_, _| false).unwrap();
+        assert_eq!(scan.files.len(), 70_000);
+        assert!(scan.files.values().all(|m| m.size == 0));
     }
 }

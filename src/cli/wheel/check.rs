@@ -24,9 +24,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let mut summaries = Vec::new();
     let mut bad_records = Vec::new();
+    let mut failures = 0;
     for wheel in &a.wheels {
-        let report =
-            check(wheel, &options).with_context(|| format!("checking `{}`", wheel.display()))?;
+        // One unreadable wheel does not stop the others from being checked.
+        let report = match check(wheel, &options)
+            .with_context(|| format!("checking `{}`", wheel.display()))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("quarry: error: {e:#}");
+                failures += 1;
+                continue;
+            }
+        };
         if !report.record_ok() {
             bad_records.push(format!(
                 "wheel `{}`: RECORD is wrong:\n  {}",
@@ -46,7 +56,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for b in &bad_records {
         eprintln!("quarry: error: {b}");
     }
-    Ok(if bad_records.is_empty() { 0 } else { 1 })
+    Ok(if bad_records.is_empty() && failures == 0 {
+        0
+    } else {
+        1
+    })
 }
 
 fn print_human(s: &crate::wheel::check::CheckSummary) {
