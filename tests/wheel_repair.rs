@@ -30,6 +30,13 @@ fn unzip(wheel: &Path, dest: &Path) {
     z.extract(dest).unwrap();
 }
 
+/// `cp311-cp311` from a wheel's file name.
+fn python_abi(wheel: &Path) -> String {
+    let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
+    let parts: Vec<&str> = name.trim_end_matches(".whl").split('-').collect();
+    format!("{}-{}", parts[parts.len() - 3], parts[parts.len() - 2])
+}
+
 fn readelf_dynamic(file: &Path) -> String {
     let out = Command::new("readelf")
         .arg("-dW")
@@ -95,7 +102,7 @@ fn cffi_bundles_libffi_under_a_hashed_name() {
     let tag = report["policy"].as_str().unwrap();
     let wheel_meta = std::fs::read_to_string(x.join("cffi-1.17.1.dist-info/WHEEL")).unwrap();
     assert!(
-        wheel_meta.contains(&format!("Tag: cp311-cp311-{tag}")),
+        wheel_meta.contains(&format!("Tag: {}-{tag}", python_abi(&fx.wheel("cffi-")))),
         "{wheel_meta}"
     );
     assert!(
@@ -359,6 +366,12 @@ fn repaired_cffi_imports_where_no_libffi_exists() {
     let dir = tempfile::tempdir().unwrap();
     let wheels = dir.path().join("wheels");
     repair(&fx, &fx.wheel("cffi-"), &wheels, &[]);
+    // The container runs Debian 12's Python 3.11: the host-built wheel must match.
+    assert_eq!(
+        python_abi(&fx.wheel("cffi-")),
+        "cp311-cp311",
+        "the fixture wheels are built with the host's python3, which must be 3.11 (as in Debian 12) for this test"
+    );
     let wheel_name = only_wheel(&wheels)
         .file_name()
         .unwrap()
