@@ -130,6 +130,18 @@ fn excluded_libffi_is_not_bundled() {
     assert_eq!(report["excluded_libs"], serde_json::json!(["libffi.so.8"]));
     let names = zip_names(&only_wheel(dir.path()));
     assert!(!names.iter().any(|n| n.contains(".libs/")), "{names:?}");
+    // Still needs the system libffi: both tools say plain linux, and the
+    // repaired file name carries the policy the exclusion allowed.
+    let wheel = only_wheel(dir.path());
+    let ours = run_expect(quarry().args(["wheel", "check", "--json"]).arg(&wheel), 0);
+    let reference = fx.auditwheel_policy(&wheel);
+    assert_eq!(stdout_json(&ours)[0]["policy"], reference.as_str());
+    let tag = report["policy"].as_str().unwrap();
+    assert!(
+        wheel.to_string_lossy().ends_with(&format!("-{tag}.whl")),
+        "{}",
+        wheel.display()
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use super::analyze::{self, Analysis, Options};
 use super::archive::{self, WheelZip};
-use super::check::{arch_from_name, is_elf_member, record_problems};
+use super::check::{arch_from_name, record_problems};
 use super::ldd::{is_libpython, SystemPaths};
 use super::metadata;
 use super::name::WheelName;
@@ -91,14 +91,7 @@ pub fn repair(
     let elf_files: Vec<String> = scan
         .extracted
         .iter()
-        .filter(|f| {
-            is_elf_member(
-                f,
-                &std::fs::read(root.join(f))
-                    .map(|d| d[..d.len().min(4)].to_vec())
-                    .unwrap_or_default(),
-            )
-        })
+        .filter(|f| !f.ends_with(".py") && elf::is_elf(&root.join(f)))
         .cloned()
         .collect();
     if elf_files.is_empty() {
