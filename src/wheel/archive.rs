@@ -478,7 +478,7 @@ fn write_zip(entries: &[(String, PathBuf)], time: DateTime, out: &File) -> Resul
     use std::os::unix::fs::PermissionsExt;
     let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, out));
     for (name, path) in entries {
-        let meta = std::fs::metadata(&path).map_err(|e| WriteError::Io(path.clone(), e))?;
+        let meta = std::fs::metadata(path).map_err(|e| WriteError::Io(path.clone(), e))?;
         let mode = if meta.permissions().mode() & 0o111 != 0 {
             0o755
         } else {
