@@ -13,6 +13,7 @@ mod load;
 mod run;
 mod pull;
 mod push;
+mod wheel;
 
 use clap::{Parser, Subcommand};
 
@@ -53,6 +54,9 @@ enum Command {
     Push(push::Args),
     /// Pull an image from a registry into an OCI layout
     Pull(pull::Args),
+    /// Check and repair Python wheels
+    #[command(subcommand)]
+    Wheel(wheel::Command),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -71,6 +75,7 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(a),
         Command::Push(a) => push::run(a),
         Command::Pull(a) => pull::run(a),
+        Command::Wheel(c) => wheel::run(c),
     };
     match result {
         Ok(code) => code,
@@ -83,8 +88,14 @@ pub fn main() -> i32 {
 
 /// Print a value as one JSON document on stdout.
 pub(crate) fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let text = serde_json::to_string_pretty(v)?;
+    // A closed pipe (`quarry ... --json | head`) is the reader's choice, not an error.
+    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 pub(crate) fn human_size(n: u64) -> String {

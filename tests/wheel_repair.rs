@@ -1,0 +1,470 @@
+//! `quarry wheel repair` on real wheels: cffi gets libffi bundled under a
+//! hashed name and imports where no system libffi exists; repairs are
+//! byte-identical; old or broken patchelf output is refused.
+
+mod common;
+mod wheel_fixtures;
+
+use common::{have_docker, have_tool, quarry, run_expect, stdout_json, unique};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use wheel_fixtures::{dir_entries, fixtures, only_wheel, zip_names, Fixtures};
+
+fn repair(fx: &Fixtures, wheel: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = run_expect(
+        quarry()
+            .args(["wheel", "repair", "--json", "--output"])
+            .arg(out)
+            .arg(wheel)
+            .arg("--patchelf")
+            .arg(fx.patchelf())
+            .args(extra),
+        0,
+    );
+    stdout_json(&o)
+}
+
+fn unzip(wheel: &Path, dest: &Path) {
+    let mut z = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+    z.extract(dest).unwrap();
+}
+
+/// `cp311-cp311` from a wheel's file name.
+fn python_abi(wheel: &Path) -> String {
+    let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
+    let parts: Vec<&str> = name.trim_end_matches(".whl").split('-').collect();
+    format!("{}-{}", parts[parts.len() - 3], parts[parts.len() - 2])
+}
+
+fn readelf_dynamic(file: &Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-dW")
+        .arg(file)
+        .output()
+        .expect("readelf");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn cffi_bundles_libffi_under_a_hashed_name() {
+    let Some(fx) = fixtures() else { return };
+    if !have_tool("readelf") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = repair(&fx, &fx.wheel("cffi-"), dir.path(), &[]);
+    let bundled = report["bundled"].as_array().unwrap();
+    assert_eq!(bundled.len(), 1, "{report}");
+    assert_eq!(bundled[0]["soname"], "libffi.so.8");
+
+    // {stem}-{first 8 hex of sha256}.{rest}, hashed here independently.
+    let source = PathBuf::from(bundled[0]["source"].as_str().unwrap());
+    let hash = hex::encode(Sha256::digest(std::fs::read(&source).unwrap()));
+    let file_name = source.file_name().unwrap().to_string_lossy().into_owned();
+    let (stem, rest) = file_name.split_once('.').unwrap();
+    let expected = format!("cffi.libs/{stem}-{}.{rest}", &hash[..8]);
+    assert_eq!(bundled[0]["path"], expected.as_str());
+
+    let wheel = only_wheel(dir.path());
+    assert!(
+        zip_names(&wheel).contains(&expected),
+        "{:?}",
+        zip_names(&wheel)
+    );
+    let x = dir.path().join("x");
+    unzip(&wheel, &x);
+    let lib_name = expected.rsplit('/').next().unwrap();
+    let lib = readelf_dynamic(&x.join(&expected));
+    assert!(
+        lib.contains(&format!("Library soname: [{lib_name}]")),
+        "{lib}"
+    );
+    let ext = std::fs::read_dir(&x)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("_cffi_backend"))
+        .unwrap();
+    let ext = readelf_dynamic(&ext);
+    assert!(
+        ext.contains(&format!("Shared library: [{lib_name}]")),
+        "{ext}"
+    );
+    assert!(!ext.contains("[libffi.so.8]"), "{ext}");
+    // A forced DT_RPATH, not DT_RUNPATH.
+    assert!(
+        ext.contains("(RPATH)") && ext.contains("Library rpath: [$ORIGIN/cffi.libs]"),
+        "{ext}"
+    );
+    assert!(!ext.contains("(RUNPATH)"), "{ext}");
+    // The WHEEL tags follow the file name.
+    let tag = report["policy"].as_str().unwrap();
+    let wheel_meta = std::fs::read_to_string(x.join("cffi-1.17.1.dist-info/WHEEL")).unwrap();
+    assert!(
+        wheel_meta.contains(&format!("Tag: {}-{tag}", python_abi(&fx.wheel("cffi-")))),
+        "{wheel_meta}"
+    );
+    assert!(
+        !wheel_meta.contains("linux_x86_64\n") || wheel_meta.contains("manylinux"),
+        "{wheel_meta}"
+    );
+    assert!(wheel
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .ends_with(&format!("-{tag}.whl")));
+}
+
+#[test]
+fn excluded_libffi_is_not_bundled() {
+    let Some(fx) = fixtures() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let report = repair(
+        &fx,
+        &fx.wheel("cffi-"),
+        dir.path(),
+        &["--exclude", "libffi.so*"],
+    );
+    assert_eq!(report["bundled"], serde_json::json!([]));
+    assert_eq!(report["excluded_libs"], serde_json::json!(["libffi.so.8"]));
+    let names = zip_names(&only_wheel(dir.path()));
+    assert!(!names.iter().any(|n| n.contains(".libs/")), "{names:?}");
+    // Still needs the system libffi: both tools say plain linux, and the
+    // repaired file name carries the policy the exclusion allowed.
+    let wheel = only_wheel(dir.path());
+    let ours = run_expect(quarry().args(["wheel", "check", "--json"]).arg(&wheel), 0);
+    let reference = fx.auditwheel_policy(&wheel);
+    assert_eq!(stdout_json(&ours)[0]["policy"], reference.as_str());
+    let tag = report["policy"].as_str().unwrap();
+    assert!(
+        wheel.to_string_lossy().ends_with(&format!("-{tag}.whl")),
+        "{}",
+        wheel.display()
+    );
+}
+
+#[test]
+fn repairing_twice_gives_identical_bytes() {
+    let Some(fx) = fixtures() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cffi = fx.wheel("cffi-");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    repair(&fx, &cffi, &a, &[]);
+    repair(&fx, &cffi, &b, &[]);
+    let (wa, wb) = (only_wheel(&a), only_wheel(&b));
+    assert_eq!(
+        std::fs::read(&wa).unwrap(),
+        std::fs::read(&wb).unwrap(),
+        "two repairs differ"
+    );
+    // Repairing the repaired wheel is stable too (nothing more to bundle).
+    let c = dir.path().join("c");
+    let again = repair(&fx, &wa, &c, &[]);
+    assert_eq!(again["bundled"], serde_json::json!([]));
+
+    // SOURCE_DATE_EPOCH sets every timestamp; order: .dist-info last, RECORD at the end.
+    let d = dir.path().join("d");
+    run_expect(
+        quarry()
+            .env("SOURCE_DATE_EPOCH", "1700000001")
+            .args(["wheel", "repair", "-o"])
+            .arg(&d)
+            .arg(&cffi)
+            .arg("--patchelf")
+            .arg(fx.patchelf()),
+        0,
+    );
+    let wd = only_wheel(&d);
+    let mut z = zip::ZipArchive::new(std::fs::File::open(&wd).unwrap()).unwrap();
+    let names: Vec<String> = z.file_names().map(|n| n.unwrap().into_owned()).collect();
+    assert!(
+        names.last().unwrap().ends_with(".dist-info/RECORD"),
+        "{names:?}"
+    );
+    let first_dist_info = names
+        .iter()
+        .position(|n| n.contains(".dist-info/"))
+        .unwrap();
+    assert!(
+        names[first_dist_info..]
+            .iter()
+            .all(|n| n.contains(".dist-info/")),
+        "{names:?}"
+    );
+    let mut sorted = names[..first_dist_info].to_vec();
+    sorted.sort();
+    assert_eq!(sorted, names[..first_dist_info]);
+    for i in 0..z.len() {
+        let e = z.by_index(i).unwrap();
+        let t = e.last_modified().unwrap();
+        // 1700000001 = 2023-11-14T22:13:21Z, rounded down to even seconds.
+        assert_eq!(
+            (
+                t.year(),
+                t.month(),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second()
+            ),
+            (2023, 11, 14, 22, 13, 20)
+        );
+        let mode = e.unix_mode().unwrap() & 0o777;
+        assert!(
+            mode == 0o644 || mode == 0o755,
+            "{}: {mode:o}",
+            e.name().unwrap()
+        );
+    }
+}
+
+#[test]
+fn plat_option_and_unreachable_policies() {
+    let Some(fx) = fixtures() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let report = repair(
+        &fx,
+        &fx.wheel("msgpack-"),
+        &dir.path().join("a"),
+        &["--plat", "manylinux2014_x86_64"],
+    );
+    assert_eq!(report["policy"], "manylinux_2_17_x86_64");
+    let tags = report["platform_tags"].to_string();
+    assert!(
+        tags.contains("manylinux2014_x86_64") && tags.contains("manylinux_2_17_x86_64"),
+        "{tags}"
+    );
+
+    // cffi needs GLIBC_2.34 here: manylinux_2_17 cannot be reached.
+    let out = run_expect(
+        quarry()
+            .args(["wheel", "repair", "--plat", "manylinux_2_17_x86_64", "-o"])
+            .arg(dir.path().join("b"))
+            .arg(fx.wheel("cffi-"))
+            .arg("--patchelf")
+            .arg(fx.patchelf()),
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("manylinux_2_17_x86_64") && err.contains("symbol versions"),
+        "{err}"
+    );
+    let out = run_expect(
+        quarry()
+            .args(["wheel", "repair", "--plat", "manylinux_9_99", "-o"])
+            .arg(dir.path().join("c"))
+            .arg(fx.wheel("cffi-"))
+            .arg("--patchelf")
+            .arg(fx.patchelf()),
+        1,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("manylinux_9_99"));
+}
+
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    p
+}
+
+#[test]
+fn old_patchelf_is_refused() {
+    let Some(fx) = fixtures() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    script(&bin, "patchelf", "#!/bin/sh\necho 'patchelf 0.14.5'\n");
+    // Found on PATH, as Debian 12's patchelf package would be.
+    let out = run_expect(
+        quarry()
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .args(["wheel", "repair", "-o"])
+            .arg(dir.path().join("out"))
+            .arg(fx.wheel("cffi-")),
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("0.14.5") && err.contains("0.19") && err.contains("pip install"),
+        "{err}"
+    );
+    assert!(dir_entries(&dir.path().join("out")).is_empty());
+    // --image needs the engine: a clear "not yet".
+    let out = run_expect(
+        quarry()
+            .args(["wheel", "repair", "--image", "x", "-o"])
+            .arg(dir.path().join("out"))
+            .arg(fx.wheel("cffi-")),
+        1,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not available yet"));
+}
+
+#[test]
+fn a_corrupted_patch_result_is_never_written() {
+    let Some(fx) = fixtures() else { return };
+    if !have_tool("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A patchelf that works, then breaks the file it set an RPATH on: its
+    // PT_DYNAMIC is moved outside every loadable segment.
+    let wrapper = script(
+        dir.path(),
+        "patchelf",
+        &format!(
+            r#"#!/bin/sh
+"{real}" "$@" || exit $?
+case " $* " in *" --set-rpath "*) ;; *) exit 0 ;; esac
+for f; do :; done
+exec python3 - "$f" <<'PY'
+import struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+phoff, = struct.unpack_from("<Q", data, 0x20)
+phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+for i in range(phnum):
+    at = phoff + i * phentsize
+    if struct.unpack_from("<I", data, at)[0] == 2:  # PT_DYNAMIC
+        struct.pack_into("<QQ", data, at + 8, len(data) - 16, 0x7000_0000)
+open(path, "wb").write(data)
+PY
+"#,
+            real = fx.patchelf().display()
+        ),
+    );
+    let out_dir = dir.path().join("out");
+    let out = run_expect(
+        quarry()
+            .args(["wheel", "repair", "-o"])
+            .arg(&out_dir)
+            .arg(fx.wheel("cffi-"))
+            .arg("--patchelf")
+            .arg(&wrapper),
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("corrupted") && err.contains("PT_DYNAMIC") && err.contains("_cffi_backend"),
+        "{err}"
+    );
+    assert!(
+        dir_entries(&out_dir).is_empty(),
+        "left behind: {:?}",
+        dir_entries(&out_dir)
+    );
+}
+
+/// Removes a Docker image when dropped.
+struct ImageGuard(String);
+impl Drop for ImageGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+#[test]
+fn repaired_cffi_imports_where_no_libffi_exists() {
+    let Some(fx) = fixtures() else { return };
+    if !have_docker() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wheels = dir.path().join("wheels");
+    repair(&fx, &fx.wheel("cffi-"), &wheels, &[]);
+    // The container runs Debian 12's Python 3.11: the host-built wheel must match.
+    assert_eq!(
+        python_abi(&fx.wheel("cffi-")),
+        "cp311-cp311",
+        "the fixture wheels are built with the host's python3, which must be 3.11 (as in Debian 12) for this test"
+    );
+    let wheel_name = only_wheel(&wheels)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+
+    let rootfs = common::debian_rootfs("python3,python3-venv");
+    let image = format!("{}:latest", unique("wheel-cffi"));
+    let st = Command::new("docker")
+        .arg("import")
+        .arg(&rootfs)
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "docker import: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let _guard = ImageGuard(image.clone());
+
+    // Delete the system libffi first, install into a fresh virtualenv with
+    // no network, then import from a directory outside the wheel's sources.
+    let script = format!(
+        "set -e
+rm -f /usr/lib/*/libffi.so* /lib/*/libffi.so*
+! ldconfig -p | grep -q libffi
+python3 -m venv /v
+/v/bin/pip install --no-index --no-deps -q /wheels/{wheel_name}
+cd /tmp
+/v/bin/python -c '
+import _cffi_backend
+maps = open(\"/proc/self/maps\").read()
+libffi = sorted({{l.split()[-1] for l in maps.splitlines() if \"libffi\" in l}})
+print(\"LIBFFI\", libffi)
+assert libffi and all(\"/cffi.libs/libffi-\" in p for p in libffi), libffi
+print(\"IMPORTED\", _cffi_backend.__version__)
+'"
+    );
+    let name = unique("wheel-cffi-run");
+    let out = Command::new("docker")
+        .args(["run", "--rm", "--name", &name, "--network", "none", "-v"])
+        .arg(format!("{}:/wheels:ro", wheels.display()))
+        .arg(&image)
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("IMPORTED 1.17.1"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Control: the unrepaired wheel fails to import there.
+    std::fs::copy(
+        fx.wheel("cffi-"),
+        wheels.join(fx.wheel("cffi-").file_name().unwrap()),
+    )
+    .unwrap();
+    let plain = fx
+        .wheel("cffi-")
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let control = script.replace(&wheel_name, &plain);
+    let out = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "-v"])
+        .arg(format!("{}:/wheels:ro", wheels.display()))
+        .arg(&image)
+        .args(["sh", "-c", &control])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the unrepaired wheel imported without libffi?"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("libffi.so.8"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
