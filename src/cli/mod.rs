@@ -5,7 +5,11 @@ mod build;
 mod dockerfile;
 mod export;
 mod inspect;
+<<<<<<< HEAD
 mod rocm;
+=======
+mod wheel;
+>>>>>>> wheel
 
 use clap::{Parser, Subcommand};
 
@@ -28,10 +32,16 @@ enum Command {
     Inspect(inspect::Args),
     /// Write an OCI layout as an OCI archive or a docker-archive
     Export(export::Args),
+<<<<<<< HEAD
     /// Render an image definition as an equivalent Dockerfile
     Dockerfile(dockerfile::Args),
     /// ROCm builds: flatten artifacts into a dist tree
     Rocm(rocm::Args),
+=======
+    /// Check and repair Python wheels
+    #[command(subcommand)]
+    Wheel(wheel::Command),
+>>>>>>> wheel
 }
 
 /// Runs the command line; returns the process exit code.
@@ -41,8 +51,12 @@ pub fn main() -> i32 {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
+<<<<<<< HEAD
         Command::Dockerfile(a) => dockerfile::run(a),
         Command::Rocm(a) => rocm::run(a),
+=======
+        Command::Wheel(c) => wheel::run(c),
+>>>>>>> wheel
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,64 @@
+//! Wheels: names, tags and local versions; deterministic zip reading and
+//! writing; RECORD; WHEEL/METADATA; the manylinux policies; the native
+//! check (what auditwheel's `show` reports) and repair (bundle external
+//! libraries, retag, rewrite).
+//!
+//! Building wheels in containers (`quarry wheel build`) sits on top of this
+//! and the engine module; it uses [`local_version::add_local_version`] and
+//! [`repair::repair`] as library calls.
+
+pub mod analyze;
+pub mod archive;
+pub mod check;
+pub mod ldd;
+pub mod local_version;
+pub mod metadata;
+pub mod name;
+pub mod policy;
+pub mod record;
+pub mod repair;
+pub mod version;
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WheelError {
+    #[error("`{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("wheel `{wheel}`: {why}")]
+    Zip { wheel: PathBuf, why: String },
+    #[error("wheel `{wheel}`: {why}")]
+    Layout { wheel: PathBuf, why: String },
+    #[error("`{name}` is not a wheel file name: {why}")]
+    BadName { name: String, why: String },
+    #[error("local version `{label}` is not valid: {why} (PEP 440: letters and digits in segments separated by `.`)")]
+    BadLocalVersion { label: String, why: String },
+    #[error("`{record}` line {line}: {why}")]
+    BadRecord {
+        record: String,
+        line: u64,
+        why: String,
+    },
+    #[error("{file}: {why}")]
+    BadMetadata { file: String, why: String },
+    #[error("SOURCE_DATE_EPOCH=`{value}` is not a whole number of seconds")]
+    BadEpoch { value: String },
+    #[error("manylinux policy data: {0}")]
+    Policy(String),
+    #[error("wheel `{wheel}`: RECORD is wrong:\n  {}", problems.join("\n  "))]
+    Record {
+        wheel: PathBuf,
+        problems: Vec<String>,
+    },
+    #[error("wheel `{wheel}`: {why}")]
+    Unsupported { wheel: PathBuf, why: String },
+    #[error("cannot repair `{wheel}`: {why}")]
+    Repair { wheel: PathBuf, why: String },
+    #[error(transparent)]
+    Elf(#[from] crate::elf::ElfError),
+    #[error(transparent)]
+    Patchelf(#[from] crate::elf::patchelf::PatchelfError),
+}
