@@ -5,11 +5,8 @@ mod build;
 mod dockerfile;
 mod export;
 mod inspect;
-<<<<<<< HEAD
 mod rocm;
-=======
 mod wheel;
->>>>>>> wheel
 
 use clap::{Parser, Subcommand};
 
@@ -32,16 +29,13 @@ enum Command {
     Inspect(inspect::Args),
     /// Write an OCI layout as an OCI archive or a docker-archive
     Export(export::Args),
-<<<<<<< HEAD
     /// Render an image definition as an equivalent Dockerfile
     Dockerfile(dockerfile::Args),
     /// ROCm builds: flatten artifacts into a dist tree
     Rocm(rocm::Args),
-=======
     /// Check and repair Python wheels
     #[command(subcommand)]
     Wheel(wheel::Command),
->>>>>>> wheel
 }
 
 /// Runs the command line; returns the process exit code.
@@ -51,12 +45,9 @@ pub fn main() -> i32 {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
-<<<<<<< HEAD
         Command::Dockerfile(a) => dockerfile::run(a),
         Command::Rocm(a) => rocm::run(a),
-=======
         Command::Wheel(c) => wheel::run(c),
->>>>>>> wheel
     };
     match result {
         Ok(code) => code,
