@@ -31,7 +31,7 @@ enum Command {
     Export(export::Args),
     /// Render an image definition as an equivalent Dockerfile
     Dockerfile(dockerfile::Args),
-    /// ROCm builds: flatten artifacts into a dist tree
+    /// ROCm builds: flatten artifacts into a dist tree, package them for pip
     Rocm(rocm::Args),
     /// Check and repair Python wheels
     #[command(subcommand)]
