@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
     Dir,
-    File { src: PathBuf, executable: bool },
+    File {
+        src: PathBuf,
+        executable: bool,
+    },
     /// The link text, as written.
     Symlink(String),
 }
@@ -84,12 +87,10 @@ impl Staged {
             match self.lookup(&current) {
                 Some((real, Item::File { .. })) => return Resolved::File(real),
                 Some((real, Item::Dir)) => return Resolved::Dir(real),
-                Some((real, Item::Symlink(target))) => {
-                    match join_link(parent(&real), target) {
-                        Some(next) => current = next,
-                        None => return Resolved::Dangling,
-                    }
-                }
+                Some((real, Item::Symlink(target))) => match join_link(parent(&real), target) {
+                    Some(next) => current = next,
+                    None => return Resolved::Dangling,
+                },
                 None => return Resolved::Dangling,
             }
         }
@@ -197,13 +198,17 @@ pub fn collect<'a>(
                 } else {
                     return Err(PackageError::SpecialFile(entry.path().to_path_buf()));
                 };
-                if item != Item::Dir || !matches!(staged.items.get(&rel), Some(Item::Dir)) {
-                    // A non-directory replacing a directory takes its contents away.
-                    if item != Item::Dir && matches!(staged.items.get(&rel), Some(Item::Dir)) {
+                match (&item, staged.items.get(&rel)) {
+                    (Item::Dir, Some(Item::Dir)) => {}
+                    (_, Some(Item::Dir)) => {
+                        // A non-directory replacing a directory takes its contents away.
                         let below = format!("{rel}/");
                         staged.items.retain(|k, _| !k.starts_with(&below));
+                        staged.items.insert(rel, item);
                     }
-                    staged.items.insert(rel, item);
+                    _ => {
+                        staged.items.insert(rel, item);
+                    }
                 }
             }
         }
@@ -243,14 +248,19 @@ mod tests {
             .insert("lib/libx.so.1".into(), Item::Symlink("libx.so.1.2".into()));
         s.items
             .insert("lib/libx.so".into(), Item::Symlink("libx.so.1".into()));
-        s.items
-            .insert("lib64".into(), Item::Symlink("lib".into()));
+        s.items.insert("lib64".into(), Item::Symlink("lib".into()));
         s.items
             .insert("lib/loop".into(), Item::Symlink("loop".into()));
         s.items
             .insert("lib/gone".into(), Item::Symlink("nothing".into()));
-        assert_eq!(s.resolve("lib/libx.so"), Resolved::File("lib/libx.so.1.2".into()));
-        assert_eq!(s.resolve("lib64/libx.so"), Resolved::File("lib/libx.so.1.2".into()));
+        assert_eq!(
+            s.resolve("lib/libx.so"),
+            Resolved::File("lib/libx.so.1.2".into())
+        );
+        assert_eq!(
+            s.resolve("lib64/libx.so"),
+            Resolved::File("lib/libx.so.1.2".into())
+        );
         assert_eq!(s.resolve("lib64"), Resolved::Dir("lib".into()));
         assert_eq!(s.resolve("lib/loop"), Resolved::Dangling);
         assert_eq!(s.resolve("lib/gone"), Resolved::Dangling);

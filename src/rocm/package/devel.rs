@@ -7,6 +7,7 @@
 //!   relative symlinks to the SONAME entry;
 //! - every other file is stored as is; symlinks inside the tree stay;
 //!   dangling symlinks are dropped (listed in the report).
+//!
 //! `rocm_sdk._devel` expands it on first use.
 
 use super::collect::{parent, relative, Item, Resolved, Staged};
@@ -35,11 +36,18 @@ pub fn tree(
 ) -> Result<(Tree, Vec<Dropped>), PackageError> {
     let mut entries: BTreeMap<String, Node> = BTreeMap::new();
     let mut dropped = Vec::new();
-    let link = |from: &str, to: &str| Node::new(Kind::Symlink(relative(parent(from), to).into_bytes()), 0o777);
+    let link = |from: &str, to: &str| {
+        Node::new(
+            Kind::Symlink(relative(parent(from), to).into_bytes()),
+            0o777,
+        )
+    };
     for (path, item) in &staged.items {
         match item {
             Item::Dir => {
-                entries.entry(path.clone()).or_insert_with(|| Node::dir(0o755));
+                entries
+                    .entry(path.clone())
+                    .or_insert_with(|| Node::dir(0o755));
             }
             Item::File { src, executable } => {
                 if let Some(r) = runtime.get(path) {
@@ -86,9 +94,9 @@ pub fn tree(
                     entries.entry(path.clone()).or_insert(node);
                 }
                 Resolved::Dir(_) => {
-                    entries
-                        .entry(path.clone())
-                        .or_insert_with(|| Node::new(Kind::Symlink(text.clone().into_bytes()), 0o777));
+                    entries.entry(path.clone()).or_insert_with(|| {
+                        Node::new(Kind::Symlink(text.clone().into_bytes()), 0o777)
+                    });
                 }
             },
         }

@@ -85,7 +85,9 @@ pub enum PackageError {
     WheelWrite { wheel: PathBuf, why: String },
     #[error("the devel tree: {0}")]
     DevelTree(String),
-    #[error("no version: `{0}` has no `version`; pass --version (for example --version 7.10.0.dev0)")]
+    #[error(
+        "no version: `{0}` has no `version`; pass --version (for example --version 7.10.0.dev0)"
+    )]
     NoVersion(String),
     #[error("version `{version}` ({origin}) is not a normalized PEP 440 version like 7.10.0, 7.10.0rc1, 7.10.0a20260101 or 7.10.0.dev0")]
     BadVersion { version: String, origin: String },
@@ -181,14 +183,15 @@ struct RuntimeSpec {
     search: Vec<LibDir>,
 }
 
-struct Ctx<'a> {
+struct Ctx {
     version: String,
     dist: PathBuf,
     scratch: PathBuf,
     time: zip::DateTime,
     patchelf: Patchelf,
+    /// SOURCE_DATE_EPOCH (0 when unset): tar times are clamped to it.
+    epoch: u64,
     launcher: OnceLock<Result<launcher::Launcher, String>>,
-    _arts: &'a Artifacts,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackageError + '_ {
@@ -304,14 +307,19 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
         .prefix(".quarry-rocm-package-")
         .tempdir_in(&opts.dest_dir)
         .map_err(io(&opts.dest_dir))?;
+    // Everything is written under the scratch directory first and moved
+    // into dist/ only once every package is done: a failure leaves no
+    // partial set of packages behind.
+    let staging = scratch.path().join("dist");
+    std::fs::create_dir_all(&staging).map_err(io(&staging))?;
     let ctx = Ctx {
         version: version.clone(),
-        dist: dist.clone(),
+        dist: staging.clone(),
         scratch: scratch.path().to_path_buf(),
         time: crate::wheel::archive::zip_time(epoch),
         patchelf: Patchelf::find(None)?,
+        epoch: epoch as u64,
         launcher: OnceLock::new(),
-        _arts: &arts,
     };
     let pin = |d: &str| format!("{d}=={version}");
     let mut packages = Vec::new();
@@ -324,7 +332,10 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     };
 
     // Core.
-    let core_staged = collect::collect(select(&arts, |a| roles::is_core(&a.name)), &roles::core_excludes)?;
+    let core_staged = collect::collect(
+        select(&arts, |a| roles::is_core(&a.name)),
+        &roles::core_excludes,
+    )?;
     let core = runtime::layout(&core_staged)?;
     let mut core_search = vec![LibDir::new(CORE_PACKAGE, "lib")];
     for d in CORE_EXTRA_LIB_DIRS {
@@ -357,7 +368,10 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
 
     // Libraries, and device packages overlaid into the libraries directory.
     let libraries_search = |package: &str| {
-        let mut v = vec![LibDir::new(package, "lib"), LibDir::new(CORE_PACKAGE, "lib")];
+        let mut v = vec![
+            LibDir::new(package, "lib"),
+            LibDir::new(CORE_PACKAGE, "lib"),
+        ];
         for d in LIBRARIES_CORE_LIB_DIRS {
             if has_dir(&core, d) {
                 v.push(LibDir::new(CORE_PACKAGE, d));
@@ -399,7 +413,10 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
             });
         }
         for t in &targets {
-            let staged = collect::collect(select(&arts, |a| roles::is_target_code(&a.name, t)), &|_| false)?;
+            let staged = collect::collect(
+                select(&arts, |a| roles::is_target_code(&a.name, t)),
+                &|_| false,
+            )?;
             let dev = runtime::layout(&staged)?;
             let dist_name = format!("{DEVICE_DIST}-{t}");
             if let Some(p) = dev.files.keys().find(|p| layout.files.contains_key(*p)) {
@@ -426,7 +443,9 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     } else {
         for fam in &targets {
             let staged = collect::collect(
-                select(&arts, |a| roles::is_libraries(&a.name) || roles::is_target_code(&a.name, fam)),
+                select(&arts, |a| {
+                    roles::is_libraries(&a.name) || roles::is_target_code(&a.name, fam)
+                }),
                 &|_| false,
             )?;
             let layout = runtime::layout(&staged)?;
@@ -462,19 +481,33 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     if split {
         devel_requires.push(pin(LIBRARIES_DIST));
     }
-    packages.push(build_devel(&ctx, &devel_staged, &devel_runtime, devel_requires, &mut dropped)?);
+    packages.push(build_devel(
+        &ctx,
+        &devel_staged,
+        &devel_runtime,
+        devel_requires,
+        &mut dropped,
+    )?);
 
     // The selector sdist.
-    for (k, p) in [("core", CORE_PACKAGE), ("libraries", LIBRARIES_PACKAGE), ("devel", DEVEL_PACKAGE)] {
+    for (k, p) in [
+        ("core", CORE_PACKAGE),
+        ("libraries", LIBRARIES_PACKAGE),
+        ("devel", DEVEL_PACKAGE),
+    ] {
         info.packages.insert(k.into(), p.into());
     }
-    for (k, d) in [("core", CORE_DIST), ("libraries", LIBRARIES_DIST), ("devel", DEVEL_DIST)] {
+    for (k, d) in [
+        ("core", CORE_DIST),
+        ("libraries", LIBRARIES_DIST),
+        ("devel", DEVEL_DIST),
+    ] {
         info.dists.insert(k.into(), d.into());
     }
     if split {
         info.dists.insert("device".into(), DEVICE_DIST.into());
     }
-    let (sdist_path, sdist_files) = sdist::write(&dist, &info, epoch as u64)?;
+    let (sdist_path, sdist_files) = sdist::write(&staging, &info, epoch as u64)?;
     let (sha256, size) = sha256_file(&sdist_path)?;
     let mut requires = vec![pin(CORE_DIST)];
     requires.push(if split {
@@ -500,8 +533,18 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
             rpaths: BTreeMap::new(),
         },
     );
-    let patchelf = format!("{} ({})", ctx.patchelf.path().display(), ctx.patchelf.version());
+    let patchelf = format!(
+        "{} ({})",
+        ctx.patchelf.path().display(),
+        ctx.patchelf.version()
+    );
     drop(ctx);
+    for p in &mut packages {
+        let name = p.file.file_name().expect("packages have file names");
+        let to = dist.join(name);
+        std::fs::rename(&p.file, &to).map_err(io(&to))?;
+        p.file = to;
+    }
     scratch.close().map_err(io(&opts.dest_dir))?;
     Ok(PackageReport {
         version,
@@ -514,7 +557,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     })
 }
 
-impl Ctx<'_> {
+impl Ctx {
     fn launcher(&self) -> Result<&launcher::Launcher, PackageError> {
         self.launcher
             .get_or_init(|| launcher::Launcher::compile(&self.scratch).map_err(|e| e.to_string()))
@@ -548,7 +591,8 @@ fn build_runtime(
             Payload::Copy(src) => src.clone(),
         };
         if placed.host_elf {
-            let rpath = rpath::rpath_for(&spec.package, path, &spec.search, placed.rpath.as_deref());
+            let rpath =
+                rpath::rpath_for(&spec.package, path, &spec.search, placed.rpath.as_deref());
             let copy = work.join(path);
             jobs.push((member.clone(), source, copy.clone(), rpath));
             members.push(Member {
@@ -575,11 +619,24 @@ fn build_runtime(
                 std::fs::create_dir_all(d).map_err(io(d))?;
             }
             std::fs::copy(src, copy).map_err(|e| fail(format!("copying for patching: {e}")))?;
-            let mode = if std::fs::metadata(src).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0).unwrap_or(false) { 0o755 } else { 0o644 };
+            let mode = if std::fs::metadata(src)
+                .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+                .unwrap_or(false)
+            {
+                0o755
+            } else {
+                0o644
+            };
             std::fs::set_permissions(copy, std::os::unix::fs::PermissionsExt::from_mode(mode))
                 .map_err(io(copy))?;
         }
-        rpath::patch_and_verify(&ctx.patchelf, copy, rpath).map_err(|e| fail(e.to_string()))
+        rpath::patch_and_verify(&ctx.patchelf, copy, rpath).map_err(|e| {
+            fail(format!(
+                "{e}; patchelf {} wrote a file the loader may reject, so nothing was packaged \
+                 (try another patchelf release and report the input file)",
+                ctx.patchelf.version()
+            ))
+        })
     })?;
     if spec.init {
         members.push(Member::bytes(
@@ -609,13 +666,22 @@ fn build_runtime(
             reason: d.reason.clone(),
         });
     }
-    finish_wheel(ctx, spec.kind, &spec.dist, Some(&spec.package), spec.target.clone(), &summary, &spec.requires, members)
-        .map(|mut e| {
-            e.aliases = layout.aliases.clone();
-            e.launchers = layout.launchers.clone();
-            e.rpaths = rpaths;
-            e
-        })
+    finish_wheel(
+        ctx,
+        spec.kind,
+        &spec.dist,
+        Some(&spec.package),
+        spec.target.clone(),
+        &summary,
+        &spec.requires,
+        members,
+    )
+    .map(|mut e| {
+        e.aliases = layout.aliases.clone();
+        e.launchers = layout.launchers.clone();
+        e.rpaths = rpaths;
+        e
+    })
 }
 
 fn build_devel(
@@ -636,12 +702,14 @@ fn build_devel(
     let work = ctx.scratch.join(DEVEL_DIST);
     std::fs::create_dir_all(&work).map_err(io(&work))?;
     let tar = work.join("_devel.tar");
-    let epoch = crate::wheel::archive::source_date_epoch()?.unwrap_or(0).max(0) as u64;
-    devel::write(&tree, &tar, epoch)?;
+    devel::write(&tree, &tar, ctx.epoch)?;
     let members = vec![
         Member::bytes(
             format!("{DEVEL_PACKAGE}/__init__.py"),
-            format!("\"\"\"{DEVEL_DIST} {}: expanded on first use by `rocm-sdk init`.\"\"\"\n", ctx.version),
+            format!(
+                "\"\"\"{DEVEL_DIST} {}: expanded on first use by `rocm-sdk init`.\"\"\"\n",
+                ctx.version
+            ),
         ),
         Member {
             name: format!("{DEVEL_PACKAGE}/_devel.tar"),
@@ -703,7 +771,13 @@ mod tests {
 
     #[test]
     fn versions() {
-        for v in ["7.10.0", "7.10.0.dev0", "7.10.0a20260101", "7.10.0rc1", "7.10.0+local.1"] {
+        for v in [
+            "7.10.0",
+            "7.10.0.dev0",
+            "7.10.0a20260101",
+            "7.10.0rc1",
+            "7.10.0+local.1",
+        ] {
             assert!(valid_version(v), "{v}");
         }
         for v in ["", "v7", "7.10-0", "7..1", "7.10.", "7 1", "7.10.0RC1"] {
@@ -717,6 +791,9 @@ mod tests {
             wheel_file("rocm-sdk-libraries-gfx94X-dcgpu", "7.10.0"),
             "rocm_sdk_libraries_gfx94x_dcgpu-7.10.0-py3-none-linux_x86_64.whl"
         );
-        assert_eq!(dist_info_dir("rocm-sdk-devel", "7.10.0"), "rocm_sdk_devel-7.10.0.dist-info");
+        assert_eq!(
+            dist_info_dir("rocm-sdk-devel", "7.10.0"),
+            "rocm_sdk_devel-7.10.0.dist-info"
+        );
     }
 }

@@ -90,7 +90,12 @@ mod tests {
             "$ORIGIN:$ORIGIN/llvm/lib"
         );
         assert_eq!(
-            rpath_for("_rocm_sdk_core", "bin/hipcc", &core, Some("$ORIGIN/../lib:/build/x")),
+            rpath_for(
+                "_rocm_sdk_core",
+                "bin/hipcc",
+                &core,
+                Some("$ORIGIN/../lib:/build/x")
+            ),
             "$ORIGIN/../lib:$ORIGIN/../lib/llvm/lib"
         );
         let libs = [

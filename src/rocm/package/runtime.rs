@@ -11,7 +11,7 @@
 use super::collect::{file_name, join_link, parent, relative, Item, Resolved, Staged};
 use super::PackageError;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// EM_X86_64: the host architecture of the `linux_x86_64` wheels.
 const EM_X86_64: u16 = 62;
@@ -64,9 +64,9 @@ struct FileFacts {
     rpath: Option<String>,
 }
 
-fn facts(src: &PathBuf, executable: bool) -> Result<FileFacts, PackageError> {
+fn facts(src: &Path, executable: bool) -> Result<FileFacts, PackageError> {
     let mut f = FileFacts {
-        src: src.clone(),
+        src: src.to_path_buf(),
         executable,
         host_elf: false,
         soname: None,
@@ -74,8 +74,7 @@ fn facts(src: &PathBuf, executable: bool) -> Result<FileFacts, PackageError> {
     };
     if crate::elf::is_elf(src) {
         let info = crate::elf::read(src)?;
-        f.host_elf =
-            info.machine == EM_X86_64 && (info.e_type == 3 || info.interpreter.is_some());
+        f.host_elf = info.machine == EM_X86_64 && (info.e_type == 3 || info.interpreter.is_some());
         if f.host_elf {
             f.soname = info.soname.clone();
             f.rpath = info.rpath.clone().or(info.runpath.clone());

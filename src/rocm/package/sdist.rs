@@ -20,7 +20,11 @@ fn pkg_info(version: &str) -> String {
 }
 
 /// Write `rocm-<V>.tar.gz` into `dist`; returns its path and member names.
-pub fn write(dist: &Path, info: &DistInfo, epoch: u64) -> Result<(std::path::PathBuf, Vec<String>), PackageError> {
+pub fn write(
+    dist: &Path,
+    info: &DistInfo,
+    epoch: u64,
+) -> Result<(std::path::PathBuf, Vec<String>), PackageError> {
     let top = format!("rocm-{}", info.version);
     let mut files: Vec<(String, String)> = vec![
         ("PKG-INFO".into(), pkg_info(&info.version)),
@@ -35,8 +39,11 @@ pub fn write(dist: &Path, info: &DistInfo, epoch: u64) -> Result<(std::path::Pat
     let mut names = Vec::new();
     for (name, text) in files {
         let path = format!("{top}/{name}");
-        tree.insert(path.clone().into_bytes(), Node::bytes(text.into_bytes(), 0o644))
-            .map_err(|e| PackageError::DevelTree(e.to_string()))?;
+        tree.insert(
+            path.clone().into_bytes(),
+            Node::bytes(text.into_bytes(), 0o644),
+        )
+        .map_err(|e| PackageError::DevelTree(e.to_string()))?;
         names.push(path);
     }
     names.sort();
@@ -63,8 +70,11 @@ pub fn write(dist: &Path, info: &DistInfo, epoch: u64) -> Result<(std::path::Pat
     let mut f = gz.finish().map_err(io_fail)?;
     f.flush().map_err(io_fail)?;
     drop(f);
-    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .map_err(io_fail)?;
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .map_err(io_fail)?;
     tmp.persist(&out).map_err(|e| io_fail(e.error))?;
     Ok((out, names))
 }

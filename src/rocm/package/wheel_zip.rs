@@ -53,12 +53,14 @@ impl Member {
     fn size(&self) -> Result<u64, PackageError> {
         match &self.source {
             Source::Bytes(b) => Ok(b.len() as u64),
-            Source::Path(p) => std::fs::metadata(p)
-                .map(|m| m.len())
-                .map_err(|source| PackageError::Io {
-                    path: p.clone(),
-                    source,
-                }),
+            Source::Path(p) => {
+                std::fs::metadata(p)
+                    .map(|m| m.len())
+                    .map_err(|source| PackageError::Io {
+                        path: p.clone(),
+                        source,
+                    })
+            }
         }
     }
 }
@@ -319,7 +321,12 @@ mod tests {
         write_wheel(&w2, "p-1.dist-info", members(), time, t.path()).unwrap();
         assert_eq!(
             names,
-            ["pkg/a.py", "pkg/big.bin", "p-1.dist-info/WHEEL", "p-1.dist-info/RECORD"]
+            [
+                "pkg/a.py",
+                "pkg/big.bin",
+                "p-1.dist-info/WHEEL",
+                "p-1.dist-info/RECORD"
+            ]
         );
         assert_eq!(std::fs::read(&w1).unwrap(), std::fs::read(&w2).unwrap());
         let mut w = crate::wheel::archive::WheelZip::open(&w1).unwrap();
