@@ -38,7 +38,7 @@ enum Command {
     Export(export::Args),
     /// Render an image definition as an equivalent Dockerfile
     Dockerfile(dockerfile::Args),
-    /// ROCm builds: flatten artifacts into a dist tree
+    /// ROCm builds: flatten artifacts into a dist tree, package them for pip
     Rocm(rocm::Args),
     /// Load an OCI layout or image definition into the Docker Engine, skipping layers it has
     Load(load::Args),

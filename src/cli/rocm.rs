@@ -1,4 +1,5 @@
 use crate::rocm::artifacts::{self, Selection};
+use anyhow::Context;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -11,6 +12,37 @@ pub struct Args {
 enum Command {
     /// Overlay artifact directories into the dist tree (the /opt/rocm layout)
     Flatten(FlattenArgs),
+    /// Package artifacts as pip-installable wheels and the `rocm` selector sdist
+    Package(PackageArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Split {
+    /// Follow `flags.KPACK_SPLIT_ARTIFACTS` of therock_manifest.json
+    Auto,
+    /// Host libraries plus one device package per gfx target
+    On,
+    /// One libraries package per target family (legacy)
+    Off,
+}
+
+#[derive(clap::Args)]
+struct PackageArgs {
+    /// The build's artifacts directory (one NAME_COMPONENT_TARGET subdirectory per artifact)
+    #[arg(long)]
+    artifact_dir: PathBuf,
+    /// Where to write; packages go to DEST_DIR/dist/
+    #[arg(long)]
+    dest_dir: PathBuf,
+    /// Package version [default: `version` of therock_manifest.json]
+    #[arg(long)]
+    version: Option<String>,
+    /// Split device code into per-target packages
+    #[arg(long, value_enum, default_value = "auto")]
+    split: Split,
+    /// Print a JSON report (packages and their files) on stdout
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -35,6 +67,7 @@ struct FlattenArgs {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     match a.command {
         Command::Flatten(f) => flatten(f),
+        Command::Package(p) => package(p),
     }
 }
 
@@ -70,6 +103,46 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
             tree.len(),
             a.output.display()
         );
+    }
+    Ok(0)
+}
+
+fn package(a: PackageArgs) -> anyhow::Result<i32> {
+    use crate::rocm::package::{self, Options, SplitMode};
+    std::fs::create_dir_all(&a.dest_dir)
+        .with_context(|| format!("--dest-dir `{}`", a.dest_dir.display()))?;
+    let opts = Options {
+        artifact_dir: a.artifact_dir,
+        dest_dir: a.dest_dir,
+        version: a.version,
+        split: match a.split {
+            Split::Auto => SplitMode::Auto,
+            Split::On => SplitMode::On,
+            Split::Off => SplitMode::Off,
+        },
+    };
+    let report = package::package(&opts)
+        .with_context(|| format!("packaging `{}`", opts.artifact_dir.display()))?;
+    if a.json {
+        super::print_json(&report)?;
+    } else {
+        println!(
+            "rocm {} ({} mode), patchelf {}",
+            report.version,
+            if report.split { "split" } else { "legacy" },
+            report.patchelf
+        );
+        for p in &report.packages {
+            println!(
+                "  {:<40} {:>10}  {}",
+                p.name,
+                super::human_size(p.size),
+                p.file.display()
+            );
+        }
+        for d in &report.dropped {
+            println!("  dropped {} in {}: {}", d.path, d.package, d.reason);
+        }
     }
     Ok(0)
 }

