@@ -9,7 +9,10 @@ use std::sync::{mpsc, Arc, Mutex};
 /// Size of the independent gzip blocks. Part of the output format: changing
 /// it changes every gzip digest, so it is also part of the cache key.
 pub const GZIP_BLOCK: usize = 1 << 20;
-pub const GZIP_LEVEL: i32 = 6;
+pub const GZIP_LEVEL: i32 = 4;
+/// The libdeflate bundled by `libdeflate-sys` (1.26.x in Cargo.lock); its
+/// `LIBDEFLATE_VERSION_STRING` is not exported, so bump this with the crate.
+const LIBDEFLATE_VERSION: &str = "1.26";
 pub const ZSTD_LEVEL: i32 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
@@ -30,11 +33,13 @@ impl Compression {
         }
     }
 
-    /// Identifies the exact byte format produced, for cache keys.
+    /// Identifies the exact byte format produced, for cache keys: the
+    /// compressor library and its version, the level and the block size all
+    /// change the bytes.
     pub fn format_id(self) -> String {
         match self {
-            Compression::Gzip => format!("gzip-libdeflate-l{GZIP_LEVEL}-b{GZIP_BLOCK}"),
-            Compression::Zstd => format!("zstd-l{ZSTD_LEVEL}-mt"),
+            Compression::Gzip => format!("gzip-libdeflate{LIBDEFLATE_VERSION}-l{GZIP_LEVEL}-b{GZIP_BLOCK}"),
+            Compression::Zstd => format!("zstd{}-l{ZSTD_LEVEL}-mt", zstd::zstd_safe::version_string()),
             Compression::None => "none".to_string(),
         }
     }
