@@ -9,7 +9,10 @@ use std::sync::{mpsc, Arc, Mutex};
 /// Size of the independent gzip blocks. Part of the output format: changing
 /// it changes every gzip digest, so it is also part of the cache key.
 pub const GZIP_BLOCK: usize = 1 << 20;
-pub const GZIP_LEVEL: i32 = 6;
+pub const GZIP_LEVEL: i32 = 4;
+/// The libdeflate bundled by `libdeflate-sys` (1.26.x in Cargo.lock); its
+/// `LIBDEFLATE_VERSION_STRING` is not exported, so bump this with the crate.
+const LIBDEFLATE_VERSION: &str = "1.26";
 pub const ZSTD_LEVEL: i32 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
@@ -30,11 +33,17 @@ impl Compression {
         }
     }
 
-    /// Identifies the exact byte format produced, for cache keys.
+    /// Identifies the exact byte format produced, for cache keys: the
+    /// compressor library and its version, the level and the block size all
+    /// change the bytes.
     pub fn format_id(self) -> String {
         match self {
-            Compression::Gzip => format!("gzip-libdeflate-l{GZIP_LEVEL}-b{GZIP_BLOCK}"),
-            Compression::Zstd => format!("zstd-l{ZSTD_LEVEL}-mt"),
+            Compression::Gzip => {
+                format!("gzip-libdeflate{LIBDEFLATE_VERSION}-l{GZIP_LEVEL}-b{GZIP_BLOCK}")
+            }
+            Compression::Zstd => {
+                format!("zstd{}-l{ZSTD_LEVEL}-mt", zstd::zstd_safe::version_string())
+            }
             Compression::None => "none".to_string(),
         }
     }
@@ -126,6 +135,7 @@ pub struct GzipBlocks<W: Write> {
     /// Results of the blocks in flight, oldest first.
     in_flight: VecDeque<mpsc::Receiver<Vec<u8>>>,
     max_in_flight: usize,
+    wrote_any: bool,
     pool: GzipPool,
 }
 
@@ -208,6 +218,7 @@ impl<W: Write> GzipBlocks<W> {
             current: Vec::with_capacity(GZIP_BLOCK),
             in_flight: VecDeque::with_capacity(max_in_flight),
             max_in_flight,
+            wrote_any: false,
             pool: GzipPool::new(threads, max_in_flight),
         }
     }
@@ -255,11 +266,13 @@ impl<W: Write> GzipBlocks<W> {
         jobs.send(GzipJob { block, done })
             .map_err(|_| worker_died())?;
         self.in_flight.push_back(rx);
+        self.wrote_any = true;
         self.write_ready()
     }
 
     pub fn finish(mut self) -> io::Result<W> {
-        if !self.current.is_empty() {
+        // An empty input still makes one (empty) member: zero bytes are not gzip.
+        if !self.current.is_empty() || !self.wrote_any {
             self.submit_current()?;
         }
         while !self.in_flight.is_empty() {
@@ -317,6 +330,131 @@ mod tests {
             .read_to_end(&mut back)
             .unwrap();
         assert_eq!(back, data);
+    }
+
+    /// Text, incompressible bytes and zeros: every block kind a layer has.
+    fn mixed(len: usize) -> Vec<u8> {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut v = Vec::with_capacity(len);
+        while v.len() < len {
+            match (v.len() / 700_000) % 3 {
+                0 => v.extend_from_slice(
+                    format!("entry {} of the layer\n", v.len() % 9973).as_bytes(),
+                ),
+                1 => {
+                    for _ in 0..4096 {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        v.push(seed as u8);
+                    }
+                }
+                _ => v.extend_from_slice(&[0u8; 4096]),
+            }
+        }
+        v.truncate(len);
+        v
+    }
+
+    /// Compress with writes of irregular sizes (how tar output arrives).
+    fn compress_ragged(c: Compression, threads: usize, data: &[u8]) -> Vec<u8> {
+        let mut e = encoder(c, threads, Vec::new()).unwrap();
+        let sizes = [1usize, 512, 7919, 65536, GZIP_BLOCK + 3, 100_003];
+        let mut rest = data;
+        for i in 0.. {
+            if rest.is_empty() {
+                break;
+            }
+            let n = sizes[i % sizes.len()].min(rest.len());
+            e.write_all(&rest[..n]).unwrap();
+            rest = &rest[n..];
+        }
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn large_multi_block_gzip_is_fixed_blocks_whatever_the_threads() {
+        let data = mixed(20 * GZIP_BLOCK + 12345);
+        let one = compress_ragged(Compression::Gzip, 1, &data);
+        for threads in [2, 3, 8] {
+            assert!(
+                compress_ragged(Compression::Gzip, threads, &data) == one,
+                "{threads} threads differ from 1"
+            );
+        }
+        // One member per fixed-size block, in order.
+        let mut rest = &one[..];
+        let mut back = Vec::new();
+        let mut member_sizes = Vec::new();
+        while !rest.is_empty() {
+            let mut d = flate2::bufread::GzDecoder::new(rest);
+            let mut part = Vec::new();
+            d.read_to_end(&mut part).unwrap();
+            member_sizes.push(part.len());
+            back.extend_from_slice(&part);
+            rest = d.into_inner();
+        }
+        assert_eq!(member_sizes.len(), data.len().div_ceil(GZIP_BLOCK));
+        assert!(member_sizes[..member_sizes.len() - 1]
+            .iter()
+            .all(|&n| n == GZIP_BLOCK));
+        assert!(back == data, "members concatenate to the input");
+        let mut multi = Vec::new();
+        flate2::read::MultiGzDecoder::new(&one[..])
+            .read_to_end(&mut multi)
+            .unwrap();
+        assert!(multi == data);
+    }
+
+    #[test]
+    fn empty_input_is_still_gzip() {
+        let out = compress(Compression::Gzip, 2, b"");
+        let mut back = Vec::new();
+        flate2::read::MultiGzDecoder::new(&out[..])
+            .read_to_end(&mut back)
+            .unwrap();
+        assert!(back.is_empty());
+    }
+
+    /// A sink that records how much it has received.
+    struct Counting(std::rc::Rc<std::cell::Cell<usize>>);
+    impl Write for Counting {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.set(self.0.get() + buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn gzip_streams_with_a_bounded_number_of_blocks_in_flight() {
+        let seen = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut g = GzipBlocks::new(Counting(seen.clone()), 2);
+        let block = mixed(GZIP_BLOCK);
+        for _ in 0..30 {
+            g.write_all(&block).unwrap();
+            assert!(g.in_flight.len() <= g.max_in_flight);
+        }
+        assert!(
+            seen.get() > 0,
+            "members are written while input still arrives"
+        );
+        g.finish().unwrap();
+    }
+
+    #[test]
+    fn large_zstd_round_trips_and_ignores_thread_count() {
+        let data = mixed(24 << 20);
+        let one = compress_ragged(Compression::Zstd, 1, &data);
+        for threads in [2, 4] {
+            assert!(
+                compress_ragged(Compression::Zstd, threads, &data) == one,
+                "{threads} workers differ from 1"
+            );
+        }
+        assert!(zstd::decode_all(&one[..]).unwrap() == data);
     }
 
     #[test]

@@ -1,6 +1,13 @@
 //! The layer pipeline: tree -> deterministic tar -> sha256 (diff_id) ->
-//! compressor -> sha256 (digest) -> a blob in the cache. One pass, streaming:
-//! memory stays flat whatever the layer's size.
+//! compressor -> sha256 (digest) -> a blob in the cache.
+//!
+//! Three stages on their own threads, joined by bounded queues of 1 MiB
+//! chunks, so that reading files, compressing and writing the blob overlap
+//! and memory stays flat whatever the layer's size:
+//! - the calling thread walks the tree, writes the tar and hashes it;
+//! - a compressing thread drives the encoder (whose own workers compress
+//!   gzip blocks or zstd jobs in parallel);
+//! - a writing thread hashes the compressed bytes and writes the file.
 
 use crate::compress::{self, Compression};
 use crate::digest::HashingWriter;
@@ -8,7 +15,14 @@ use crate::store::cache::{Cache, CacheError};
 use crate::store::LayerBlob;
 use crate::tarball::write::{write_tar, WriteError, WriteOptions};
 use crate::tarball::Tree;
-use std::io::{BufWriter, Write};
+use std::io::{self, BufWriter, Write};
+use std::sync::mpsc;
+
+/// Bytes per chunk passed between stages.
+const CHUNK: usize = 1 << 20;
+/// Chunks each queue holds: enough read-ahead to ride out a slow file or a
+/// slow disk, small enough to keep memory flat (2 queues x 8 MiB).
+const QUEUE_CHUNKS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
@@ -16,6 +30,49 @@ pub enum PackError {
     Cache(#[from] CacheError),
     #[error(transparent)]
     Write(#[from] WriteError),
+}
+
+/// A writer that cuts its input into `CHUNK`-sized buffers and sends them
+/// down a bounded queue (blocking while the queue is full).
+struct ChunkSender {
+    tx: mpsc::SyncSender<Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+impl ChunkSender {
+    fn new(tx: mpsc::SyncSender<Vec<u8>>) -> Self {
+        ChunkSender {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+        }
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        // The receiver only goes away when its stage failed; that stage's
+        // error is the one reported.
+        self.tx.send(full).map_err(|_| {
+            io::Error::new(io::ErrorKind::BrokenPipe, "the next pipeline stage stopped")
+        })
+    }
+}
+
+impl Write for ChunkSender {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = (CHUNK - self.buf.len()).min(data.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == CHUNK {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
 }
 
 /// Pack `tree` into a blob in `cache`. `on_bytes` sees content progress.
@@ -29,15 +86,51 @@ pub fn pack_tree(
 ) -> Result<LayerBlob, PackError> {
     let tmp = cache.temp_file()?;
     let file = tmp.reopen().map_err(WriteError::Io)?;
-    let blob_hash = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
-    let encoder = compress::encoder(compression, threads, blob_hash).map_err(WriteError::Io)?;
-    let tar_hash = HashingWriter::new(encoder);
-    let tar_hash = write_tar(tree, tar_hash, opts, on_bytes)?;
-    let (encoder, diff_hex, _) = tar_hash.finish();
-    let blob_hash = encoder.finish().map_err(WriteError::Io)?;
-    let (mut file, digest_hex, size) = blob_hash.finish();
-    file.flush().map_err(WriteError::Io)?;
-    drop(file);
+    let (tar_tx, tar_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+    let (blob_tx, blob_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+
+    let (produced, compressed, written) = std::thread::scope(|s| {
+        let writer = s.spawn(move || -> io::Result<(String, u64)> {
+            let mut out = HashingWriter::new(BufWriter::with_capacity(CHUNK, file));
+            for chunk in blob_rx {
+                out.write_all(&chunk)?;
+            }
+            let (mut file, digest_hex, size) = out.finish();
+            file.flush()?;
+            Ok((digest_hex, size))
+        });
+        let compressor = s.spawn(move || -> io::Result<()> {
+            let mut enc = compress::encoder(compression, threads, ChunkSender::new(blob_tx))?;
+            for chunk in tar_rx {
+                enc.write_all(&chunk)?;
+            }
+            enc.finish()?.flush()
+        });
+        let produced = (|| -> Result<String, WriteError> {
+            let tar = write_tar(
+                tree,
+                HashingWriter::new(ChunkSender::new(tar_tx)),
+                opts,
+                on_bytes,
+            )?;
+            let (mut sender, diff_hex, _) = tar.finish();
+            sender.flush()?;
+            Ok(diff_hex)
+        })();
+        // The tar sender is dropped by now: the other stages drain and end.
+        let compressed = compressor
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the compressing thread panicked")));
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the blob writing thread panicked")));
+        (produced, compressed, written)
+    });
+    // A stage's failure makes the stages before it fail with BrokenPipe:
+    // report the furthest one, which is the cause.
+    let (digest_hex, size) = written.map_err(WriteError::Io)?;
+    compressed.map_err(WriteError::Io)?;
+    let diff_hex = produced?;
     cache.commit_blob(tmp, &digest_hex)?;
     Ok(LayerBlob {
         digest: format!("sha256:{digest_hex}"),
@@ -45,4 +138,114 @@ pub fn pack_tree(
         size,
         media_type: compression.media_type().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tarball::{Node, Tree};
+    use std::io::Read;
+
+    /// A tree of several MiB (many chunks and gzip blocks) from memory.
+    fn tree() -> Tree {
+        let mut t = Tree::new();
+        for i in 0..40u32 {
+            let data: Vec<u8> = (0..200_000u32)
+                .map(|j| {
+                    if i % 3 == 0 {
+                        (j.wrapping_mul(2654435761) >> 13) as u8
+                    } else {
+                        (j % 251) as u8
+                    }
+                })
+                .collect();
+            t.insert(
+                format!("d{}/f{i}", i % 4).into_bytes(),
+                Node::bytes(data, 0o644),
+            )
+            .unwrap();
+        }
+        t
+    }
+
+    fn decompress(c: Compression, blob: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        match c {
+            Compression::Gzip => {
+                flate2::read::MultiGzDecoder::new(blob)
+                    .read_to_end(&mut out)
+                    .unwrap();
+            }
+            Compression::Zstd => out = zstd::decode_all(blob).unwrap(),
+            Compression::None => out = blob.to_vec(),
+        }
+        out
+    }
+
+    #[test]
+    fn blob_and_digests_match_the_tar() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(tmp.path()).unwrap();
+        let t = tree();
+        let opts = WriteOptions::default();
+        let tar = write_tar(&t, Vec::new(), &opts, &mut |_| {}).unwrap();
+        for c in [Compression::Gzip, Compression::Zstd, Compression::None] {
+            let mut progress = 0;
+            let one = pack_tree(&cache, &t, c, 1, &opts, &mut |n| progress += n).unwrap();
+            let two = pack_tree(&cache, &t, c, 2, &opts, &mut |_| {}).unwrap();
+            assert_eq!(one, two, "{c:?}: thread count changed the blob");
+            assert_eq!(progress, t.content_bytes());
+            let blob = std::fs::read(cache.blob_path(&one.digest)).unwrap();
+            assert_eq!(blob.len() as u64, one.size);
+            assert_eq!(
+                format!("sha256:{}", crate::digest::sha256_hex(&blob)),
+                one.digest
+            );
+            assert_eq!(
+                format!("sha256:{}", crate::digest::sha256_hex(&tar)),
+                one.diff_id
+            );
+            assert!(
+                decompress(c, &blob) == tar,
+                "{c:?}: the blob decompresses to the tar"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failing_source_is_reported_and_leaves_no_blob() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(tmp.path()).unwrap();
+        let mut t = tree();
+        let missing = tmp.path().join("gone");
+        let node = Node::new(
+            crate::tarball::Kind::File {
+                size: 5,
+                content: crate::tarball::Content::Host(missing.clone()),
+            },
+            0o644,
+        );
+        t.insert(b"zz/gone".to_vec(), node).unwrap();
+        let err = pack_tree(
+            &cache,
+            &t,
+            Compression::Gzip,
+            2,
+            &WriteOptions::default(),
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("gone"), "{err}");
+        assert_eq!(
+            std::fs::read_dir(cache.root().join("blobs/sha256"))
+                .unwrap()
+                .count(),
+            0
+        );
+        assert_eq!(
+            std::fs::read_dir(cache.tmp_dir()).unwrap().count(),
+            0,
+            "the temporary blob is removed"
+        );
+    }
 }

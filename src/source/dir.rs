@@ -6,6 +6,7 @@ use crate::digest::KeyHasher;
 use crate::spec::Source;
 use crate::tarball::path::join;
 use crate::tarball::{Content, Kind, Node, Tree};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::Metadata;
@@ -44,34 +45,60 @@ fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
 }
 
 /// Walk `root` (stat only). Errors are messages for the `dir` field.
+///
+/// The `lstat` calls dominate a no-op rebuild, so the subtrees of the
+/// top-level directories are walked in parallel; the result is sorted, so
+/// the order never depends on the walk.
 pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
     let meta = std::fs::metadata(root)
         .map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
     if !meta.is_dir() {
         return Err(format!("`{}` is not a directory", root.display()));
     }
-    let include = globs(&s.include)?;
-    let exclude = globs(&s.exclude)?;
+    let filters = Filters { include: globs(&s.include)?, exclude: globs(&s.exclude)? };
+    let mut entries = walk(root, root, 0, 1, &filters)?;
+    let subtrees: Vec<Vec<DirEntry>> = entries
+        .par_iter()
+        .filter(|e| !e.rel.is_empty() && e.meta.is_dir())
+        .map(|e| walk(root, &e.path, 1, usize::MAX, &filters))
+        .collect::<Result<_, String>>()?;
+    entries.extend(subtrees.into_iter().flatten());
+    entries.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(DirScan { root: root.to_path_buf(), entries })
+}
+
+struct Filters {
+    include: Option<globset::GlobSet>,
+    exclude: Option<globset::GlobSet>,
+}
+
+/// `path` relative to `root` (which it starts with: walkdir joins onto it).
+fn relative<'p>(root: &Path, path: &'p Path) -> &'p [u8] {
+    let (r, p) = (root.as_os_str().as_bytes(), path.as_os_str().as_bytes());
+    match p.strip_prefix(r) {
+        Some(rest) => rest.strip_prefix(b"/").unwrap_or(rest),
+        None => path.strip_prefix(root).map(|x| x.as_os_str().as_bytes()).unwrap_or_default(),
+    }
+}
+
+/// Walk `start` (inside `root`) between two depths, applying the filters.
+fn walk(root: &Path, start: &Path, min_depth: usize, max_depth: usize, f: &Filters) -> Result<Vec<DirEntry>, String> {
     let mut entries = Vec::new();
-    let walker = walkdir::WalkDir::new(root)
+    let walker = walkdir::WalkDir::new(start)
         .follow_links(false)
+        .min_depth(min_depth)
+        .max_depth(max_depth)
         .into_iter()
         .filter_entry(|e| {
-            let rel = e.path().strip_prefix(root).unwrap_or(Path::new(""));
-            rel.as_os_str().is_empty() || exclude.as_ref().map(|x| !x.is_match(rel)).unwrap_or(true)
+            let rel = relative(root, e.path());
+            rel.is_empty() || f.exclude.as_ref().map(|x| !x.is_match(Path::new(OsStr::from_bytes(rel)))).unwrap_or(true)
         });
     for e in walker {
         let e = e.map_err(|e| format!("walking `{}` failed: {e}", root.display()))?;
-        let rel = e
-            .path()
-            .strip_prefix(root)
-            .unwrap_or(Path::new(""))
-            .to_path_buf();
-        let meta = e
-            .metadata()
-            .map_err(|err| format!("cannot stat `{}`: {err}", e.path().display()))?;
-        if let Some(inc) = &include {
-            if !rel.as_os_str().is_empty() && !meta.is_dir() && !inc.is_match(&rel) {
+        let rel = relative(root, e.path());
+        let meta = e.metadata().map_err(|err| format!("cannot stat `{}`: {err}", e.path().display()))?;
+        if let Some(inc) = &f.include {
+            if !rel.is_empty() && !meta.is_dir() && !inc.is_match(Path::new(OsStr::from_bytes(rel))) {
                 continue;
             }
         }
@@ -86,18 +113,9 @@ pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
         } else {
             None
         };
-        entries.push(DirEntry {
-            rel: rel.as_os_str().as_bytes().to_vec(),
-            path: e.path().to_path_buf(),
-            meta,
-            link,
-        });
+        entries.push(DirEntry { rel: rel.to_vec(), path: e.path().to_path_buf(), meta, link });
     }
-    entries.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(DirScan {
-        root: root.to_path_buf(),
-        entries,
-    })
+    Ok(entries)
 }
 
 pub(crate) fn capability(path: &Path) -> Option<Vec<u8>> {
