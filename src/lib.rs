@@ -6,6 +6,7 @@ pub mod build;
 pub mod cli;
 pub mod compress;
 pub mod digest;
+pub mod distro;
 pub mod export;
 pub mod pack;
 pub mod progress;

@@ -4,11 +4,16 @@
 mod build;
 mod export;
 mod inspect;
+mod lock;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "quarry", version, about = "Hermetic, reproducible OCI images and GPU-ready containers for ROCm builds")]
+#[command(
+    name = "quarry",
+    version,
+    about = "Hermetic, reproducible OCI images and GPU-ready containers for ROCm builds"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,6 +27,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write an OCI layout as an OCI archive or a docker-archive
     Export(export::Args),
+    /// Resolve a `[base.packages]` image and pin every package in IMAGE.lock
+    Lock(lock::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -31,6 +38,7 @@ pub fn main() -> i32 {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Export(a) => export::run(a),
+        Command::Lock(a) => lock::run(a),
     };
     match result {
         Ok(code) => code,

@@ -5,7 +5,7 @@
 pub mod params;
 mod raw;
 
-pub use raw::{ConfigDef, InputDef, RunDef};
+pub use raw::{ConfigDef, InputDef, RunDef, UserDef};
 
 use params::{subst_value, SubstError};
 use raw::{BaseDef, ImageFile, LayerBody, SourceDef};
@@ -15,15 +15,27 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("cannot read {what} `{file}`: {err}")]
-    Read { what: &'static str, file: String, err: std::io::Error },
+    Read {
+        what: &'static str,
+        file: String,
+        err: std::io::Error,
+    },
     #[error("{file}: {message}")]
     Parse { file: String, message: String },
     #[error("{file}: field `{field}`: {message}")]
-    Field { file: String, field: String, message: String },
+    Field {
+        file: String,
+        field: String,
+        message: String,
+    },
 }
 
 fn field_err(file: &Path, field: impl Into<String>, message: impl Into<String>) -> SpecError {
-    SpecError::Field { file: file.display().to_string(), field: field.into(), message: message.into() }
+    SpecError::Field {
+        file: file.display().to_string(),
+        field: field.into(),
+        message: message.into(),
+    }
 }
 
 /// Where an image's base comes from.
@@ -31,11 +43,69 @@ fn field_err(file: &Path, field: impl Into<String>, message: impl Into<String>) 
 pub enum Base {
     Scratch,
     /// A rootfs tarball turned into one normalized base layer.
-    Rootfs { path: PathBuf, sha256: Option<String>, devices: bool },
+    Rootfs {
+        path: PathBuf,
+        sha256: Option<String>,
+        devices: bool,
+    },
     /// An OCI layout directory or OCI archive; layers reused as they are.
-    Oci { path: PathBuf, reference: Option<String> },
+    Oci {
+        path: PathBuf,
+        reference: Option<String>,
+    },
     /// A registry reference pulled by digest.
-    Registry { reference: String },
+    Registry {
+        reference: String,
+    },
+    /// A rootfs made from a Debian/Ubuntu archive's packages.
+    Packages(Box<PackagesBase>),
+}
+
+/// Where a `packages` base downloads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mirror {
+    /// The mirror this machine's apt configuration uses for the suite.
+    Host,
+    Url(String),
+}
+
+/// Which packages a base gets besides those named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// `Essential: yes` only.
+    Essential,
+    /// Essential plus `Priority: required` (what a minimal Debian has).
+    Required,
+}
+
+/// `[base.packages]`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackagesBase {
+    pub suite: String,
+    pub components: Vec<String>,
+    /// Debian's name for it (`amd64`, `arm64`, `ppc64el`).
+    pub architecture: String,
+    pub mirror: Mirror,
+    /// An OpenPGP keyring (binary, as in /usr/share/keyrings) that signs the archive.
+    pub keyring: PathBuf,
+    /// Packages to install (`name` or `name=version`).
+    pub include: Vec<String>,
+    pub variant: Variant,
+    /// Run `dpkg --configure -a` in a container afterwards.
+    pub configure: bool,
+    pub groups: BTreeMap<String, u32>,
+    pub users: Vec<UserDef>,
+}
+
+/// Debian's architecture name for an OCI one.
+pub fn debian_arch(oci_arch: &str) -> String {
+    match oci_arch {
+        "ppc64le" => "ppc64el".into(),
+        "386" => "i386".into(),
+        "arm" => "armhf".into(),
+        other => other.into(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -123,11 +193,18 @@ pub fn host_platform() -> String {
 }
 
 fn read(what: &'static str, file: &Path) -> Result<String, SpecError> {
-    std::fs::read_to_string(file).map_err(|err| SpecError::Read { what, file: file.display().to_string(), err })
+    std::fs::read_to_string(file).map_err(|err| SpecError::Read {
+        what,
+        file: file.display().to_string(),
+        err,
+    })
 }
 
 fn parse_err(file: &Path, e: impl std::fmt::Display) -> SpecError {
-    SpecError::Parse { file: file.display().to_string(), message: e.to_string().trim_end().to_string() }
+    SpecError::Parse {
+        file: file.display().to_string(),
+        message: e.to_string().trim_end().to_string(),
+    }
 }
 
 fn subst_err(file: &Path, e: SubstError) -> SpecError {
@@ -166,7 +243,9 @@ fn resolve_path(base_file: &Path, p: &str) -> PathBuf {
 pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
     let mut m = BTreeMap::new();
     for s in sets {
-        let (k, v) = s.split_once('=').ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
         if k.is_empty() {
             return Err(format!("`--set {s}`: the key is empty"));
         }
@@ -197,7 +276,11 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
         let ltext = read("layer definition", &lf)?;
         let lparsed: LayerBody = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         if lparsed.name != *name {
-            return Err(field_err(&lf, "name", format!("is `{}` but the file is named for `{name}`", lparsed.name)));
+            return Err(field_err(
+                &lf,
+                "name",
+                format!("is `{}` but the file is named for `{name}`", lparsed.name),
+            ));
         }
         let ldoc: toml::Value = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         layer_docs.push((lf, lparsed.params.clone().unwrap_or_default(), ldoc));
@@ -222,18 +305,31 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
     for (i, body) in img.layer.into_iter().enumerate() {
         let prefix = format!("layer[{i}].");
         if body.params.is_some() {
-            return Err(field_err(file, format!("{prefix}params"), "parameters of an image belong in its top-level [params] table"));
+            return Err(field_err(
+                file,
+                format!("{prefix}params"),
+                "parameters of an image belong in its top-level [params] table",
+            ));
         }
         layers.push(validate_layer(file, &prefix, body)?);
     }
     let mut seen = std::collections::BTreeSet::new();
     for l in &layers {
         if !seen.insert(l.name.clone()) {
-            return Err(field_err(file, "layers", format!("layer `{}` appears twice; layer names must be unique", l.name)));
+            return Err(field_err(
+                file,
+                "layers",
+                format!(
+                    "layer `{}` appears twice; layer names must be unique",
+                    l.name
+                ),
+            ));
         }
     }
 
-    let base = validate_base(file, img.base)?;
+    let oci_arch = img.config.platform.clone().unwrap_or_else(host_platform);
+    let oci_arch = oci_arch.split('/').nth(1).unwrap_or("amd64").to_string();
+    let base = validate_base(file, img.base, &oci_arch)?;
     if img.name.is_empty() {
         return Err(field_err(file, "name", "must not be empty"));
     }
@@ -253,30 +349,44 @@ fn validate_config(file: &Path, c: &ConfigDef) -> Result<(), SpecError> {
     if let Some(p) = &c.platform {
         let parts: Vec<&str> = p.split('/').collect();
         if !(2..=3).contains(&parts.len()) || parts.iter().any(|s| s.is_empty()) {
-            return Err(field_err(file, "config.platform", format!("`{p}` is not of the form os/arch[/variant], e.g. linux/amd64")));
+            return Err(field_err(
+                file,
+                "config.platform",
+                format!("`{p}` is not of the form os/arch[/variant], e.g. linux/amd64"),
+            ));
         }
     }
     for (i, port) in c.exposed_ports.iter().enumerate() {
         let (num, proto) = port.split_once('/').unwrap_or((port, "tcp"));
         if num.parse::<u16>().is_err() || !["tcp", "udp", "sctp"].contains(&proto) {
-            return Err(field_err(file, format!("config.exposed_ports[{i}]"), format!("`{port}` is not a port like 8080 or 8080/tcp")));
+            return Err(field_err(
+                file,
+                format!("config.exposed_ports[{i}]"),
+                format!("`{port}` is not a port like 8080 or 8080/tcp"),
+            ));
         }
     }
     Ok(())
 }
 
-fn validate_base(file: &Path, b: BaseDef) -> Result<Base, SpecError> {
+fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<Base, SpecError> {
     match b {
         BaseDef::Named(n) if n == "scratch" => Ok(Base::Scratch),
         BaseDef::Named(n) => Err(field_err(
             file,
             "base",
-            format!("`{n}` is not a base; use \"scratch\", {{ rootfs = \"x.tar\" }}, {{ oci = \"dir\", ref = \"tag\" }} or {{ registry = \"host/repo@sha256:...\" }}"),
+            format!("`{n}` is not a base; use \"scratch\", {{ rootfs = \"x.tar\" }}, {{ oci = \"dir\", ref = \"tag\" }}, {{ registry = \"host/repo@sha256:...\" }} or a [base.packages] table"),
         )),
         BaseDef::Table(t) => {
-            let kinds = [t.rootfs.is_some(), t.oci.is_some(), t.registry.is_some()].iter().filter(|x| **x).count();
+            let kinds = [t.rootfs.is_some(), t.oci.is_some(), t.registry.is_some(), t.packages.is_some()].iter().filter(|x| **x).count();
             if kinds != 1 {
-                return Err(field_err(file, "base", "give exactly one of `rootfs`, `oci` or `registry`"));
+                return Err(field_err(file, "base", "give exactly one of `rootfs`, `oci`, `registry` or `packages`"));
+            }
+            if let Some(p) = t.packages {
+                if t.sha256.is_some() || t.devices.is_some() || t.r#ref.is_some() {
+                    return Err(field_err(file, "base", "`sha256`, `devices` and `ref` do not apply to `packages` bases"));
+                }
+                return validate_packages(file, p, oci_arch).map(|p| Base::Packages(Box::new(p)));
             }
             if let Some(s) = &t.sha256 {
                 check_sha256(file, "base.sha256", s)?;
@@ -302,15 +412,184 @@ fn validate_base(file: &Path, b: BaseDef) -> Result<Base, SpecError> {
     }
 }
 
+fn valid_package_name(n: &str) -> bool {
+    n.len() >= 2
+        && n.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+}
+
+fn valid_account_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 32
+        && n.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+fn validate_packages(
+    file: &Path,
+    p: raw::PackagesDef,
+    oci_arch: &str,
+) -> Result<PackagesBase, SpecError> {
+    let f = |k: &str| format!("base.packages.{k}");
+    if p.suite.is_empty() || p.suite.contains(['/', ' ']) {
+        return Err(field_err(
+            file,
+            f("suite"),
+            format!(
+                "`{}` is not a suite name like \"bookworm\" or \"noble\"",
+                p.suite
+            ),
+        ));
+    }
+    let components = p.components.unwrap_or_else(|| vec!["main".into()]);
+    if components.is_empty() || components.iter().any(|c| c.is_empty() || c.contains(' ')) {
+        return Err(field_err(
+            file,
+            f("components"),
+            "give one or more component names, e.g. [\"main\"]",
+        ));
+    }
+    let platform_arch = debian_arch(oci_arch);
+    let architecture = p.architecture.unwrap_or_else(|| platform_arch.clone());
+    if architecture != platform_arch {
+        return Err(field_err(
+            file,
+            f("architecture"),
+            format!("`{architecture}` does not match the image's platform (Debian architecture `{platform_arch}`); set `config.platform` or drop `architecture`"),
+        ));
+    }
+    let mirror = match p.mirror.as_str() {
+        "host" => Mirror::Host,
+        m if m.starts_with("http://") || m.starts_with("https://") => Mirror::Url(m.trim_end_matches('/').to_string()),
+        m => {
+            return Err(field_err(
+                file,
+                f("mirror"),
+                format!("`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"),
+            ))
+        }
+    };
+    if p.keyring.is_empty() {
+        return Err(field_err(file, f("keyring"), "is empty; name the keyring that signs the archive, e.g. /usr/share/keyrings/debian-archive-keyring.gpg"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, inc) in p.include.iter().enumerate() {
+        let (name, version) = match inc.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (inc.as_str(), None),
+        };
+        if !valid_package_name(name) || version.is_some_and(|v| v.is_empty() || v.contains(' ')) {
+            return Err(field_err(
+                file,
+                format!("{}[{i}]", f("include")),
+                format!("`{inc}` is not a package name (optionally `name=version`)"),
+            ));
+        }
+        if !seen.insert(name.to_string()) {
+            return Err(field_err(
+                file,
+                format!("{}[{i}]", f("include")),
+                format!("`{name}` is listed twice"),
+            ));
+        }
+    }
+    let variant = match p.variant.as_deref() {
+        None | Some("required") => Variant::Required,
+        Some("essential") => Variant::Essential,
+        Some(v) => {
+            return Err(field_err(
+                file,
+                f("variant"),
+                format!("`{v}` is not \"required\" or \"essential\""),
+            ))
+        }
+    };
+    for (g, gid) in &p.groups {
+        if !valid_account_name(g) || *gid == 0 || *gid >= 65534 {
+            return Err(field_err(
+                file,
+                format!("{}.{g}", f("groups")),
+                "expects a group name (lowercase) and a gid between 1 and 65533",
+            ));
+        }
+    }
+    for (i, u) in p.users.iter().enumerate() {
+        let uf = format!("{}[{i}]", f("users"));
+        if !valid_account_name(&u.name) {
+            return Err(field_err(
+                file,
+                format!("{uf}.name"),
+                format!(
+                    "`{}` is not a user name (lowercase letters, digits, `_`, `-`)",
+                    u.name
+                ),
+            ));
+        }
+        if u.uid == 0 || u.uid >= 65534 || u.gid.is_some_and(|g| g >= 65534) {
+            return Err(field_err(
+                file,
+                format!("{uf}.uid"),
+                "uid and gid must be between 1 and 65533",
+            ));
+        }
+        if let Some(g) = u.groups.iter().find(|g| !valid_account_name(g)) {
+            return Err(field_err(
+                file,
+                format!("{uf}.groups"),
+                format!("`{g}` is not a group name"),
+            ));
+        }
+        for (k, v) in [("shell", &u.shell), ("home", &u.home)] {
+            if v.as_ref()
+                .is_some_and(|v| !v.starts_with('/') || v.contains(".."))
+            {
+                return Err(field_err(
+                    file,
+                    format!("{uf}.{k}"),
+                    "must be an absolute path without `..`",
+                ));
+            }
+        }
+    }
+    Ok(PackagesBase {
+        suite: p.suite,
+        components,
+        architecture,
+        mirror,
+        keyring: resolve_path(file, &p.keyring),
+        include: p.include,
+        variant,
+        configure: p.configure,
+        groups: p.groups,
+        users: p.users,
+    })
+}
+
 fn check_sha256(file: &Path, field: &str, s: &str) -> Result<(), SpecError> {
-    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
-        return Err(field_err(file, field, format!("`{s}` is not a sha256 (64 lowercase hex digits)")));
+    if s.len() != 64
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        return Err(field_err(
+            file,
+            field,
+            format!("`{s}` is not a sha256 (64 lowercase hex digits)"),
+        ));
     }
     Ok(())
 }
 
 fn parse_owner(file: &Path, field: &str, s: &str) -> Result<(u64, u64), SpecError> {
-    let bad = || field_err(file, field, format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""));
+    let bad = || {
+        field_err(
+            file,
+            field,
+            format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""),
+        )
+    };
     let (u, g) = s.split_once(':').ok_or_else(bad)?;
     Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
@@ -325,13 +604,21 @@ fn parse_mode(file: &Path, field: &str, m: &raw::Mode) -> Result<u32, SpecError>
     };
     match v {
         Some(v) if v <= 0o7777 => Ok(v),
-        _ => Err(field_err(file, field, "is not a file mode like \"0644\" or \"4755\"")),
+        _ => Err(field_err(
+            file,
+            field,
+            "is not a file mode like \"0644\" or \"4755\"",
+        )),
     }
 }
 
 fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, SpecError> {
     if body.name.is_empty() {
-        return Err(field_err(file, format!("{prefix}name"), "must not be empty"));
+        return Err(field_err(
+            file,
+            format!("{prefix}name"),
+            "must not be empty",
+        ));
     }
     let mut sources = Vec::new();
     for (i, s) in body.source.into_iter().enumerate() {
@@ -348,10 +635,18 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
         if let Some(s) = &inp.sha256 {
             check_sha256(file, &format!("{f}.sha256"), s)?;
         }
-        inputs.push(Input { kind, sha256: inp.sha256, dest: inp.dest });
+        inputs.push(Input {
+            kind,
+            sha256: inp.sha256,
+            dest: inp.dest,
+        });
     }
     if !inputs.is_empty() && body.run.is_none() {
-        return Err(field_err(file, format!("{prefix}input"), "inputs are copied in for a `[run]` step; add a `run` table or remove them"));
+        return Err(field_err(
+            file,
+            format!("{prefix}input"),
+            "inputs are copied in for a `[run]` step; add a `run` table or remove them",
+        ));
     }
     if let Some(run) = &body.run {
         if run.script.trim().is_empty() {
@@ -359,19 +654,41 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
         }
     }
     if sources.is_empty() && body.remove.is_empty() && body.run.is_none() {
-        return Err(field_err(file, format!("{prefix}source"), format!("layer `{}` has no sources, removals or run step", body.name)));
+        return Err(field_err(
+            file,
+            format!("{prefix}source"),
+            format!("layer `{}` has no sources, removals or run step", body.name),
+        ));
     }
-    Ok(Layer { name: body.name, file: file.to_path_buf(), sources, remove: body.remove, run: body.run, inputs })
+    Ok(Layer {
+        name: body.name,
+        file: file.to_path_buf(),
+        sources,
+        remove: body.remove,
+        run: body.run,
+        inputs,
+    })
 }
 
 fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecError> {
-    let given: Vec<&str> = [("dir", s.dir.is_some()), ("file", s.file.is_some()), ("archive", s.archive.is_some())]
-        .iter()
-        .filter(|(_, g)| *g)
-        .map(|(n, _)| *n)
-        .collect();
+    let given: Vec<&str> = [
+        ("dir", s.dir.is_some()),
+        ("file", s.file.is_some()),
+        ("archive", s.archive.is_some()),
+    ]
+    .iter()
+    .filter(|(_, g)| *g)
+    .map(|(n, _)| *n)
+    .collect();
     if given.len() > 1 {
-        return Err(field_err(file, f, format!("give one of `dir`, `file` or `archive`, not {}", given.join(" and "))));
+        return Err(field_err(
+            file,
+            f,
+            format!(
+                "give one of `dir`, `file` or `archive`, not {}",
+                given.join(" and ")
+            ),
+        ));
     }
     let kind = if let Some(d) = &s.dir {
         SourceKind::Dir(resolve_path(file, d))
@@ -382,13 +699,21 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     } else if !s.remove.is_empty() {
         SourceKind::Remove
     } else {
-        return Err(field_err(file, f, "give one of `dir`, `file`, `archive` or `remove`"));
+        return Err(field_err(
+            file,
+            f,
+            "give one of `dir`, `file`, `archive` or `remove`",
+        ));
     };
     let only = |field: &str, ok: bool, what: &str| -> Result<(), SpecError> {
         if ok {
             Ok(())
         } else {
-            Err(field_err(file, format!("{f}.{field}"), format!("applies only to {what} sources")))
+            Err(field_err(
+                file,
+                format!("{f}.{field}"),
+                format!("applies only to {what} sources"),
+            ))
         }
     };
     let is_dir = matches!(kind, SourceKind::Dir(_));
@@ -397,21 +722,49 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     only("mode", s.mode.is_none() || is_file, "`file`")?;
     only("include", s.include.is_empty() || is_dir, "`dir`")?;
     only("exclude", s.exclude.is_empty() || is_dir, "`dir`")?;
-    only("strip_components", s.strip_components.is_none() || is_archive, "`archive`")?;
+    only(
+        "strip_components",
+        s.strip_components.is_none() || is_archive,
+        "`archive`",
+    )?;
     only("map", s.map.is_empty() || is_archive, "`archive`")?;
-    only("sha256", s.sha256.is_none() || is_archive || is_file, "`archive` and `file`")?;
-    only("devices", s.devices.is_none() || is_archive || is_dir, "`archive` and `dir`")?;
+    only(
+        "sha256",
+        s.sha256.is_none() || is_archive || is_file,
+        "`archive` and `file`",
+    )?;
+    only(
+        "devices",
+        s.devices.is_none() || is_archive || is_dir,
+        "`archive` and `dir`",
+    )?;
     if matches!(kind, SourceKind::Remove) && (s.dest.is_some() || s.owner.is_some()) {
-        return Err(field_err(file, f, "a `remove` source takes no `dest` or `owner`"));
+        return Err(field_err(
+            file,
+            f,
+            "a `remove` source takes no `dest` or `owner`",
+        ));
     }
-    let owner = s.owner.as_deref().map(|o| parse_owner(file, &format!("{f}.owner"), o)).transpose()?;
-    let mode = s.mode.as_ref().map(|m| parse_mode(file, &format!("{f}.mode"), m)).transpose()?;
+    let owner = s
+        .owner
+        .as_deref()
+        .map(|o| parse_owner(file, &format!("{f}.owner"), o))
+        .transpose()?;
+    let mode = s
+        .mode
+        .as_ref()
+        .map(|m| parse_mode(file, &format!("{f}.mode"), m))
+        .transpose()?;
     if let Some(h) = &s.sha256 {
         check_sha256(file, &format!("{f}.sha256"), h)?;
     }
     let dest = s.dest.unwrap_or_else(|| "/".into());
     if crate::tarball::path::normalize_dest(&dest).is_err() {
-        return Err(field_err(file, format!("{f}.dest"), format!("`{dest}` must not contain `..`")));
+        return Err(field_err(
+            file,
+            format!("{f}.dest"),
+            format!("`{dest}` must not contain `..`"),
+        ));
     }
     for (k, v) in &s.map {
         if crate::tarball::path::normalize_member(k.trim_start_matches("./").as_bytes()).is_err()
@@ -422,7 +775,11 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     }
     for (i, g) in s.include.iter().chain(s.exclude.iter()).enumerate() {
         if let Err(e) = globset::Glob::new(g) {
-            return Err(field_err(file, format!("{f}.include/exclude[{i}]"), format!("`{g}` is not a valid glob: {e}")));
+            return Err(field_err(
+                file,
+                format!("{f}.include/exclude[{i}]"),
+                format!("`{g}` is not a valid glob: {e}"),
+            ));
         }
     }
     Ok(Source {
