@@ -10,6 +10,7 @@ pub mod archive;
 pub mod control;
 pub mod deb;
 pub mod fetch;
+pub mod ldcache;
 pub mod lock;
 pub mod resolve;
 pub mod sources;

@@ -233,6 +233,10 @@ impl System {
         self.shells()?;
         self.pam_configs()?;
         self.accounts(users, groups)?;
+        // Last: every library of every package is in place.
+        if let Some(cache) = super::ldcache::generate(&self.tree, &self.architecture) {
+            self.insert(b"etc/ld.so.cache", file(cache, 0o644))?;
+        }
         Ok(())
     }
 
