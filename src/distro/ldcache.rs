@@ -293,15 +293,10 @@ pub fn generate(tree: &Tree, arch: &str) -> Option<Vec<u8>> {
                 continue;
             };
             let so = so.unwrap_or_else(|| name.clone());
-            // ldconfig: a link keeps its own name only when it points at
-            // the soname file and is a `.so` prefix of it.
-            let real_base = real_file
-                .rsplit(|&b| b == b'/')
-                .next()
-                .unwrap_or(&real_file)
-                .to_vec();
-            let keeps_name = is_link
-                && (real_base == so || (real_base.ends_with(b".so") && so.starts_with(&real_base)));
+            // ldconfig: a link keeps its own name when it is the soname or
+            // ld(1)'s `.so` link (a prefix of the soname ending in `.so`).
+            let keeps_name =
+                is_link && (name == so || (name.ends_with(b".so") && so.starts_with(&name)));
             let key = if keeps_name { name.clone() } else { so };
             match libs.iter_mut().find(|(k, _)| *k == key) {
                 Some(slot) => slot.1 &= keeps_name,

@@ -185,7 +185,7 @@ pub fn locked_or_resolved(
 /// what the definition adds on top.
 pub fn fingerprint(spec: &PackagesBase, lock: &Lock) -> String {
     let mut h = KeyHasher::new();
-    h.field("packages-v1")
+    h.field(concat!("packages-v2-", env!("CARGO_PKG_VERSION")))
         .field(&spec.architecture)
         .field(format!("{:?}", spec.variant));
     for p in &lock.packages {
