@@ -33,7 +33,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let image = load_image(&a.image, &sets)?;
     if a.dry_run {
         let spec = crate::distro::packages_of(&image)?;
-        let plan = crate::distro::plan(spec, &image.file)?;
+        let plan = crate::distro::plan(spec, &image.file)
+            .with_context(|| format!("planning `{}`", a.image.display()))?;
         if a.json {
             super::print_json(&plan)?;
         } else {

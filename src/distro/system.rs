@@ -132,6 +132,15 @@ impl System {
                 node.kind = Kind::Hardlink(merged_usr_path(t));
             }
             let target = merged_usr_path(path);
+            // The merged-/usr links themselves (newer base-files ship them)
+            // are made once in `finish`; and, as with dpkg, a directory is
+            // never replaced by a file or link (that would drop its contents).
+            if MERGED.contains(&&path[..]) && !node.kind.is_dir() {
+                continue;
+            }
+            if !node.kind.is_dir() && self.tree.get(&target).is_some_and(|n| n.kind.is_dir()) {
+                continue;
+            }
             // A directory shipped by several packages: the first keeps it.
             if node.kind.is_dir()
                 && self
@@ -873,6 +882,56 @@ mod tests {
         let p = parse_pam_profile("Name: Unix\nDefault: yes\nAccount-Type: Primary\nAccount:\n\t[success=end]\tpam_unix.so\n\tx y\n");
         assert_eq!(p["Account"], "[success=end]\tpam_unix.so\nx y");
         assert_eq!(p["Default"], "yes");
+    }
+
+    #[test]
+    fn shipped_merged_usr_links_and_dir_replacements_are_ignored() {
+        let deb = |name: &str, entries: Vec<(&[u8], Node)>| {
+            let mut data = Tree::new();
+            for (p, n) in entries {
+                data.insert(p.to_vec(), n).unwrap();
+            }
+            let control = Paragraph {
+                fields: vec![
+                    ("Package".into(), name.into()),
+                    ("Version".into(), "1".into()),
+                    ("Architecture".into(), "amd64".into()),
+                ],
+            };
+            Deb {
+                control,
+                control_files: BTreeMap::new(),
+                data,
+            }
+        };
+        let mut sys = System::new("amd64");
+        let link = |t: &str| Node::new(Kind::Symlink(t.as_bytes().to_vec()), 0o777);
+        sys.unpack(
+            deb(
+                "base-files",
+                vec![(b"bin", link("usr/bin")), (b"usr/bin", Node::dir(0o755))],
+            ),
+            true,
+        )
+        .unwrap();
+        sys.unpack(deb("coreutils", vec![(b"bin/ls", file("ls", 0o755))]), true)
+            .unwrap();
+        sys.unpack(deb("evil", vec![(b"usr/bin", link("/tmp"))]), true)
+            .unwrap();
+        sys.finish(&[], &BTreeMap::new()).unwrap();
+        assert!(matches!(
+            sys.tree.get(b"usr/bin/ls").unwrap().kind,
+            Kind::File { .. }
+        ));
+        assert!(sys.tree.get(b"usr/bin").unwrap().kind.is_dir());
+        assert!(matches!(&sys.tree.get(b"bin").unwrap().kind, Kind::Symlink(t) if t == b"usr/bin"));
+        let status =
+            String::from_utf8(read_node(sys.tree.get(b"var/lib/dpkg/status").unwrap()).unwrap())
+                .unwrap();
+        assert!(
+            status.starts_with("Package: base-files\nStatus: install ok installed\n"),
+            "{status}"
+        );
     }
 
     #[test]

@@ -796,3 +796,83 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
         devices: s.devices.unwrap_or(false),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Image, SpecError> {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("img.toml");
+        std::fs::write(&f, text).unwrap();
+        load_image(&f, &BTreeMap::new())
+    }
+
+    const PKG: &str = "name = \"x\"\n[config]\nplatform = \"linux/amd64\"\n[base.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\nkeyring = \"k.gpg\"\ninclude = [\"python3\", \"sudo=1.9\"]\n";
+
+    #[test]
+    fn packages_base_parses_with_defaults() {
+        let img = load(PKG).unwrap();
+        let Base::Packages(p) = &img.base else {
+            panic!("{:?}", img.base)
+        };
+        assert_eq!(p.components, ["main"]);
+        assert_eq!(p.architecture, "amd64");
+        assert_eq!(p.mirror, Mirror::Host);
+        assert_eq!(p.variant, Variant::Required);
+        assert!(
+            p.keyring.is_absolute() && p.keyring.ends_with("k.gpg"),
+            "relative to the definition"
+        );
+        assert!(!p.configure);
+    }
+
+    #[test]
+    fn packages_base_errors_name_the_field() {
+        let cases = [
+            (
+                PKG.replace("mirror = \"host\"", "mirror = \"ftp://x\""),
+                "base.packages.mirror",
+            ),
+            (
+                PKG.replace("\"python3\"", "\"Python3\""),
+                "base.packages.include[0]",
+            ),
+            (
+                PKG.replace("\"sudo=1.9\"", "\"python3\""),
+                "base.packages.include[1]",
+            ),
+            (
+                format!("{PKG}architecture = \"arm64\"\n"),
+                "base.packages.architecture",
+            ),
+            (
+                format!("{PKG}variant = \"tiny\"\n"),
+                "base.packages.variant",
+            ),
+            (
+                format!("{PKG}users = [{{ name = \"Bad\", uid = 1000 }}]\n"),
+                "base.packages.users[0].name",
+            ),
+            (
+                format!("{PKG}users = [{{ name = \"t\", uid = 0 }}]\n"),
+                "base.packages.users[0].uid",
+            ),
+        ];
+        for (text, field) in cases {
+            let e = load(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("field `{field}`")), "{field}: {e}");
+        }
+        let e = load(&format!("{PKG}flavour = 1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("flavour"), "{e}");
+        let e = load(&PKG.replace(
+            "[base.packages]",
+            "[base]\nrootfs = \"x.tar\"\n[base.packages]",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("exactly one of"), "{e}");
+    }
+}
