@@ -529,3 +529,28 @@ fn refusals_name_what_is_wrong() {
         "{e}"
     );
 }
+
+#[test]
+fn proxy_from_the_environment_is_used() {
+    let Some(a) = archive() else { return };
+    let img = a.image("proxy", &["app"], &a.keyring);
+    let mut c = quarry();
+    c.arg("lock").arg(&img).arg("--cache-dir").arg(a.cache());
+    for v in [
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+    ] {
+        c.env(v, "http://127.0.0.1:9");
+    }
+    c.env_remove("no_proxy").env_remove("NO_PROXY");
+    // The mirror is reachable, the proxy (a closed port) is not: going
+    // through the proxy must fail...
+    let e = stderr(&run_expect(&mut c, 1));
+    assert!(e.contains(&a.url) && e.contains("proxy"), "{e}");
+    // ...and `no_proxy` exempts the mirror.
+    run_expect(c.env("no_proxy", "127.0.0.1"), 0);
+}

@@ -241,6 +241,7 @@ impl System {
         self.alternatives()?;
         self.shells()?;
         self.pam_configs()?;
+        self.script_defaults()?;
         self.accounts(users, groups)?;
         // Last: every library of every package is in place.
         if let Some(cache) = super::ldcache::generate(&self.tree, &self.architecture) {
@@ -417,6 +418,164 @@ impl System {
             text.push('\n');
         }
         self.insert(b"etc/shells", file(text, 0o644))
+    }
+
+    fn group_id(&self, name: &str) -> u64 {
+        let Some(Ok(b)) = self
+            .tree
+            .get(b"usr/share/base-passwd/group.master")
+            .map(read_node)
+        else {
+            return 0;
+        };
+        String::from_utf8_lossy(&b)
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() >= 3 && f[0] == name)
+                    .then(|| f[2].parse().ok())
+                    .flatten()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Is a package (any architecture) unpacked?
+    fn installed(&self, name: &str) -> bool {
+        self.status.contains_key(name)
+            || self
+                .status
+                .keys()
+                .any(|k| k.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
+    }
+
+    fn add_if_missing(&mut self, path: &str, node: Node) -> Result<(), DistroError> {
+        if self.tree.get(path.as_bytes()).is_some() {
+            return Ok(());
+        }
+        self.insert(path.as_bytes(), node)
+    }
+
+    /// Copy a file the package keeps under /usr/share to its place in /etc.
+    fn install_from_default(&mut self, from: &str, to: &str) -> Result<(), DistroError> {
+        let Some(n) = self
+            .tree
+            .get(from.as_bytes())
+            .filter(|n| matches!(n.kind, Kind::File { .. }))
+        else {
+            return Ok(());
+        };
+        let n = n.clone();
+        self.add_if_missing(to, n)
+    }
+
+    /// What the first `configure` of base-files, libc-bin, tzdata,
+    /// libpam-modules and passwd creates (their postinst scripts, bookworm).
+    fn script_defaults(&mut self) -> Result<(), DistroError> {
+        if self.tree.get(b"usr/share/base-files").is_some() {
+            if self.tree.get(b"etc/dpkg/origins/default").is_none() {
+                if let Some(o) = ["debian", "ubuntu"].into_iter().find(|o| {
+                    self.tree
+                        .get(format!("etc/dpkg/origins/{o}").as_bytes())
+                        .is_some()
+                }) {
+                    self.insert(
+                        b"etc/dpkg/origins/default",
+                        Node::new(Kind::Symlink(o.as_bytes().to_vec()), 0o777),
+                    )?;
+                }
+            }
+            for (from, to) in [
+                ("dot.profile", "root/.profile"),
+                ("dot.bashrc", "root/.bashrc"),
+                ("profile", "etc/profile"),
+                ("motd", "etc/motd"),
+            ] {
+                self.install_from_default(&format!("usr/share/base-files/{from}"), to)?;
+            }
+            if self
+                .tree
+                .get(b"usr/share/info")
+                .is_some_and(|n| n.kind.is_dir())
+            {
+                self.install_from_default("usr/share/base-files/info.dir", "usr/share/info/dir")?;
+            }
+            let mail = self.group_id("mail");
+            let utmp = self.group_id("utmp");
+            for (d, mode, gid) in [
+                ("mnt", 0o755, 0),
+                ("srv", 0o755, 0),
+                ("opt", 0o755, 0),
+                ("etc/opt", 0o755, 0),
+                ("var/opt", 0o755, 0),
+                ("media", 0o755, 0),
+                ("var/mail", 0o2775, mail),
+                ("run/lock", 0o1777, 0),
+            ] {
+                self.add_if_missing(d, Node::dir(mode).owned(0, gid))?;
+            }
+            self.add_if_missing(
+                "var/spool/mail",
+                Node::new(Kind::Symlink(b"../mail".to_vec()), 0o777),
+            )?;
+            for (d, to) in [("var/run", "/run"), ("var/lock", "/run/lock")] {
+                let empty_dir = self.tree.get(d.as_bytes()).is_some_and(|n| n.kind.is_dir())
+                    && !self.tree.iter().any(|(p, _)| {
+                        p.len() > d.len() && p.starts_with(d.as_bytes()) && p[d.len()] == b'/'
+                    });
+                if empty_dir || self.tree.get(d.as_bytes()).is_none() {
+                    self.insert(
+                        d.as_bytes(),
+                        Node::new(Kind::Symlink(to.as_bytes().to_vec()), 0o777),
+                    )?;
+                }
+            }
+            for d in [
+                "",
+                "/share",
+                "/share/man",
+                "/bin",
+                "/games",
+                "/lib",
+                "/include",
+                "/sbin",
+                "/src",
+                "/etc",
+            ] {
+                self.add_if_missing(&format!("usr/local{d}"), Node::dir(0o755))?;
+            }
+            self.add_if_missing(
+                "usr/local/man",
+                Node::new(Kind::Symlink(b"share/man".to_vec()), 0o777),
+            )?;
+            for (f, mode) in [
+                ("var/log/wtmp", 0o664),
+                ("var/log/btmp", 0o660),
+                ("var/log/lastlog", 0o664),
+            ] {
+                self.add_if_missing(f, file(Vec::new(), mode).owned(0, utmp))?;
+            }
+        }
+        self.install_from_default("usr/share/libc-bin/nsswitch.conf", "etc/nsswitch.conf")?;
+        if self.tree.get(b"usr/share/zoneinfo/Etc/UTC").is_some() {
+            self.add_if_missing(
+                "etc/localtime",
+                Node::new(
+                    Kind::Symlink(b"/usr/share/zoneinfo/Etc/UTC".to_vec()),
+                    0o777,
+                ),
+            )?;
+            self.add_if_missing("etc/timezone", file("Etc/UTC\n", 0o644))?;
+        }
+        if self
+            .tree
+            .get(b"etc/security")
+            .is_some_and(|n| n.kind.is_dir())
+            && self.installed("libpam-modules")
+        {
+            self.add_if_missing("etc/security/opasswd", file(Vec::new(), 0o600))?;
+            self.add_if_missing("etc/environment", file(Vec::new(), 0o644))?;
+        }
+        Ok(())
     }
 
     /// `/etc/pam.d/common-*` as `pam-auth-update --package` (libpam-runtime's
@@ -668,6 +827,16 @@ impl System {
             .find(|g| g.0 == "shadow")
             .map(|g| g.1 as u64)
             .unwrap_or(0);
+        if self.installed("passwd") {
+            // As useradd allocates them: 65536 ids per user from 100000.
+            let ranges: String = users
+                .iter()
+                .enumerate()
+                .map(|(i, u)| format!("{}:{}:65536\n", u.name, 100000 + i * 65536))
+                .collect();
+            self.insert(b"etc/subuid", file(ranges.clone(), 0o644))?;
+            self.insert(b"etc/subgid", file(ranges, 0o644))?;
+        }
         self.insert(b"etc/passwd", file(pw_text, 0o644))?;
         self.insert(b"etc/group", file(gr_text, 0o644))?;
         self.insert(b"etc/shadow", file(sh_text, 0o640).owned(0, shadow_gid))?;
