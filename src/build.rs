@@ -12,8 +12,7 @@ use crate::store::layout::{self, LayoutError, OpenImage};
 use crate::store::LayerBlob;
 use crate::tarball::write::WriteOptions;
 use ocidir::oci_spec::image::{
-    ConfigBuilder, History, HistoryBuilder, ImageConfiguration, ImageConfigurationBuilder,
-    RootFsBuilder,
+    ConfigBuilder, History, HistoryBuilder, ImageConfiguration, ImageConfigurationBuilder, RootFsBuilder,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -36,10 +35,7 @@ pub enum BuildError {
     #[error("base image `{path}`: {message}")]
     Base { path: String, message: String },
     #[error("{file}: base.packages: {err}")]
-    Distro {
-        file: String,
-        err: crate::distro::DistroError,
-    },
+    Distro { file: String, err: Box<crate::distro::DistroError> },
 }
 
 #[derive(Debug, Clone)]
@@ -77,10 +73,7 @@ pub struct BuildResult {
 /// SOURCE_DATE_EPOCH from the environment, default 0.
 pub fn source_date_epoch_from_env() -> Result<u64, String> {
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.is_empty() => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("SOURCE_DATE_EPOCH=`{v}` is not a whole number of seconds")),
+        Ok(v) if !v.is_empty() => v.trim().parse().map_err(|_| format!("SOURCE_DATE_EPOCH=`{v}` is not a whole number of seconds")),
         _ => Ok(0),
     }
 }
@@ -102,9 +95,7 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn history(&mut self, created_by: String, comment: Option<String>) {
-        let mut h = HistoryBuilder::default()
-            .created(rfc3339(self.opts.source_date_epoch))
-            .created_by(created_by);
+        let mut h = HistoryBuilder::default().created(rfc3339(self.opts.source_date_epoch)).created_by(created_by);
         if let Some(c) = comment {
             h = h.comment(c);
         }
@@ -115,9 +106,7 @@ impl Builder<'_> {
     fn source_layer(&mut self, layer: &Layer, field_prefix: &str) -> Result<(), BuildError> {
         let scan = source::scan(layer, field_prefix)?;
         let mut k = KeyHasher::new();
-        k.field(&self.chain)
-            .field(scan.fingerprint())
-            .field(self.opts.compression.format_id());
+        k.field(&self.chain).field(scan.fingerprint()).field(self.opts.compression.format_id());
         let key = k.finish();
         self.chain = key.clone();
         if !self.opts.no_cache {
@@ -136,31 +125,11 @@ impl Builder<'_> {
         self.pack_and_record(&layer.name, &key, &tree)
     }
 
-    fn pack_and_record(
-        &mut self,
-        name: &str,
-        key: &str,
-        tree: &crate::tarball::Tree,
-    ) -> Result<(), BuildError> {
-        let bar = self
-            .opts
-            .progress
-            .bytes(tree.content_bytes(), name.to_string());
-        let wopts = WriteOptions {
-            source_date_epoch: self.opts.source_date_epoch,
-        };
-        let blob = pack_tree(
-            &self.cache,
-            tree,
-            self.opts.compression,
-            self.opts.threads,
-            &wopts,
-            &mut |n| bar.inc(n),
-        )
-        .map_err(|err| BuildError::Pack {
-            layer: name.to_string(),
-            err,
-        })?;
+    fn pack_and_record(&mut self, name: &str, key: &str, tree: &crate::tarball::Tree) -> Result<(), BuildError> {
+        let bar = self.opts.progress.bytes(tree.content_bytes(), name.to_string());
+        let wopts = WriteOptions { source_date_epoch: self.opts.source_date_epoch };
+        let blob = pack_tree(&self.cache, tree, self.opts.compression, self.opts.threads, &wopts, &mut |n| bar.inc(n))
+            .map_err(|err| BuildError::Pack { layer: name.to_string(), err })?;
         bar.finish_and_clear();
         self.cache.record(key, &blob)?;
         self.push(name.to_string(), blob, false);
@@ -169,11 +138,7 @@ impl Builder<'_> {
 
     /// A rootfs made from distro packages (see `distro`), keyed by the
     /// pinned package set: the lock beside the image, else a fresh resolution.
-    fn packages_base(
-        &mut self,
-        spec: &crate::spec::PackagesBase,
-        image: &Image,
-    ) -> Result<usize, BuildError> {
+    fn packages_base(&mut self, spec: &crate::spec::PackagesBase, image: &Image) -> Result<usize, BuildError> {
         use crate::distro;
         let file = image.file.display().to_string();
         if spec.configure {
@@ -182,17 +147,10 @@ impl Builder<'_> {
                 message: "base.packages.configure: running `dpkg --configure -a` needs the engine integration, which this version does not have yet; remove `configure` (the base is set up without running maintainer scripts)".into(),
             });
         }
-        let derr = |err| BuildError::Distro {
-            file: file.clone(),
-            err,
-        };
-        let (lock, _) =
-            distro::locked_or_resolved(spec, &image.file, &self.cache, self.spool.path())
-                .map_err(derr)?;
+        let derr = |err| BuildError::Distro { file: file.clone(), err: Box::new(err) };
+        let (lock, _) = distro::locked_or_resolved(spec, &image.file, &self.cache, self.spool.path()).map_err(derr)?;
         let mut k = KeyHasher::new();
-        k.field(&self.chain)
-            .field(distro::fingerprint(spec, &lock))
-            .field(self.opts.compression.format_id());
+        k.field(&self.chain).field(distro::fingerprint(spec, &lock)).field(self.opts.compression.format_id());
         let key = k.finish();
         self.chain = key.clone();
         if !self.opts.no_cache {
@@ -219,12 +177,7 @@ impl Builder<'_> {
     }
 
     /// Reuse an OCI image's layers as they are, by digest.
-    fn oci_base(
-        &mut self,
-        path: &Path,
-        reference: Option<&str>,
-        image: &Image,
-    ) -> Result<OpenImage, BuildError> {
+    fn oci_base(&mut self, path: &Path, reference: Option<&str>, image: &Image) -> Result<OpenImage, BuildError> {
         let (os, arch, _) = image.platform();
         let base = layout::open_image(path, reference, Some((&os, &arch)))?;
         let diff_ids = base.config.rootfs().diff_ids().clone();
@@ -232,11 +185,7 @@ impl Builder<'_> {
         if diff_ids.len() != descs.len() {
             return Err(BuildError::Base {
                 path: path.display().to_string(),
-                message: format!(
-                    "manifest has {} layers but config lists {} diff_ids",
-                    descs.len(),
-                    diff_ids.len()
-                ),
+                message: format!("manifest has {} layers but config lists {} diff_ids", descs.len(), diff_ids.len()),
             });
         }
         for (i, (d, diff_id)) in descs.iter().zip(diff_ids.iter()).enumerate() {
@@ -245,70 +194,46 @@ impl Builder<'_> {
             if !cached {
                 self.import_blob(&base, d, path)?;
             }
-            let blob = LayerBlob {
-                digest,
-                diff_id: diff_id.clone(),
-                size: d.size(),
-                media_type: d.media_type().to_string(),
-            };
+            let blob = LayerBlob { digest, diff_id: diff_id.clone(), size: d.size(), media_type: d.media_type().to_string() };
             self.push(format!("base[{i}]"), blob, cached);
         }
         self.history = base.config.history().clone().unwrap_or_default();
         let mut k = KeyHasher::new();
-        k.field(&self.chain)
-            .field("oci-base")
-            .field(&base.manifest_digest);
+        k.field(&self.chain).field("oci-base").field(&base.manifest_digest);
         self.chain = k.finish();
         Ok(base)
     }
 
     /// Copy a base blob into the cache, verifying its digest on the way.
-    fn import_blob(
-        &self,
-        base: &OpenImage,
-        d: &ocidir::oci_spec::image::Descriptor,
-        path: &Path,
-    ) -> Result<(), BuildError> {
+    fn import_blob(&self, base: &OpenImage, d: &ocidir::oci_spec::image::Descriptor, path: &Path) -> Result<(), BuildError> {
         let digest = d.digest().to_string();
-        let base_err = |message: String| BuildError::Base {
-            path: path.display().to_string(),
-            message,
-        };
+        let base_err = |message: String| BuildError::Base { path: path.display().to_string(), message };
         if let Some(f) = base.source.blob_file(&digest) {
             // Hardlink when possible: same bytes, no copy (verified below).
             if std::fs::hard_link(&f, self.cache.blob_path(&digest)).is_ok() {
                 let actual = crate::digest::sha256_file(&f).map_err(|e| base_err(e.to_string()))?;
                 if format!("sha256:{actual}") != digest {
                     let _ = std::fs::remove_file(self.cache.blob_path(&digest));
-                    return Err(base_err(format!(
-                        "blob {digest} does not match its digest (actual sha256:{actual})"
-                    )));
+                    return Err(base_err(format!("blob {digest} does not match its digest (actual sha256:{actual})")));
                 }
                 return Ok(());
             }
         }
         let mut r = base.source.blob_reader(d)?;
         let tmp = self.cache.temp_file()?;
-        let mut w = crate::digest::HashingWriter::new(std::io::BufWriter::new(
-            tmp.reopen().map_err(|e| base_err(e.to_string()))?,
-        ));
+        let mut w = crate::digest::HashingWriter::new(std::io::BufWriter::new(tmp.reopen().map_err(|e| base_err(e.to_string()))?));
         let mut buf = vec![0u8; 1 << 20];
         loop {
-            let n = r
-                .read(&mut buf)
-                .map_err(|e| base_err(format!("reading blob {digest}: {e}")))?;
+            let n = r.read(&mut buf).map_err(|e| base_err(format!("reading blob {digest}: {e}")))?;
             if n == 0 {
                 break;
             }
-            w.write_all(&buf[..n])
-                .map_err(|e| base_err(e.to_string()))?;
+            w.write_all(&buf[..n]).map_err(|e| base_err(e.to_string()))?;
         }
         let (mut f, hex, _) = w.finish();
         f.flush().map_err(|e| base_err(e.to_string()))?;
         if format!("sha256:{hex}") != digest {
-            return Err(base_err(format!(
-                "blob {digest} does not match its digest (actual sha256:{hex})"
-            )));
+            return Err(base_err(format!("blob {digest} does not match its digest (actual sha256:{hex})")));
         }
         self.cache.commit_blob(tmp, &hex)?;
         Ok(())
@@ -341,68 +266,36 @@ fn image_config(
             None => env.push((k.clone(), v.clone())),
         }
     }
-    let mut labels: HashMap<String, String> = base_cfg
-        .as_ref()
-        .and_then(|c| c.labels().clone())
-        .unwrap_or_default();
+    let mut labels: HashMap<String, String> = base_cfg.as_ref().and_then(|c| c.labels().clone()).unwrap_or_default();
     labels.extend(image.config.labels.clone());
     let c = &image.config;
     let pick = |ours: &Option<Vec<String>>, theirs: Option<Vec<String>>| ours.clone().or(theirs);
-    let mut ports: Vec<String> = base_cfg
-        .as_ref()
-        .and_then(|b| b.exposed_ports().clone())
-        .unwrap_or_default();
+    let mut ports: Vec<String> = base_cfg.as_ref().and_then(|b| b.exposed_ports().clone()).unwrap_or_default();
     for p in &c.exposed_ports {
-        let p = if p.contains('/') {
-            p.clone()
-        } else {
-            format!("{p}/tcp")
-        };
+        let p = if p.contains('/') { p.clone() } else { format!("{p}/tcp") };
         if !ports.contains(&p) {
             ports.push(p);
         }
     }
-    let mut volumes: Vec<String> = base_cfg
-        .as_ref()
-        .and_then(|b| b.volumes().clone())
-        .unwrap_or_default();
+    let mut volumes: Vec<String> = base_cfg.as_ref().and_then(|b| b.volumes().clone()).unwrap_or_default();
     for v in &c.volumes {
         if !volumes.contains(v) {
             volumes.push(v.clone());
         }
     }
-    let mut cb = ConfigBuilder::default().env(
-        env.into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>(),
-    );
-    if let Some(e) = pick(
-        &c.entrypoint,
-        base_cfg.as_ref().and_then(|b| b.entrypoint().clone()),
-    ) {
+    let mut cb = ConfigBuilder::default().env(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>());
+    if let Some(e) = pick(&c.entrypoint, base_cfg.as_ref().and_then(|b| b.entrypoint().clone())) {
         cb = cb.entrypoint(e);
     }
     // A new entrypoint resets an inherited cmd, as in Dockerfiles.
-    let inherited_cmd = if c.entrypoint.is_some() {
-        None
-    } else {
-        base_cfg.as_ref().and_then(|b| b.cmd().clone())
-    };
+    let inherited_cmd = if c.entrypoint.is_some() { None } else { base_cfg.as_ref().and_then(|b| b.cmd().clone()) };
     if let Some(cmd) = pick(&c.cmd, inherited_cmd) {
         cb = cb.cmd(cmd);
     }
-    if let Some(w) = c
-        .workdir
-        .clone()
-        .or(base_cfg.as_ref().and_then(|b| b.working_dir().clone()))
-    {
+    if let Some(w) = c.workdir.clone().or(base_cfg.as_ref().and_then(|b| b.working_dir().clone())) {
         cb = cb.working_dir(w);
     }
-    if let Some(u) = c
-        .user
-        .clone()
-        .or(base_cfg.as_ref().and_then(|b| b.user().clone()))
-    {
+    if let Some(u) = c.user.clone().or(base_cfg.as_ref().and_then(|b| b.user().clone())) {
         cb = cb.user(u);
     }
     if !labels.is_empty() {
@@ -414,11 +307,7 @@ fn image_config(
     if !volumes.is_empty() {
         cb = cb.volumes(volumes);
     }
-    if let Some(s) = c
-        .stop_signal
-        .clone()
-        .or(base_cfg.as_ref().and_then(|b| b.stop_signal().clone()))
-    {
+    if let Some(s) = c.stop_signal.clone().or(base_cfg.as_ref().and_then(|b| b.stop_signal().clone())) {
         cb = cb.stop_signal(s);
     }
     let rootfs = RootFsBuilder::default()
@@ -447,28 +336,15 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
     let cache = Cache::open(&opts.cache_dir)?;
-    let spool = tempfile::Builder::new()
-        .prefix("spool-")
-        .tempdir_in(cache.tmp_dir())
-        .map_err(|err| CacheError {
-            dir: opts.cache_dir.display().to_string(),
-            what: "cannot create a spool directory".into(),
-            err,
-        })?;
+    let spool = tempfile::Builder::new().prefix("spool-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
+        dir: opts.cache_dir.display().to_string(),
+        what: "cannot create a spool directory".into(),
+        err,
+    })?;
     let (os, arch, variant) = image.platform();
     let mut chain = KeyHasher::new();
-    chain
-        .field("quarry-chain-v1")
-        .field(format!("{os}/{arch}/{variant:?}"))
-        .field(opts.source_date_epoch.to_string());
-    let mut b = Builder {
-        opts,
-        cache,
-        spool,
-        layers: Vec::new(),
-        history: Vec::new(),
-        chain: chain.finish(),
-    };
+    chain.field("quarry-chain-v1").field(format!("{os}/{arch}/{variant:?}")).field(opts.source_date_epoch.to_string());
+    let mut b = Builder { opts, cache, spool, layers: Vec::new(), history: Vec::new(), chain: chain.finish() };
 
     let file = image.file.display().to_string();
     let mut base_config = None;
@@ -520,35 +396,17 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
                 message: format!("layer `{}`: `[run]` steps need the engine integration, which this version does not have yet", layer.name),
             });
         }
-        let prefix = if layer.file == image.file {
-            format!("layer[{}].source", i)
-        } else {
-            "source".to_string()
-        };
+        let prefix = if layer.file == image.file { format!("layer[{}].source", i) } else { "source".to_string() };
         b.source_layer(layer, &prefix)?;
         b.history(format!("quarry: layer {}", layer.name), None);
     }
 
-    let output = opts
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("out").join(&image.name));
-    let config = image_config(
-        image,
-        base_config.as_ref(),
-        &b.layers,
-        b.history.clone(),
-        opts.source_date_epoch,
-    );
+    let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
+    let config = image_config(image, base_config.as_ref(), &b.layers, b.history.clone(), opts.source_date_epoch);
     let blobs: Vec<LayerBlob> = b
         .layers
         .iter()
-        .map(|l| LayerBlob {
-            digest: l.digest.clone(),
-            diff_id: l.diff_id.clone(),
-            size: l.size,
-            media_type: l.media_type.clone(),
-        })
+        .map(|l| LayerBlob { digest: l.digest.clone(), diff_id: l.diff_id.clone(), size: l.size, media_type: l.media_type.clone() })
         .collect();
     let written = layout::write_image(
         &output,

@@ -52,9 +52,7 @@ impl Compression {
 
 /// Thread count used when the caller does not choose: every core.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// A compressing writer; `finish` flushes everything and returns the sink.
@@ -120,12 +118,7 @@ pub struct GzipBlocks<W: Write> {
 
 impl<W: Write> GzipBlocks<W> {
     pub fn new(out: W, threads: usize) -> Self {
-        GzipBlocks {
-            out,
-            pending: Vec::new(),
-            current: Vec::with_capacity(GZIP_BLOCK),
-            threads: threads.max(1),
-        }
+        GzipBlocks { out, pending: Vec::new(), current: Vec::with_capacity(GZIP_BLOCK), threads: threads.max(1) }
     }
 
     fn flush_pending(&mut self) -> io::Result<()> {
@@ -154,13 +147,9 @@ impl<W: Write> GzipBlocks<W> {
 }
 
 fn gzip_member(data: &[u8]) -> Vec<u8> {
-    let mut c = libdeflater::Compressor::new(
-        libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"),
-    );
+    let mut c = libdeflater::Compressor::new(libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"));
     let mut out = vec![0u8; c.gzip_compress_bound(data.len())];
-    let n = c
-        .gzip_compress(data, &mut out)
-        .expect("output buffer sized by gzip_compress_bound");
+    let n = c.gzip_compress(data, &mut out).expect("output buffer sized by gzip_compress_bound");
     out.truncate(n);
     out
 }
@@ -212,9 +201,7 @@ mod tests {
         assert_eq!(one, two);
         assert_eq!(one, four);
         let mut back = Vec::new();
-        flate2::read::MultiGzDecoder::new(&one[..])
-            .read_to_end(&mut back)
-            .unwrap();
+        flate2::read::MultiGzDecoder::new(&one[..]).read_to_end(&mut back).unwrap();
         assert_eq!(back, data);
     }
 

@@ -14,11 +14,7 @@ pub struct HashingWriter<W> {
 
 impl<W: Write> HashingWriter<W> {
     pub fn new(inner: W) -> Self {
-        HashingWriter {
-            inner,
-            hasher: Sha256::new(),
-            bytes: 0,
-        }
+        HashingWriter { inner, hasher: Sha256::new(), bytes: 0 }
     }
 
     pub fn bytes(&self) -> u64 {
@@ -31,11 +27,7 @@ impl<W: Write> HashingWriter<W> {
 
     /// Returns the inner writer, the hex sha256 and the byte count.
     pub fn finish(self) -> (W, String, u64) {
-        (
-            self.inner,
-            hex::encode(&self.hasher.finalize()[..]),
-            self.bytes,
-        )
+        (self.inner, hex::encode(&self.hasher.finalize()[..]), self.bytes)
     }
 }
 

@@ -12,8 +12,11 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A tar.gz of (path, content, mode) entries, directories first.
-fn targz(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
+/// (path, content, mode) of a file in a package.
+type Entry<'a> = (&'a str, &'a [u8], u32);
+
+/// A tar.gz of entries, directories first.
+fn targz(entries: &[Entry]) -> Vec<u8> {
     let mut b = tar::Builder::new(GzEncoder::new(Vec::new(), flate2::Compression::default()));
     let mut dirs = std::collections::BTreeSet::new();
     for (p, _, _) in entries {
@@ -41,7 +44,7 @@ fn targz(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
 }
 
 /// A .deb with a control paragraph and data files.
-fn make_deb(out: &Path, control: &str, files: &[(&str, &[u8], u32)]) {
+fn make_deb(out: &Path, control: &str, files: &[Entry]) {
     let control_tgz = targz(&[("./control", control.as_bytes(), 0o644)]);
     let data_tgz = targz(files);
     let mut ar = ar::Builder::new(std::fs::File::create(out).unwrap());
@@ -170,7 +173,7 @@ fn archive() -> Option<Archive> {
     let www = root.path().join("www");
     let pool = www.join("pool/main");
     std::fs::create_dir_all(&pool).unwrap();
-    let pkgs: &[(&str, &str, &str, &[(&str, &[u8], u32)])] = &[
+    let pkgs: &[(&str, &str, &str, &[Entry])] = &[
         (
             "app",
             "1.0",

@@ -42,10 +42,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         compression: a.compression,
         cache_dir: a.cache_dir.unwrap_or_else(crate::store::cache::default_dir),
         no_cache: a.no_cache,
-        threads: a
-            .threads
-            .unwrap_or_else(crate::compress::default_threads)
-            .max(1),
+        threads: a.threads.unwrap_or_else(crate::compress::default_threads).max(1),
         source_date_epoch: source_date_epoch_from_env().map_err(|e| anyhow!(e))?,
         progress: Progress::new(a.json, a.quiet),
     };
@@ -62,13 +59,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 if l.cached { "cached" } else { "built" }
             );
         }
-        println!(
-            "{}:{} -> {} ({})",
-            r.name,
-            r.tag,
-            r.output.display(),
-            r.manifest_digest
-        );
+        println!("{}:{} -> {} ({})", r.name, r.tag, r.output.display(), r.manifest_digest);
     }
     Ok(0)
 }

@@ -51,20 +51,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     println!("manifest  {}", img.manifest_digest);
     println!("config    {}", img.config_digest);
-    println!(
-        "platform  {}/{}",
-        img.config.os(),
-        img.config.architecture()
-    );
+    println!("platform  {}/{}", img.config.os(), img.config.architecture());
     println!("layers    {} ({})", layers.len(), super::human_size(total));
     for (i, l) in img.manifest.layers().iter().enumerate() {
-        println!(
-            "  {:>2}  {}  {:>10}  {}",
-            i,
-            super::short_digest(&l.digest().to_string()),
-            super::human_size(l.size()),
-            l.media_type()
-        );
+        println!("  {:>2}  {}  {:>10}  {}", i, super::short_digest(&l.digest().to_string()), super::human_size(l.size()), l.media_type());
     }
     if let Some(c) = img.config.config() {
         if let Some(e) = c.entrypoint() {

@@ -9,11 +9,7 @@ mod lock;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "quarry",
-    version,
-    about = "Hermetic, reproducible OCI images and GPU-ready containers for ROCm builds"
-)]
+#[command(name = "quarry", version, about = "Hermetic, reproducible OCI images and GPU-ready containers for ROCm builds")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -15,27 +15,15 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("cannot read {what} `{file}`: {err}")]
-    Read {
-        what: &'static str,
-        file: String,
-        err: std::io::Error,
-    },
+    Read { what: &'static str, file: String, err: std::io::Error },
     #[error("{file}: {message}")]
     Parse { file: String, message: String },
     #[error("{file}: field `{field}`: {message}")]
-    Field {
-        file: String,
-        field: String,
-        message: String,
-    },
+    Field { file: String, field: String, message: String },
 }
 
 fn field_err(file: &Path, field: impl Into<String>, message: impl Into<String>) -> SpecError {
-    SpecError::Field {
-        file: file.display().to_string(),
-        field: field.into(),
-        message: message.into(),
-    }
+    SpecError::Field { file: file.display().to_string(), field: field.into(), message: message.into() }
 }
 
 /// Where an image's base comes from.
@@ -43,20 +31,11 @@ fn field_err(file: &Path, field: impl Into<String>, message: impl Into<String>) 
 pub enum Base {
     Scratch,
     /// A rootfs tarball turned into one normalized base layer.
-    Rootfs {
-        path: PathBuf,
-        sha256: Option<String>,
-        devices: bool,
-    },
+    Rootfs { path: PathBuf, sha256: Option<String>, devices: bool },
     /// An OCI layout directory or OCI archive; layers reused as they are.
-    Oci {
-        path: PathBuf,
-        reference: Option<String>,
-    },
+    Oci { path: PathBuf, reference: Option<String> },
     /// A registry reference pulled by digest.
-    Registry {
-        reference: String,
-    },
+    Registry { reference: String },
     /// A rootfs made from a Debian/Ubuntu archive's packages.
     Packages(Box<PackagesBase>),
 }
@@ -193,18 +172,11 @@ pub fn host_platform() -> String {
 }
 
 fn read(what: &'static str, file: &Path) -> Result<String, SpecError> {
-    std::fs::read_to_string(file).map_err(|err| SpecError::Read {
-        what,
-        file: file.display().to_string(),
-        err,
-    })
+    std::fs::read_to_string(file).map_err(|err| SpecError::Read { what, file: file.display().to_string(), err })
 }
 
 fn parse_err(file: &Path, e: impl std::fmt::Display) -> SpecError {
-    SpecError::Parse {
-        file: file.display().to_string(),
-        message: e.to_string().trim_end().to_string(),
-    }
+    SpecError::Parse { file: file.display().to_string(), message: e.to_string().trim_end().to_string() }
 }
 
 fn subst_err(file: &Path, e: SubstError) -> SpecError {
@@ -243,9 +215,7 @@ fn resolve_path(base_file: &Path, p: &str) -> PathBuf {
 pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
     let mut m = BTreeMap::new();
     for s in sets {
-        let (k, v) = s
-            .split_once('=')
-            .ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        let (k, v) = s.split_once('=').ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
         if k.is_empty() {
             return Err(format!("`--set {s}`: the key is empty"));
         }
@@ -276,11 +246,7 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
         let ltext = read("layer definition", &lf)?;
         let lparsed: LayerBody = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         if lparsed.name != *name {
-            return Err(field_err(
-                &lf,
-                "name",
-                format!("is `{}` but the file is named for `{name}`", lparsed.name),
-            ));
+            return Err(field_err(&lf, "name", format!("is `{}` but the file is named for `{name}`", lparsed.name)));
         }
         let ldoc: toml::Value = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         layer_docs.push((lf, lparsed.params.clone().unwrap_or_default(), ldoc));
@@ -305,25 +271,14 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
     for (i, body) in img.layer.into_iter().enumerate() {
         let prefix = format!("layer[{i}].");
         if body.params.is_some() {
-            return Err(field_err(
-                file,
-                format!("{prefix}params"),
-                "parameters of an image belong in its top-level [params] table",
-            ));
+            return Err(field_err(file, format!("{prefix}params"), "parameters of an image belong in its top-level [params] table"));
         }
         layers.push(validate_layer(file, &prefix, body)?);
     }
     let mut seen = std::collections::BTreeSet::new();
     for l in &layers {
         if !seen.insert(l.name.clone()) {
-            return Err(field_err(
-                file,
-                "layers",
-                format!(
-                    "layer `{}` appears twice; layer names must be unique",
-                    l.name
-                ),
-            ));
+            return Err(field_err(file, "layers", format!("layer `{}` appears twice; layer names must be unique", l.name)));
         }
     }
 
@@ -349,21 +304,13 @@ fn validate_config(file: &Path, c: &ConfigDef) -> Result<(), SpecError> {
     if let Some(p) = &c.platform {
         let parts: Vec<&str> = p.split('/').collect();
         if !(2..=3).contains(&parts.len()) || parts.iter().any(|s| s.is_empty()) {
-            return Err(field_err(
-                file,
-                "config.platform",
-                format!("`{p}` is not of the form os/arch[/variant], e.g. linux/amd64"),
-            ));
+            return Err(field_err(file, "config.platform", format!("`{p}` is not of the form os/arch[/variant], e.g. linux/amd64")));
         }
     }
     for (i, port) in c.exposed_ports.iter().enumerate() {
         let (num, proto) = port.split_once('/').unwrap_or((port, "tcp"));
         if num.parse::<u16>().is_err() || !["tcp", "udp", "sctp"].contains(&proto) {
-            return Err(field_err(
-                file,
-                format!("config.exposed_ports[{i}]"),
-                format!("`{port}` is not a port like 8080 or 8080/tcp"),
-            ));
+            return Err(field_err(file, format!("config.exposed_ports[{i}]"), format!("`{port}` is not a port like 8080 or 8080/tcp")));
         }
     }
     Ok(())
@@ -386,7 +333,7 @@ fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<Base, SpecEr
                 if t.sha256.is_some() || t.devices.is_some() || t.r#ref.is_some() {
                     return Err(field_err(file, "base", "`sha256`, `devices` and `ref` do not apply to `packages` bases"));
                 }
-                return validate_packages(file, p, oci_arch).map(|p| Base::Packages(Box::new(p)));
+                return validate_packages(file, *p, oci_arch).map(|p| Base::Packages(Box::new(p)));
             }
             if let Some(s) = &t.sha256 {
                 check_sha256(file, "base.sha256", s)?;
@@ -568,28 +515,14 @@ fn validate_packages(
 }
 
 fn check_sha256(file: &Path, field: &str, s: &str) -> Result<(), SpecError> {
-    if s.len() != 64
-        || !s
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
-        return Err(field_err(
-            file,
-            field,
-            format!("`{s}` is not a sha256 (64 lowercase hex digits)"),
-        ));
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        return Err(field_err(file, field, format!("`{s}` is not a sha256 (64 lowercase hex digits)")));
     }
     Ok(())
 }
 
 fn parse_owner(file: &Path, field: &str, s: &str) -> Result<(u64, u64), SpecError> {
-    let bad = || {
-        field_err(
-            file,
-            field,
-            format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""),
-        )
-    };
+    let bad = || field_err(file, field, format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""));
     let (u, g) = s.split_once(':').ok_or_else(bad)?;
     Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
@@ -604,21 +537,13 @@ fn parse_mode(file: &Path, field: &str, m: &raw::Mode) -> Result<u32, SpecError>
     };
     match v {
         Some(v) if v <= 0o7777 => Ok(v),
-        _ => Err(field_err(
-            file,
-            field,
-            "is not a file mode like \"0644\" or \"4755\"",
-        )),
+        _ => Err(field_err(file, field, "is not a file mode like \"0644\" or \"4755\"")),
     }
 }
 
 fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, SpecError> {
     if body.name.is_empty() {
-        return Err(field_err(
-            file,
-            format!("{prefix}name"),
-            "must not be empty",
-        ));
+        return Err(field_err(file, format!("{prefix}name"), "must not be empty"));
     }
     let mut sources = Vec::new();
     for (i, s) in body.source.into_iter().enumerate() {
@@ -635,18 +560,10 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
         if let Some(s) = &inp.sha256 {
             check_sha256(file, &format!("{f}.sha256"), s)?;
         }
-        inputs.push(Input {
-            kind,
-            sha256: inp.sha256,
-            dest: inp.dest,
-        });
+        inputs.push(Input { kind, sha256: inp.sha256, dest: inp.dest });
     }
     if !inputs.is_empty() && body.run.is_none() {
-        return Err(field_err(
-            file,
-            format!("{prefix}input"),
-            "inputs are copied in for a `[run]` step; add a `run` table or remove them",
-        ));
+        return Err(field_err(file, format!("{prefix}input"), "inputs are copied in for a `[run]` step; add a `run` table or remove them"));
     }
     if let Some(run) = &body.run {
         if run.script.trim().is_empty() {
@@ -654,41 +571,19 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
         }
     }
     if sources.is_empty() && body.remove.is_empty() && body.run.is_none() {
-        return Err(field_err(
-            file,
-            format!("{prefix}source"),
-            format!("layer `{}` has no sources, removals or run step", body.name),
-        ));
+        return Err(field_err(file, format!("{prefix}source"), format!("layer `{}` has no sources, removals or run step", body.name)));
     }
-    Ok(Layer {
-        name: body.name,
-        file: file.to_path_buf(),
-        sources,
-        remove: body.remove,
-        run: body.run,
-        inputs,
-    })
+    Ok(Layer { name: body.name, file: file.to_path_buf(), sources, remove: body.remove, run: body.run, inputs })
 }
 
 fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecError> {
-    let given: Vec<&str> = [
-        ("dir", s.dir.is_some()),
-        ("file", s.file.is_some()),
-        ("archive", s.archive.is_some()),
-    ]
-    .iter()
-    .filter(|(_, g)| *g)
-    .map(|(n, _)| *n)
-    .collect();
+    let given: Vec<&str> = [("dir", s.dir.is_some()), ("file", s.file.is_some()), ("archive", s.archive.is_some())]
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(n, _)| *n)
+        .collect();
     if given.len() > 1 {
-        return Err(field_err(
-            file,
-            f,
-            format!(
-                "give one of `dir`, `file` or `archive`, not {}",
-                given.join(" and ")
-            ),
-        ));
+        return Err(field_err(file, f, format!("give one of `dir`, `file` or `archive`, not {}", given.join(" and "))));
     }
     let kind = if let Some(d) = &s.dir {
         SourceKind::Dir(resolve_path(file, d))
@@ -699,21 +594,13 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     } else if !s.remove.is_empty() {
         SourceKind::Remove
     } else {
-        return Err(field_err(
-            file,
-            f,
-            "give one of `dir`, `file`, `archive` or `remove`",
-        ));
+        return Err(field_err(file, f, "give one of `dir`, `file`, `archive` or `remove`"));
     };
     let only = |field: &str, ok: bool, what: &str| -> Result<(), SpecError> {
         if ok {
             Ok(())
         } else {
-            Err(field_err(
-                file,
-                format!("{f}.{field}"),
-                format!("applies only to {what} sources"),
-            ))
+            Err(field_err(file, format!("{f}.{field}"), format!("applies only to {what} sources")))
         }
     };
     let is_dir = matches!(kind, SourceKind::Dir(_));
@@ -722,49 +609,21 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     only("mode", s.mode.is_none() || is_file, "`file`")?;
     only("include", s.include.is_empty() || is_dir, "`dir`")?;
     only("exclude", s.exclude.is_empty() || is_dir, "`dir`")?;
-    only(
-        "strip_components",
-        s.strip_components.is_none() || is_archive,
-        "`archive`",
-    )?;
+    only("strip_components", s.strip_components.is_none() || is_archive, "`archive`")?;
     only("map", s.map.is_empty() || is_archive, "`archive`")?;
-    only(
-        "sha256",
-        s.sha256.is_none() || is_archive || is_file,
-        "`archive` and `file`",
-    )?;
-    only(
-        "devices",
-        s.devices.is_none() || is_archive || is_dir,
-        "`archive` and `dir`",
-    )?;
+    only("sha256", s.sha256.is_none() || is_archive || is_file, "`archive` and `file`")?;
+    only("devices", s.devices.is_none() || is_archive || is_dir, "`archive` and `dir`")?;
     if matches!(kind, SourceKind::Remove) && (s.dest.is_some() || s.owner.is_some()) {
-        return Err(field_err(
-            file,
-            f,
-            "a `remove` source takes no `dest` or `owner`",
-        ));
+        return Err(field_err(file, f, "a `remove` source takes no `dest` or `owner`"));
     }
-    let owner = s
-        .owner
-        .as_deref()
-        .map(|o| parse_owner(file, &format!("{f}.owner"), o))
-        .transpose()?;
-    let mode = s
-        .mode
-        .as_ref()
-        .map(|m| parse_mode(file, &format!("{f}.mode"), m))
-        .transpose()?;
+    let owner = s.owner.as_deref().map(|o| parse_owner(file, &format!("{f}.owner"), o)).transpose()?;
+    let mode = s.mode.as_ref().map(|m| parse_mode(file, &format!("{f}.mode"), m)).transpose()?;
     if let Some(h) = &s.sha256 {
         check_sha256(file, &format!("{f}.sha256"), h)?;
     }
     let dest = s.dest.unwrap_or_else(|| "/".into());
     if crate::tarball::path::normalize_dest(&dest).is_err() {
-        return Err(field_err(
-            file,
-            format!("{f}.dest"),
-            format!("`{dest}` must not contain `..`"),
-        ));
+        return Err(field_err(file, format!("{f}.dest"), format!("`{dest}` must not contain `..`")));
     }
     for (k, v) in &s.map {
         if crate::tarball::path::normalize_member(k.trim_start_matches("./").as_bytes()).is_err()
@@ -775,11 +634,7 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     }
     for (i, g) in s.include.iter().chain(s.exclude.iter()).enumerate() {
         if let Err(e) = globset::Glob::new(g) {
-            return Err(field_err(
-                file,
-                format!("{f}.include/exclude[{i}]"),
-                format!("`{g}` is not a valid glob: {e}"),
-            ));
+            return Err(field_err(file, format!("{f}.include/exclude[{i}]"), format!("`{g}` is not a valid glob: {e}")));
         }
     }
     Ok(Source {

@@ -25,17 +25,11 @@ pub enum SubstError {
 }
 
 fn valid_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !n.starts_with(|c: char| c.is_ascii_digit())
+    !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !n.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// Substitute parameters in one string.
-pub fn subst_str(
-    s: &str,
-    field: &str,
-    params: &BTreeMap<String, String>,
-) -> Result<String, SubstError> {
+pub fn subst_str(s: &str, field: &str, params: &BTreeMap<String, String>) -> Result<String, SubstError> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find('$') {
@@ -46,28 +40,15 @@ pub fn subst_str(
             rest = stripped;
         } else if let Some(body) = after.strip_prefix('{') {
             let Some(end) = body.find('}') else {
-                return Err(SubstError::Syntax(BadSyntax {
-                    field: field.into(),
-                    message: format!("unterminated `${{` in {s:?}"),
-                }));
+                return Err(SubstError::Syntax(BadSyntax { field: field.into(), message: format!("unterminated `${{` in {s:?}") }));
             };
             let name = &body[..end];
             if !valid_name(name) {
-                return Err(SubstError::Syntax(BadSyntax {
-                    field: field.into(),
-                    message: format!(
-                        "`${{{name}}}` is not a valid parameter name (letters, digits, `_`)"
-                    ),
-                }));
+                return Err(SubstError::Syntax(BadSyntax { field: field.into(), message: format!("`${{{name}}}` is not a valid parameter name (letters, digits, `_`)") }));
             }
             match params.get(name) {
                 Some(v) => out.push_str(v),
-                None => {
-                    return Err(SubstError::Unset(Unset {
-                        field: field.into(),
-                        name: name.into(),
-                    }))
-                }
+                None => return Err(SubstError::Unset(Unset { field: field.into(), name: name.into() })),
             }
             rest = &body[end + 1..];
         } else {
@@ -102,12 +83,7 @@ pub fn referenced(s: &str) -> Vec<String> {
 
 /// Substitute in every string of a value tree; `skip` names top-level keys
 /// left alone (the `[params]` table itself).
-pub fn subst_value(
-    v: &mut Value,
-    field: &str,
-    params: &BTreeMap<String, String>,
-    skip: &[&str],
-) -> Result<(), SubstError> {
+pub fn subst_value(v: &mut Value, field: &str, params: &BTreeMap<String, String>, skip: &[&str]) -> Result<(), SubstError> {
     match v {
         Value::String(s) => *s = subst_str(s, field, params)?,
         Value::Array(items) => {
@@ -120,11 +96,7 @@ pub fn subst_value(
                 if skip.contains(&k.as_str()) {
                     continue;
                 }
-                let f = if field.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{field}.{k}")
-                };
+                let f = if field.is_empty() { k.clone() } else { format!("{field}.{k}") };
                 subst_value(item, &f, params, &[])?;
             }
         }
@@ -140,10 +112,7 @@ mod tests {
     #[test]
     fn substitutes_and_escapes() {
         let p: BTreeMap<String, String> = [("A".to_string(), "x".to_string())].into();
-        assert_eq!(
-            subst_str("${A}/b/$${A}/$5", "f", &p).unwrap(),
-            "x/b/${A}/$5"
-        );
+        assert_eq!(subst_str("${A}/b/$${A}/$5", "f", &p).unwrap(), "x/b/${A}/$5");
         match subst_str("${B}", "source[0].dir", &p) {
             Err(SubstError::Unset(u)) => {
                 assert_eq!(u.name, "B");
@@ -151,10 +120,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            subst_str("${A", "f", &p),
-            Err(SubstError::Syntax(_))
-        ));
+        assert!(matches!(subst_str("${A", "f", &p), Err(SubstError::Syntax(_))));
         assert_eq!(referenced("${A}-$${B}-${C}"), ["A", "C"]);
     }
 }

@@ -37,7 +37,7 @@ pub(super) struct BaseTable {
     pub registry: Option<String>,
     pub sha256: Option<String>,
     pub devices: Option<bool>,
-    pub packages: Option<PackagesDef>,
+    pub packages: Option<Box<PackagesDef>>,
 }
 
 /// `[base.packages]`: a rootfs made from a Debian/Ubuntu archive.
