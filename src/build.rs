@@ -42,6 +42,8 @@ pub enum BuildError {
     Engine { layer: String, err: crate::engine::EngineError },
     #[error("{file}: base `registry`: {err}")]
     Registry { file: String, err: crate::registry::RegistryError },
+    #[error("{file}: base.packages: {err}")]
+    Distro { file: String, err: Box<crate::distro::DistroError> },
 }
 
 #[derive(Debug, Clone)]
@@ -178,29 +180,7 @@ impl Builder<'_> {
                 layer.name, report.dropped_devices
             );
         }
-        let bar = self
-            .opts
-            .progress
-            .bytes(tree.content_bytes(), layer.name.clone());
-        let wopts = WriteOptions {
-            source_date_epoch: self.opts.source_date_epoch,
-        };
-        let blob = pack_tree(
-            &self.cache,
-            &tree,
-            self.opts.compression,
-            self.opts.threads,
-            &wopts,
-            &mut |n| bar.inc(n),
-        )
-        .map_err(|err| BuildError::Pack {
-            layer: layer.name.clone(),
-            err,
-        })?;
-        bar.finish_and_clear();
-        self.cache.record(&key, &blob)?;
-        self.push(layer.name.clone(), blob, false);
-        Ok(())
+        self.pack_and_record(&layer.name, &key, &tree)
     }
 
     /// A step layer: its script runs in a container of the image built so
@@ -290,14 +270,47 @@ impl Builder<'_> {
         let _ = std::fs::remove_dir_all(&partial);
         tree.finalize_hardlinks()
             .map_err(|e| SourceError { file: file.clone(), field: format!("{field}run"), message: format!("the step's diff: {e}") })?;
-        let bar = self.opts.progress.bytes(tree.content_bytes(), layer.name.clone());
+        self.pack_and_record(&layer.name, &key, &tree)
+    }
+
+    fn pack_and_record(&mut self, name: &str, key: &str, tree: &crate::tarball::Tree) -> Result<(), BuildError> {
+        let bar = self.opts.progress.bytes(tree.content_bytes(), name.to_string());
         let wopts = WriteOptions { source_date_epoch: self.opts.source_date_epoch };
-        let blob = pack_tree(&self.cache, &tree, self.opts.compression, self.opts.threads, &wopts, &mut |n| bar.inc(n))
-            .map_err(|err| BuildError::Pack { layer: layer.name.clone(), err })?;
+        let blob = pack_tree(&self.cache, tree, self.opts.compression, self.opts.threads, &wopts, &mut |n| bar.inc(n))
+            .map_err(|err| BuildError::Pack { layer: name.to_string(), err })?;
         bar.finish_and_clear();
-        self.cache.record(&key, &blob)?;
-        self.push(layer.name.clone(), blob, false);
+        self.cache.record(key, &blob)?;
+        self.push(name.to_string(), blob, false);
         Ok(())
+    }
+
+    /// A rootfs made from distro packages (see `distro`), keyed by the
+    /// pinned package set: the lock beside the image, else a fresh resolution.
+    fn packages_base(&mut self, spec: &crate::spec::PackagesBase, image: &Image) -> Result<usize, BuildError> {
+        use crate::distro;
+        let file = image.file.display().to_string();
+        if spec.configure {
+            return Err(BuildError::Unsupported {
+                file,
+                message: "base.packages.configure: running `dpkg --configure -a` needs the engine integration, which this version does not have yet; remove `configure` (the base is set up without running maintainer scripts)".into(),
+            });
+        }
+        let derr = |err| BuildError::Distro { file: file.clone(), err: Box::new(err) };
+        let (lock, _) = distro::locked_or_resolved(spec, &image.file, &self.cache, self.spool.path()).map_err(derr)?;
+        let mut k = KeyHasher::new();
+        k.field(&self.chain).field(distro::fingerprint(spec, &lock)).field(self.opts.compression.format_id());
+        let key = k.finish();
+        self.chain = key.clone();
+        if !self.opts.no_cache {
+            if let Some(blob) = self.cache.lookup(&key) {
+                self.push("base".into(), blob, true);
+                return Ok(lock.packages.len());
+            }
+        }
+        let debs = distro::fetch_debs(spec, &lock, &self.cache).map_err(derr)?;
+        let tree = distro::assemble(spec, &lock, &debs, self.spool.path()).map_err(derr)?;
+        self.pack_and_record("base", &key, &tree)?;
+        Ok(lock.packages.len())
     }
 
     fn push(&mut self, name: String, blob: LayerBlob, cached: bool) {
@@ -615,6 +628,10 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         Base::Oci { path, reference } => {
             let base = b.oci_base(path, reference.as_deref(), image)?;
             base_config = Some(base.config);
+        }
+        Base::Packages(p) => {
+            let n = b.packages_base(p, image)?;
+            b.history(format!("quarry: packages {} {} ({n} packages)", p.suite, p.architecture), None);
         }
         Base::Registry { reference } => {
             base_config = Some(b.registry_base(reference, image)?);

@@ -237,6 +237,40 @@ fn render_layer(
     Ok(())
 }
 
+/// A `packages` base as the distro's own image plus apt: the nearest a
+/// Dockerfile gets (its package versions are not pinned like quarry's lock).
+fn render_packages_base(out: &mut String, p: &crate::spec::PackagesBase) {
+    let distro = if p.keyring.to_string_lossy().contains("ubuntu") { "ubuntu" } else { "debian" };
+    writeln!(out, "FROM {distro}:{}", p.suite).unwrap();
+    if !p.include.is_empty() {
+        writeln!(
+            out,
+            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {} && rm -rf /var/lib/apt/lists/*",
+            p.include.join(" ")
+        )
+        .unwrap();
+    }
+    for (name, gid) in &p.groups {
+        writeln!(out, "RUN getent group {name} || groupadd -g {gid} {name}").unwrap();
+    }
+    for u in &p.users {
+        let mut cmd = String::new();
+        for g in &u.groups {
+            cmd.push_str(&format!("(getent group {g} || groupadd -r {g}) && "));
+        }
+        let groups = if u.groups.is_empty() { String::new() } else { format!(" -G {}", u.groups.join(",")) };
+        let shell = u.shell.clone().unwrap_or_else(|| "/bin/bash".into());
+        cmd.push_str(&format!("useradd -m -u {} -s {shell}{groups} {}", u.uid, u.name));
+        if u.sudo {
+            cmd.push_str(&format!(
+                " && echo '{0} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/{0} && chmod 0440 /etc/sudoers.d/{0}",
+                u.name
+            ));
+        }
+        writeln!(out, "RUN {cmd}").unwrap();
+    }
+}
+
 /// Render `image` as a Dockerfile whose build context is `context`.
 pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
     let mut out = String::new();
@@ -253,6 +287,7 @@ pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
         writeln!(out, "# Parameters: {}", shown.join(" ")).unwrap();
     }
     match &image.base {
+        Base::Packages(p) => render_packages_base(&mut out, p),
         Base::Scratch => writeln!(out, "FROM scratch").unwrap(),
         Base::Registry { reference } => writeln!(out, "FROM {reference}").unwrap(),
         Base::Rootfs { path, .. } => {

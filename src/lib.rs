@@ -9,6 +9,7 @@ pub mod digest;
 pub mod dockerfile;
 pub mod engine;
 pub mod elf;
+pub mod distro;
 pub mod export;
 pub mod pack;
 pub mod progress;

@@ -14,6 +14,7 @@ mod run;
 mod pull;
 mod push;
 mod wheel;
+mod lock;
 
 use clap::{Parser, Subcommand};
 
@@ -57,6 +58,8 @@ enum Command {
     /// Check and repair Python wheels
     #[command(subcommand)]
     Wheel(wheel::Command),
+    /// Resolve a `[base.packages]` image and pin every package in IMAGE.lock
+    Lock(lock::Args),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -76,6 +79,7 @@ pub fn main() -> i32 {
         Command::Push(a) => push::run(a),
         Command::Pull(a) => pull::run(a),
         Command::Wheel(c) => wheel::run(c),
+        Command::Lock(a) => lock::run(a),
     };
     match result {
         Ok(code) => code,

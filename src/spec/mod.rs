@@ -5,7 +5,7 @@
 pub mod params;
 mod raw;
 
-pub use raw::{ConfigDef, InputDef, RunDef};
+pub use raw::{ConfigDef, InputDef, RunDef, UserDef};
 
 use params::{subst_value, SubstError};
 use raw::{BaseDef, ImageFile, LayerBody, SourceDef};
@@ -54,9 +54,56 @@ pub enum Base {
         reference: Option<String>,
     },
     /// A registry reference pulled by digest.
-    Registry {
-        reference: String,
-    },
+    Registry { reference: String },
+    /// A rootfs made from a Debian/Ubuntu archive's packages.
+    Packages(Box<PackagesBase>),
+}
+
+/// Where a `packages` base downloads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mirror {
+    /// The mirror this machine's apt configuration uses for the suite.
+    Host,
+    Url(String),
+}
+
+/// Which packages a base gets besides those named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// `Essential: yes` only.
+    Essential,
+    /// Essential plus `Priority: required` (what a minimal Debian has).
+    Required,
+}
+
+/// `[base.packages]`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackagesBase {
+    pub suite: String,
+    pub components: Vec<String>,
+    /// Debian's name for it (`amd64`, `arm64`, `ppc64el`).
+    pub architecture: String,
+    pub mirror: Mirror,
+    /// An OpenPGP keyring (binary, as in /usr/share/keyrings) that signs the archive.
+    pub keyring: PathBuf,
+    /// Packages to install (`name` or `name=version`).
+    pub include: Vec<String>,
+    pub variant: Variant,
+    /// Run `dpkg --configure -a` in a container afterwards.
+    pub configure: bool,
+    pub groups: BTreeMap<String, u32>,
+    pub users: Vec<UserDef>,
+}
+
+/// Debian's architecture name for an OCI one.
+pub fn debian_arch(oci_arch: &str) -> String {
+    match oci_arch {
+        "ppc64le" => "ppc64el".into(),
+        "386" => "i386".into(),
+        "arm" => "armhf".into(),
+        other => other.into(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -284,7 +331,9 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
         }
     }
 
-    let base = validate_base(file, img.base)?;
+    let oci_arch = img.config.platform.clone().unwrap_or_else(host_platform);
+    let oci_arch = oci_arch.split('/').nth(1).unwrap_or("amd64").to_string();
+    let base = validate_base(file, img.base, &oci_arch)?;
     if img.name.is_empty() {
         return Err(field_err(file, "name", "must not be empty"));
     }
@@ -324,18 +373,24 @@ fn validate_config(file: &Path, c: &ConfigDef) -> Result<(), SpecError> {
     Ok(())
 }
 
-fn validate_base(file: &Path, b: BaseDef) -> Result<Base, SpecError> {
+fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<Base, SpecError> {
     match b {
         BaseDef::Named(n) if n == "scratch" => Ok(Base::Scratch),
         BaseDef::Named(n) => Err(field_err(
             file,
             "base",
-            format!("`{n}` is not a base; use \"scratch\", {{ rootfs = \"x.tar\" }}, {{ oci = \"dir\", ref = \"tag\" }} or {{ registry = \"host/repo@sha256:...\" }}"),
+            format!("`{n}` is not a base; use \"scratch\", {{ rootfs = \"x.tar\" }}, {{ oci = \"dir\", ref = \"tag\" }}, {{ registry = \"host/repo@sha256:...\" }} or a [base.packages] table"),
         )),
         BaseDef::Table(t) => {
-            let kinds = [t.rootfs.is_some(), t.oci.is_some(), t.registry.is_some()].iter().filter(|x| **x).count();
+            let kinds = [t.rootfs.is_some(), t.oci.is_some(), t.registry.is_some(), t.packages.is_some()].iter().filter(|x| **x).count();
             if kinds != 1 {
-                return Err(field_err(file, "base", "give exactly one of `rootfs`, `oci` or `registry`"));
+                return Err(field_err(file, "base", "give exactly one of `rootfs`, `oci`, `registry` or `packages`"));
+            }
+            if let Some(p) = t.packages {
+                if t.sha256.is_some() || t.devices.is_some() || t.r#ref.is_some() {
+                    return Err(field_err(file, "base", "`sha256`, `devices` and `ref` do not apply to `packages` bases"));
+                }
+                return validate_packages(file, *p, oci_arch).map(|p| Base::Packages(Box::new(p)));
             }
             if let Some(s) = &t.sha256 {
                 check_sha256(file, "base.sha256", s)?;
@@ -359,6 +414,161 @@ fn validate_base(file: &Path, b: BaseDef) -> Result<Base, SpecError> {
             Ok(Base::Registry { reference })
         }
     }
+}
+
+fn valid_package_name(n: &str) -> bool {
+    n.len() >= 2
+        && n.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+}
+
+fn valid_account_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 32
+        && n.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+fn validate_packages(
+    file: &Path,
+    p: raw::PackagesDef,
+    oci_arch: &str,
+) -> Result<PackagesBase, SpecError> {
+    let f = |k: &str| format!("base.packages.{k}");
+    if p.suite.is_empty() || p.suite.contains(['/', ' ']) {
+        return Err(field_err(
+            file,
+            f("suite"),
+            format!(
+                "`{}` is not a suite name like \"bookworm\" or \"noble\"",
+                p.suite
+            ),
+        ));
+    }
+    let components = p.components.unwrap_or_else(|| vec!["main".into()]);
+    if components.is_empty() || components.iter().any(|c| c.is_empty() || c.contains(' ')) {
+        return Err(field_err(
+            file,
+            f("components"),
+            "give one or more component names, e.g. [\"main\"]",
+        ));
+    }
+    let platform_arch = debian_arch(oci_arch);
+    let architecture = p.architecture.unwrap_or_else(|| platform_arch.clone());
+    if architecture != platform_arch {
+        return Err(field_err(
+            file,
+            f("architecture"),
+            format!("`{architecture}` does not match the image's platform (Debian architecture `{platform_arch}`); set `config.platform` or drop `architecture`"),
+        ));
+    }
+    let mirror = match p.mirror.as_str() {
+        "host" => Mirror::Host,
+        m if m.starts_with("http://") || m.starts_with("https://") => Mirror::Url(m.trim_end_matches('/').to_string()),
+        m => {
+            return Err(field_err(
+                file,
+                f("mirror"),
+                format!("`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"),
+            ))
+        }
+    };
+    if p.keyring.is_empty() {
+        return Err(field_err(file, f("keyring"), "is empty; name the keyring that signs the archive, e.g. /usr/share/keyrings/debian-archive-keyring.gpg"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, inc) in p.include.iter().enumerate() {
+        let (name, version) = match inc.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (inc.as_str(), None),
+        };
+        if !valid_package_name(name) || version.is_some_and(|v| v.is_empty() || v.contains(' ')) {
+            return Err(field_err(
+                file,
+                format!("{}[{i}]", f("include")),
+                format!("`{inc}` is not a package name (optionally `name=version`)"),
+            ));
+        }
+        if !seen.insert(name.to_string()) {
+            return Err(field_err(
+                file,
+                format!("{}[{i}]", f("include")),
+                format!("`{name}` is listed twice"),
+            ));
+        }
+    }
+    let variant = match p.variant.as_deref() {
+        None | Some("required") => Variant::Required,
+        Some("essential") => Variant::Essential,
+        Some(v) => {
+            return Err(field_err(
+                file,
+                f("variant"),
+                format!("`{v}` is not \"required\" or \"essential\""),
+            ))
+        }
+    };
+    for (g, gid) in &p.groups {
+        if !valid_account_name(g) || *gid == 0 || *gid >= 65534 {
+            return Err(field_err(
+                file,
+                format!("{}.{g}", f("groups")),
+                "expects a group name (lowercase) and a gid between 1 and 65533",
+            ));
+        }
+    }
+    for (i, u) in p.users.iter().enumerate() {
+        let uf = format!("{}[{i}]", f("users"));
+        if !valid_account_name(&u.name) {
+            return Err(field_err(
+                file,
+                format!("{uf}.name"),
+                format!(
+                    "`{}` is not a user name (lowercase letters, digits, `_`, `-`)",
+                    u.name
+                ),
+            ));
+        }
+        if u.uid == 0 || u.uid >= 65534 || u.gid.is_some_and(|g| g >= 65534) {
+            return Err(field_err(
+                file,
+                format!("{uf}.uid"),
+                "uid and gid must be between 1 and 65533",
+            ));
+        }
+        if let Some(g) = u.groups.iter().find(|g| !valid_account_name(g)) {
+            return Err(field_err(
+                file,
+                format!("{uf}.groups"),
+                format!("`{g}` is not a group name"),
+            ));
+        }
+        for (k, v) in [("shell", &u.shell), ("home", &u.home)] {
+            if v.as_ref()
+                .is_some_and(|v| !v.starts_with('/') || v.contains(".."))
+            {
+                return Err(field_err(
+                    file,
+                    format!("{uf}.{k}"),
+                    "must be an absolute path without `..`",
+                ));
+            }
+        }
+    }
+    Ok(PackagesBase {
+        suite: p.suite,
+        components,
+        architecture,
+        mirror,
+        keyring: resolve_path(file, &p.keyring),
+        include: p.include,
+        variant,
+        configure: p.configure,
+        groups: p.groups,
+        users: p.users,
+    })
 }
 
 fn check_sha256(file: &Path, field: &str, s: &str) -> Result<(), SpecError> {
@@ -607,4 +817,84 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
         remove: s.remove,
         devices: s.devices.unwrap_or(false),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Image, SpecError> {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("img.toml");
+        std::fs::write(&f, text).unwrap();
+        load_image(&f, &BTreeMap::new())
+    }
+
+    const PKG: &str = "name = \"x\"\n[config]\nplatform = \"linux/amd64\"\n[base.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\nkeyring = \"k.gpg\"\ninclude = [\"python3\", \"sudo=1.9\"]\n";
+
+    #[test]
+    fn packages_base_parses_with_defaults() {
+        let img = load(PKG).unwrap();
+        let Base::Packages(p) = &img.base else {
+            panic!("{:?}", img.base)
+        };
+        assert_eq!(p.components, ["main"]);
+        assert_eq!(p.architecture, "amd64");
+        assert_eq!(p.mirror, Mirror::Host);
+        assert_eq!(p.variant, Variant::Required);
+        assert!(
+            p.keyring.is_absolute() && p.keyring.ends_with("k.gpg"),
+            "relative to the definition"
+        );
+        assert!(!p.configure);
+    }
+
+    #[test]
+    fn packages_base_errors_name_the_field() {
+        let cases = [
+            (
+                PKG.replace("mirror = \"host\"", "mirror = \"ftp://x\""),
+                "base.packages.mirror",
+            ),
+            (
+                PKG.replace("\"python3\"", "\"Python3\""),
+                "base.packages.include[0]",
+            ),
+            (
+                PKG.replace("\"sudo=1.9\"", "\"python3\""),
+                "base.packages.include[1]",
+            ),
+            (
+                format!("{PKG}architecture = \"arm64\"\n"),
+                "base.packages.architecture",
+            ),
+            (
+                format!("{PKG}variant = \"tiny\"\n"),
+                "base.packages.variant",
+            ),
+            (
+                format!("{PKG}users = [{{ name = \"Bad\", uid = 1000 }}]\n"),
+                "base.packages.users[0].name",
+            ),
+            (
+                format!("{PKG}users = [{{ name = \"t\", uid = 0 }}]\n"),
+                "base.packages.users[0].uid",
+            ),
+        ];
+        for (text, field) in cases {
+            let e = load(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("field `{field}`")), "{field}: {e}");
+        }
+        let e = load(&format!("{PKG}flavour = 1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("flavour"), "{e}");
+        let e = load(&PKG.replace(
+            "[base.packages]",
+            "[base]\nrootfs = \"x.tar\"\n[base.packages]",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("exactly one of"), "{e}");
+    }
 }

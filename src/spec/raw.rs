@@ -37,6 +37,45 @@ pub(super) struct BaseTable {
     pub registry: Option<String>,
     pub sha256: Option<String>,
     pub devices: Option<bool>,
+    pub packages: Option<Box<PackagesDef>>,
+}
+
+/// `[base.packages]`: a rootfs made from a Debian/Ubuntu archive.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PackagesDef {
+    pub suite: String,
+    pub components: Option<Vec<String>>,
+    pub architecture: Option<String>,
+    pub mirror: String,
+    pub keyring: String,
+    #[serde(default)]
+    pub include: Vec<String>,
+    pub variant: Option<String>,
+    #[serde(default)]
+    pub configure: bool,
+    #[serde(default)]
+    pub groups: BTreeMap<String, u32>,
+    #[serde(default)]
+    pub users: Vec<UserDef>,
+}
+
+/// An account a `packages` base adds (as `useradd -m` would).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserDef {
+    pub name: String,
+    pub uid: u32,
+    /// The primary group's id; a group named like the user is made with it.
+    pub gid: Option<u32>,
+    /// Supplementary groups; missing ones are made as system groups.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    pub shell: Option<String>,
+    pub home: Option<String>,
+    /// Passwordless sudo through `/etc/sudoers.d/NAME`.
+    #[serde(default)]
+    pub sudo: bool,
 }
 
 impl<'de> Deserialize<'de> for BaseDef {

@@ -120,6 +120,22 @@ impl Cache {
         Ok(dest)
     }
 
+    /// A content-addressed file of another kind (`debs/<sha256>`, `indexes/<sha256>`).
+    pub fn named_path(&self, kind: &str, name: &str) -> PathBuf {
+        self.root.join(kind).join(name)
+    }
+
+    /// Move a finished temporary file to `kind/name`.
+    pub fn commit_named(&self, tmp: tempfile::NamedTempFile, kind: &str, name: &str) -> Result<PathBuf, CacheError> {
+        let dir = self.root.join(kind);
+        std::fs::create_dir_all(&dir).map_err(|e| self.err(format!("cannot create `{kind}`"), e))?;
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
+        let dest = dir.join(name);
+        tmp.persist(&dest).map_err(|e| self.err(format!("cannot store {kind}/{name}"), e.error))?;
+        Ok(dest)
+    }
+
     fn record_path(&self, key: &str) -> PathBuf {
         self.root.join("layers").join(format!("{key}.json"))
     }

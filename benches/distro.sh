@@ -1,0 +1,52 @@
+#!/bin/sh
+# Benchmark: a cold build of images/no_rocm_image_debian12.toml with quarry
+# against mmdebstrap installing the same package list (its `required`
+# variant: Essential + Priority required, like quarry's default), in the same
+# run and from the same mirror (this machine's apt sources); then quarry's
+# warm rebuilds. Needs root (mmdebstrap --mode=root) and network.
+# usage: benches/distro.sh [WORKDIR]   (default: a fresh directory under /tmp)
+set -eu
+repo=$(cd "$(dirname "$0")/.." && pwd)
+work=${1:-$(mktemp -d /tmp/quarry-bench-distro.XXXXXX)}
+mkdir -p "$work"
+image="$repo/images/no_rocm_image_debian12.toml"
+
+cargo build --release --quiet --manifest-path "$repo/Cargo.toml"
+quarry="$repo/target/release/quarry"
+
+# The package list, read from the definition itself.
+include=$(python3 - "$image" <<'PY'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print(",".join(tomllib.load(f)["base"]["packages"]["include"]))
+PY
+)
+
+sources="$work/sources"
+: > "$sources"
+for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && grep -qi debian "$f" && { cat "$f"; echo; } >> "$sources"
+done
+[ -s "$sources" ] || grep -v '^\s*#' /etc/apt/sources.list | grep . > "$sources"
+
+t() { # t LABEL COMMAND...: wall-clock seconds of one run
+    label=$1; shift
+    start=$(date +%s.%N)
+    "$@" > "$work/$label.log" 2>&1 || { cat "$work/$label.log" >&2; exit 1; }
+    end=$(date +%s.%N)
+    printf '%-44s %8.1f s\n' "$label" "$(echo "$end - $start" | bc)"
+}
+
+cp "$image" "$work/no_rocm_image_debian12.toml"
+img="$work/no_rocm_image_debian12.toml"
+rm -rf "$work/cache" "$work/out" "$work/mmdebstrap.tar" "$work/no_rocm_image_debian12.lock"
+
+echo "cores: $(nproc); packages: $include"
+t "quarry cold (resolve, download, build)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out"
+t "mmdebstrap cold (--variant=required)" mmdebstrap --variant=required --mode=root --format=tar \
+    --aptopt='Acquire::Check-Valid-Until "false"' --include="$include" bookworm "$work/mmdebstrap.tar" "$sources"
+t "quarry lock" "$quarry" lock "$img" --cache-dir "$work/cache"
+t "quarry warm rebuild (layer cache)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out"
+t "quarry warm rebuild --no-cache (.deb cache)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out" --no-cache
+echo "quarry layer: $(du -b "$work/cache/blobs/sha256" | cut -f1) bytes in the cache (gzip); mmdebstrap tar: $(stat -c %s "$work/mmdebstrap.tar") bytes (uncompressed)"
+echo "packages: quarry $(grep -c '^\[\[package' "$work/no_rocm_image_debian12.lock"), mmdebstrap $(tar xOf "$work/mmdebstrap.tar" ./var/lib/dpkg/status | grep -c '^Package:')"

@@ -1,0 +1,252 @@
+//! A Debian/Ubuntu archive: its signed `InRelease` (verified with `gpgv`
+//! against the definition's keyring; only the signed text is parsed), and
+//! the `Packages` indexes it lists, checked against the Release hashes.
+
+use super::control::{for_each_paragraph, parse_depends, parse_paragraphs, Depends};
+use super::fetch::{cached_or_fetch, Fetcher};
+use super::DistroError;
+use crate::store::cache::Cache;
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where and what to read.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    /// Base URL, without a trailing `/`.
+    pub mirror: String,
+    pub suite: String,
+    pub components: Vec<String>,
+    pub architecture: String,
+    pub keyring: PathBuf,
+}
+
+/// The verified Release data.
+#[derive(Debug, Clone)]
+pub struct Release {
+    /// sha256 of the InRelease file as served.
+    pub digest: String,
+    pub by_hash: bool,
+    /// Index path -> (sha256, size).
+    pub sha256: BTreeMap<String, (String, u64)>,
+    pub codename: Option<String>,
+}
+
+impl Repo {
+    pub fn url(&self, rel: &str) -> String {
+        format!("{}/{}", self.mirror, rel.trim_start_matches('/'))
+    }
+
+    pub fn release_url(&self) -> String {
+        self.url(&format!("dists/{}/InRelease", self.suite))
+    }
+
+    /// Fetch InRelease and verify its signature.
+    pub fn fetch_release(&self, fetcher: &Fetcher, spool: &Path) -> Result<Release, DistroError> {
+        let url = self.release_url();
+        let bytes = fetcher.get_bytes(&url)?;
+        let signed = verify_signed(&bytes, &self.keyring, &url, spool)?;
+        parse_release(&signed, crate::digest::sha256_hex(&bytes), &url)
+    }
+
+    /// Every package of every component's index for the architecture.
+    pub fn fetch_packages(
+        &self,
+        fetcher: &Fetcher,
+        cache: &Cache,
+        release: &Release,
+    ) -> Result<Vec<Package>, DistroError> {
+        let mut all = Vec::new();
+        for comp in &self.components {
+            let base = format!("{comp}/binary-{}/Packages", self.architecture);
+            let (rel, (sha, size)) = ["xz", "gz", ""]
+                .iter()
+                .map(|ext| if ext.is_empty() { base.clone() } else { format!("{base}.{ext}") })
+                .find_map(|p| release.sha256.get(&p).map(|h| (p.clone(), h.clone())))
+                .ok_or_else(|| DistroError::Index {
+                    url: self.release_url(),
+                    message: format!(
+                        "lists no `{base}` index: check `components` and `architecture` (the Release file names what the suite has)"
+                    ),
+                })?;
+            let dir = rel.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+            let url = if release.by_hash {
+                self.url(&format!("dists/{}/{dir}/by-hash/SHA256/{sha}", self.suite))
+            } else {
+                self.url(&format!("dists/{}/{rel}", self.suite))
+            };
+            let path = cached_or_fetch(
+                fetcher,
+                cache,
+                "indexes",
+                &|| Ok(url.clone()),
+                &sha,
+                Some(size),
+            )?;
+            let file = std::fs::File::open(&path).map_err(|e| DistroError::io(&path, e))?;
+            let reader: Box<dyn std::io::Read> = if rel.ends_with(".xz") {
+                Box::new(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(
+                    file,
+                )))
+            } else if rel.ends_with(".gz") {
+                Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(file)))
+            } else {
+                Box::new(file)
+            };
+            let mut bad = None;
+            for_each_paragraph(BufReader::with_capacity(1 << 20, reader), |p| {
+                match Package::from_paragraph(&p) {
+                    Ok(pkg) => all.push(pkg),
+                    Err(m) => {
+                        bad.get_or_insert(m);
+                    }
+                }
+            })
+            .map_err(|e| DistroError::Index {
+                url: url.clone(),
+                message: format!("cannot read: {e}"),
+            })?;
+            if let Some(m) = bad {
+                return Err(DistroError::Index { url, message: m });
+            }
+        }
+        Ok(all)
+    }
+}
+
+/// Run `gpgv` on a clearsigned document; return the signed text only.
+pub fn verify_signed(
+    doc: &[u8],
+    keyring: &Path,
+    url: &str,
+    spool: &Path,
+) -> Result<String, DistroError> {
+    let keyring = keyring.canonicalize().map_err(|e| DistroError::Keyring {
+        keyring: keyring.display().to_string(),
+        message: format!("cannot read it: {e}"),
+    })?;
+    let dir = tempfile::Builder::new()
+        .prefix("gpgv-")
+        .tempdir_in(spool)
+        .map_err(|e| DistroError::io(spool, e))?;
+    let input = dir.path().join("InRelease");
+    let output = dir.path().join("Release");
+    std::fs::write(&input, doc).map_err(|e| DistroError::io(&input, e))?;
+    let out = Command::new("gpgv")
+        // gpgv reads a relative keyring from ~/.gnupg; the path is absolute.
+        .arg("--keyring")
+        .arg(&keyring)
+        .arg("--status-fd")
+        .arg("1")
+        .arg("--output")
+        .arg(&output)
+        .arg(&input)
+        .env("GNUPGHOME", dir.path())
+        .output()
+        .map_err(|e| DistroError::Keyring {
+            keyring: keyring.display().to_string(),
+            message: format!("cannot run `gpgv` ({e}); install it (Debian/Ubuntu package `gpgv`)"),
+        })?;
+    let status = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !status.lines().any(|l| l.starts_with("[GNUPG:] VALIDSIG")) {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let why: Vec<&str> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        return Err(DistroError::BadSignature {
+            url: url.to_string(),
+            keyring: keyring.display().to_string(),
+            message: why.join("; "),
+        });
+    }
+    std::fs::read_to_string(&output).map_err(|e| DistroError::io(&output, e))
+}
+
+fn parse_release(text: &str, digest: String, url: &str) -> Result<Release, DistroError> {
+    let p = parse_paragraphs(text)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let mut sha256 = BTreeMap::new();
+    for line in p.get("SHA256").unwrap_or("").lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if let [hash, size, path] = w[..] {
+            if let Ok(size) = size.parse() {
+                sha256.insert(path.to_string(), (hash.to_ascii_lowercase(), size));
+            }
+        }
+    }
+    if sha256.is_empty() {
+        return Err(DistroError::Index {
+            url: url.to_string(),
+            message: "the signed Release data has no SHA256 list".into(),
+        });
+    }
+    Ok(Release {
+        digest,
+        by_hash: p
+            .get("Acquire-By-Hash")
+            .map(|v| v.trim() == "yes")
+            .unwrap_or(false),
+        sha256,
+        codename: p.get("Codename").map(String::from),
+    })
+}
+
+/// One binary package of an index.
+#[derive(Debug, Clone)]
+pub struct Package {
+    pub name: String,
+    pub version: String,
+    pub architecture: String,
+    pub filename: String,
+    pub sha256: String,
+    pub size: u64,
+    pub depends: Depends,
+    pub pre_depends: Depends,
+    /// (virtual name, version given by `name (= v)`)
+    pub provides: Vec<(String, Option<String>)>,
+    pub essential: bool,
+    pub priority: String,
+}
+
+impl Package {
+    pub fn from_paragraph(p: &super::control::Paragraph) -> Result<Package, String> {
+        let name = p
+            .get("Package")
+            .ok_or("a paragraph has no `Package` field")?
+            .to_string();
+        let need = |k: &str| {
+            p.get(k)
+                .map(String::from)
+                .ok_or_else(|| format!("package `{name}` has no `{k}` field"))
+        };
+        let deps = |k: &str| {
+            parse_depends(p.get(k).unwrap_or(""))
+                .map_err(|e| format!("package `{name}`, field `{k}`: {e}"))
+        };
+        let provides = deps("Provides")?
+            .into_iter()
+            .flatten()
+            .map(|a| (a.name, a.constraint.map(|(_, v)| v)))
+            .collect();
+        Ok(Package {
+            version: need("Version")?,
+            architecture: need("Architecture")?,
+            filename: need("Filename")?,
+            sha256: need("SHA256")?.to_ascii_lowercase(),
+            size: need("Size")?
+                .parse()
+                .map_err(|_| format!("package `{name}`: `Size` is not a number"))?,
+            depends: deps("Depends")?,
+            pre_depends: deps("Pre-Depends")?,
+            provides,
+            essential: p.get("Essential").map(|v| v == "yes").unwrap_or(false),
+            priority: p.get("Priority").unwrap_or("optional").to_string(),
+            name,
+        })
+    }
+}

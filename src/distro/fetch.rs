@@ -1,0 +1,140 @@
+//! Downloads over HTTP(S) with `ureq` (rustls). Proxies come from the
+//! environment (`http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`), as
+//! for apt and curl. Every download is streamed to a temporary file in the
+//! cache, hashed on the way, checked, then renamed into place.
+
+use super::DistroError;
+use crate::digest::HashingWriter;
+use crate::store::cache::Cache;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct Fetcher {
+    agent: ureq::Agent,
+}
+
+impl Default for Fetcher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Fetcher {
+    pub fn new() -> Fetcher {
+        let config = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(30)))
+            .timeout_recv_body(Some(Duration::from_secs(300)))
+            .http_status_as_error(false)
+            .build();
+        Fetcher {
+            agent: config.into(),
+        }
+    }
+
+    fn open(&self, url: &str) -> Result<ureq::Body, DistroError> {
+        let resp = self
+            .agent
+            .get(url)
+            .call()
+            .map_err(|e| DistroError::Network {
+                url: url.to_string(),
+                message: e.to_string(),
+            })?;
+        let status = resp.status().as_u16();
+        if status == 404 || status == 410 {
+            return Err(DistroError::NotServed {
+                url: url.to_string(),
+                status,
+            });
+        }
+        if status != 200 {
+            return Err(DistroError::Network {
+                url: url.to_string(),
+                message: format!("HTTP status {status}"),
+            });
+        }
+        Ok(resp.into_body())
+    }
+
+    /// A small document (InRelease) in memory.
+    pub fn get_bytes(&self, url: &str) -> Result<Vec<u8>, DistroError> {
+        let mut body = self.open(url)?;
+        body.with_config()
+            .limit(64 << 20)
+            .read_to_vec()
+            .map_err(|e| DistroError::Network {
+                url: url.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Download `url` into the cache as `kind/<sha256>`, checking the
+    /// expected sha256 and size. Returns the stored path.
+    pub fn fetch_pinned(
+        &self,
+        cache: &Cache,
+        kind: &str,
+        url: &str,
+        sha256: &str,
+        size: Option<u64>,
+    ) -> Result<PathBuf, DistroError> {
+        let mut body = self.open(url)?;
+        let tmp = cache.temp_file()?;
+        let net = |e: std::io::Error| DistroError::Network {
+            url: url.to_string(),
+            message: e.to_string(),
+        };
+        let file = tmp.reopen().map_err(|e| DistroError::io(tmp.path(), e))?;
+        let mut w = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
+        let mut r = body.with_config().limit(u64::MAX).reader();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = r.read(&mut buf).map_err(net)?;
+            if n == 0 {
+                break;
+            }
+            w.write_all(&buf[..n])
+                .map_err(|e| DistroError::io(tmp.path(), e))?;
+        }
+        let (mut f, hex, n) = w.finish();
+        f.flush().map_err(|e| DistroError::io(tmp.path(), e))?;
+        if hex != sha256 || size.is_some_and(|s| s != n) {
+            return Err(DistroError::Mismatch {
+                what: url.to_string(),
+                expected: sha256.to_string(),
+                actual: format!("{hex} ({n} bytes)"),
+                hint: "the mirror serves different bytes than its signed index promises; try again later or use another mirror".into(),
+            });
+        }
+        Ok(cache.commit_named(tmp, kind, &hex)?)
+    }
+}
+
+/// A file from the cache (`kind/<sha256>`), verified, or downloaded.
+/// A cached file whose bytes no longer match is removed and reported: the
+/// cache was modified, and nothing it holds is trusted without its hash.
+pub fn cached_or_fetch(
+    fetcher: &Fetcher,
+    cache: &Cache,
+    kind: &str,
+    url: &dyn Fn() -> Result<String, DistroError>,
+    sha256: &str,
+    size: Option<u64>,
+) -> Result<PathBuf, DistroError> {
+    let path = cache.named_path(kind, sha256);
+    if path.is_file() {
+        let actual = crate::digest::sha256_file(&path).map_err(|e| DistroError::io(&path, e))?;
+        if actual != sha256 {
+            let _ = std::fs::remove_file(&path);
+            return Err(DistroError::Mismatch {
+                what: path.display().to_string(),
+                expected: sha256.to_string(),
+                actual,
+                hint: "the cached file was modified or corrupted; it has been removed, run the build again to download it".into(),
+            });
+        }
+        return Ok(path);
+    }
+    fetcher.fetch_pinned(cache, kind, &url()?, sha256, size)
+}

@@ -1,0 +1,360 @@
+//! Dependency resolution over one architecture's index: the requested
+//! packages plus the base set (Essential, and `Priority: required` for the
+//! `required` variant), closed over Pre-Depends and Depends. Alternatives
+//! are tried in order, preferring one already chosen; virtual packages are
+//! satisfied through Provides (versioned Provides for versioned deps).
+//! Deterministic: inputs are visited in a fixed order, ties broken by name.
+//! Recommends, Suggests, Conflicts and Breaks are not considered.
+
+use super::archive::Package;
+use super::control::Atom;
+use super::version::compare;
+pub use crate::spec::Variant;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("package `{name}` is not in the index of {origin}; check its spelling, `components` and `architecture`")]
+    Missing { name: String, origin: String },
+    #[error(
+        "package `{name}` has no version `{version}` in the index of {origin} (it has: {have})"
+    )]
+    MissingVersion {
+        name: String,
+        version: String,
+        origin: String,
+        have: String,
+    },
+    #[error("unsatisfiable dependency: {chain} needs `{clause}`, but {why}")]
+    Unsatisfiable {
+        chain: String,
+        clause: String,
+        why: String,
+    },
+}
+
+struct Index<'a> {
+    by_name: HashMap<&'a str, Vec<&'a Package>>,
+    providers: HashMap<&'a str, Vec<(&'a Package, Option<&'a str>)>>,
+}
+
+impl<'a> Index<'a> {
+    fn new(pkgs: &'a [Package]) -> Index<'a> {
+        let mut by_name: HashMap<&str, Vec<&Package>> = HashMap::new();
+        let mut providers: HashMap<&str, Vec<(&Package, Option<&str>)>> = HashMap::new();
+        for p in pkgs {
+            by_name.entry(&p.name).or_default().push(p);
+            for (v, ver) in &p.provides {
+                providers.entry(v).or_default().push((p, ver.as_deref()));
+            }
+        }
+        // Highest version first: the candidate apt would take.
+        for v in by_name.values_mut() {
+            v.sort_by(|a, b| {
+                compare(&b.version, &a.version).then_with(|| a.filename.cmp(&b.filename))
+            });
+        }
+        Index { by_name, providers }
+    }
+}
+
+fn priority_rank(p: &str) -> u8 {
+    match p {
+        "required" => 0,
+        "important" => 1,
+        "standard" => 2,
+        "optional" => 3,
+        _ => 4,
+    }
+}
+
+fn atom_ok(version: &str, atom: &Atom) -> bool {
+    match &atom.constraint {
+        Some((rel, want)) => rel.holds(version, want),
+        None => true,
+    }
+}
+
+/// Resolve `requests` (`name` or `name=version`). `origin` names the
+/// index in messages. Returns the chosen packages sorted by name.
+pub fn resolve<'a>(
+    pkgs: &'a [Package],
+    requests: &[String],
+    variant: Variant,
+    origin: &str,
+) -> Result<Vec<&'a Package>, ResolveError> {
+    let idx = Index::new(pkgs);
+    let mut chosen: BTreeMap<&str, &Package> = BTreeMap::new();
+    let mut parent: HashMap<&str, &str> = HashMap::new();
+    let mut queue: VecDeque<&Package> = VecDeque::new();
+
+    for r in requests {
+        let (name, version) = match r.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (r.as_str(), None),
+        };
+        let cands = idx.by_name.get(name).ok_or_else(|| ResolveError::Missing {
+            name: name.into(),
+            origin: origin.into(),
+        })?;
+        let pick = match version {
+            Some(v) => *cands.iter().find(|p| p.version == v).ok_or_else(|| {
+                ResolveError::MissingVersion {
+                    name: name.into(),
+                    version: v.into(),
+                    origin: origin.into(),
+                    have: cands
+                        .iter()
+                        .map(|p| p.version.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            })?,
+            None => cands[0],
+        };
+        if chosen.insert(&pick.name, pick).is_none() {
+            queue.push_back(pick);
+        }
+    }
+    let mut base: Vec<&Package> = idx
+        .by_name
+        .values()
+        .map(|v| v[0])
+        .filter(|p| p.essential || (variant == Variant::Required && p.priority == "required"))
+        .collect();
+    base.sort_by(|a, b| a.name.cmp(&b.name));
+    for p in base {
+        if !chosen.contains_key(p.name.as_str()) {
+            chosen.insert(&p.name, p);
+            queue.push_back(p);
+        }
+    }
+
+    while let Some(pkg) = queue.pop_front() {
+        for clause in pkg.pre_depends.iter().chain(pkg.depends.iter()) {
+            if satisfied(clause, &chosen, &idx) {
+                continue;
+            }
+            let mut why = Vec::new();
+            let mut picked = None;
+            for atom in clause {
+                match candidate(atom, &chosen, &idx) {
+                    Ok(p) => {
+                        picked = Some(p);
+                        break;
+                    }
+                    Err(w) => why.push(w),
+                }
+            }
+            let Some(p) = picked else {
+                let clause_text = clause
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                return Err(ResolveError::Unsatisfiable {
+                    chain: chain(&pkg.name, &parent),
+                    clause: clause_text,
+                    why: why.join("; "),
+                });
+            };
+            parent.insert(&p.name, &pkg.name);
+            chosen.insert(&p.name, p);
+            queue.push_back(p);
+        }
+    }
+    Ok(chosen.into_values().collect())
+}
+
+/// Is the clause met by what is chosen already?
+fn satisfied(clause: &[Atom], chosen: &BTreeMap<&str, &Package>, idx: &Index) -> bool {
+    clause.iter().any(|a| {
+        if chosen
+            .get(a.name.as_str())
+            .is_some_and(|p| atom_ok(&p.version, a))
+        {
+            return true;
+        }
+        idx.providers.get(a.name.as_str()).is_some_and(|provs| {
+            provs.iter().any(|(p, pv)| {
+                chosen
+                    .get(p.name.as_str())
+                    .is_some_and(|c| c.version == p.version)
+                    && match (&a.constraint, pv) {
+                        (None, _) => true,
+                        (Some((rel, want)), Some(v)) => rel.holds(v, want),
+                        (Some(_), None) => false,
+                    }
+            })
+        })
+    })
+}
+
+/// The package to add for one alternative, or why there is none.
+fn candidate<'a>(
+    atom: &Atom,
+    chosen: &BTreeMap<&str, &'a Package>,
+    idx: &Index<'a>,
+) -> Result<&'a Package, String> {
+    if let Some(p) = chosen.get(atom.name.as_str()) {
+        // Only one version of a package can be installed.
+        return Err(format!("`{}` {} is chosen already", atom.name, p.version));
+    }
+    if let Some(cands) = idx.by_name.get(atom.name.as_str()) {
+        if let Some(p) = cands.iter().find(|p| atom_ok(&p.version, atom)) {
+            return Ok(p);
+        }
+    }
+    let mut provs: Vec<&Package> = idx
+        .providers
+        .get(atom.name.as_str())
+        .map(|v| {
+            v.iter()
+                .filter(|(_, pv)| match (&atom.constraint, pv) {
+                    (None, _) => true,
+                    (Some((rel, want)), Some(v)) => rel.holds(v, want),
+                    (Some(_), None) => false,
+                })
+                .filter(|(p, _)| !chosen.contains_key(p.name.as_str()))
+                .map(|(p, _)| *p)
+                .collect()
+        })
+        .unwrap_or_default();
+    provs.sort_by(|a, b| {
+        priority_rank(&a.priority)
+            .cmp(&priority_rank(&b.priority))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| compare(&b.version, &a.version))
+    });
+    if let Some(p) = provs.first() {
+        return Ok(p);
+    }
+    match idx.by_name.get(atom.name.as_str()) {
+        Some(c) => Err(format!(
+            "the index has `{}` only as version {}",
+            atom.name,
+            c.iter()
+                .map(|p| p.version.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        None => Err(format!("no package is or provides `{atom}` in the index")),
+    }
+}
+
+fn chain(name: &str, parent: &HashMap<&str, &str>) -> String {
+    let mut v = vec![name.to_string()];
+    let mut cur = name;
+    while let Some(p) = parent.get(cur) {
+        if v.len() > 64 || v.iter().any(|x| x == p) {
+            break;
+        }
+        v.push(p.to_string());
+        cur = p;
+    }
+    v.reverse();
+    v.join(" -> ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distro::control::parse_paragraphs;
+
+    fn index(text: &str) -> Vec<Package> {
+        parse_paragraphs(text)
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                for (k, v) in [
+                    ("Filename", "pool/x.deb"),
+                    ("SHA256", "00"),
+                    ("Size", "1"),
+                    ("Architecture", "amd64"),
+                ] {
+                    if p.get(k).is_none() {
+                        p.fields.push((k.into(), v.into()));
+                    }
+                }
+                Package::from_paragraph(&p).unwrap()
+            })
+            .collect()
+    }
+
+    fn names(v: &[&Package]) -> Vec<String> {
+        v.iter()
+            .map(|p| format!("{}={}", p.name, p.version))
+            .collect()
+    }
+
+    const IDX: &str = "\
+Package: base\nVersion: 1\nEssential: yes\nPriority: required\nPre-Depends: libc (>= 2)\n\n\
+Package: libc\nVersion: 1\n\n\
+Package: libc\nVersion: 2.1\n\n\
+Package: req\nVersion: 1\nPriority: required\n\n\
+Package: app\nVersion: 1\nDepends: mta | postfix, awk, libfoo (>= 3)\n\n\
+Package: mawk\nVersion: 1\nProvides: awk\nPriority: required\n\n\
+Package: gawk\nVersion: 1\nProvides: awk\n\n\
+Package: exim\nVersion: 1\nProvides: mta\n\n\
+Package: libfoo\nVersion: 3.1\n\n\
+Package: old\nVersion: 1\nDepends: libfoo (<< 3)\n\n\
+Package: top\nVersion: 1\nDepends: old\n\n\
+Package: vv\nVersion: 1\nDepends: awk (>= 2)\n";
+
+    #[test]
+    fn resolves_alternatives_virtuals_and_versions() {
+        let pkgs = index(IDX);
+        let r = resolve(&pkgs, &["app".into()], Variant::Required, "test").unwrap();
+        assert_eq!(
+            names(&r),
+            [
+                "app=1",
+                "base=1",
+                "exim=1",
+                "libc=2.1",
+                "libfoo=3.1",
+                "mawk=1",
+                "req=1"
+            ]
+        );
+        let r = resolve(&pkgs, &["app".into()], Variant::Essential, "test").unwrap();
+        // mawk is required-priority: preferred among awk providers.
+        assert!(names(&r).contains(&"mawk=1".to_string()));
+        assert!(!names(&r).contains(&"req=1".to_string()));
+        let r = resolve(
+            &pkgs,
+            &["gawk".into(), "app".into()],
+            Variant::Essential,
+            "test",
+        )
+        .unwrap();
+        assert!(
+            !names(&r).contains(&"mawk=1".to_string()),
+            "an awk already chosen is kept"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_chain() {
+        let pkgs = index(IDX);
+        let e = resolve(&pkgs, &["top".into()], Variant::Essential, "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("top -> old") && e.contains("libfoo (<< 3)") && e.contains("3.1"),
+            "{e}"
+        );
+        let e = resolve(&pkgs, &["nope".into()], Variant::Essential, "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`nope` is not in the index"), "{e}");
+        let e = resolve(&pkgs, &["vv".into()], Variant::Essential, "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("awk (>= 2)"), "{e}");
+        let e = resolve(&pkgs, &["libc=9".into()], Variant::Essential, "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2.1, 1"), "{e}");
+    }
+}
