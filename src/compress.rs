@@ -63,9 +63,7 @@ impl Compression {
 
 /// Thread count used when the caller does not choose: every core.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// A compressing writer; `finish` flushes everything and returns the sink.
@@ -164,11 +162,7 @@ impl GzipPool {
                 std::thread::spawn(move || gzip_worker(&job_rx, &free_tx))
             })
             .collect();
-        GzipPool {
-            jobs: Some(jobs),
-            free,
-            workers,
-        }
+        GzipPool { jobs: Some(jobs), free, workers }
     }
 }
 
@@ -182,9 +176,7 @@ impl Drop for GzipPool {
 }
 
 fn gzip_worker(jobs: &Mutex<mpsc::Receiver<GzipJob>>, free: &mpsc::SyncSender<Vec<u8>>) {
-    let mut c = libdeflater::Compressor::new(
-        libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"),
-    );
+    let mut c = libdeflater::Compressor::new(libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"));
     loop {
         // The lock is held only while waiting for the next job.
         let job = match jobs.lock() {
@@ -195,9 +187,7 @@ fn gzip_worker(jobs: &Mutex<mpsc::Receiver<GzipJob>>, free: &mpsc::SyncSender<Ve
             return;
         };
         let mut member = vec![0u8; c.gzip_compress_bound(block.len())];
-        let n = c
-            .gzip_compress(&block, &mut member)
-            .expect("output buffer sized by gzip_compress_bound");
+        let n = c.gzip_compress(&block, &mut member).expect("output buffer sized by gzip_compress_bound");
         member.truncate(n);
         let _ = done.send(member);
         block.clear();
@@ -248,23 +238,14 @@ impl<W: Write> GzipBlocks<W> {
     }
 
     fn submit_current(&mut self) -> io::Result<()> {
-        let next = self
-            .pool
-            .free
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(GZIP_BLOCK));
+        let next = self.pool.free.try_recv().unwrap_or_else(|_| Vec::with_capacity(GZIP_BLOCK));
         let block = std::mem::replace(&mut self.current, next);
         while self.in_flight.len() >= self.max_in_flight {
             self.write_oldest()?;
         }
         let (done, rx) = mpsc::sync_channel(1);
-        let jobs = self
-            .pool
-            .jobs
-            .as_ref()
-            .expect("open until the pool is dropped");
-        jobs.send(GzipJob { block, done })
-            .map_err(|_| worker_died())?;
+        let jobs = self.pool.jobs.as_ref().expect("open until the pool is dropped");
+        jobs.send(GzipJob { block, done }).map_err(|_| worker_died())?;
         self.in_flight.push_back(rx);
         self.wrote_any = true;
         self.write_ready()
@@ -326,9 +307,7 @@ mod tests {
         assert_eq!(one, two);
         assert_eq!(one, four);
         let mut back = Vec::new();
-        flate2::read::MultiGzDecoder::new(&one[..])
-            .read_to_end(&mut back)
-            .unwrap();
+        flate2::read::MultiGzDecoder::new(&one[..]).read_to_end(&mut back).unwrap();
         assert_eq!(back, data);
     }
 
@@ -338,9 +317,7 @@ mod tests {
         let mut v = Vec::with_capacity(len);
         while v.len() < len {
             match (v.len() / 700_000) % 3 {
-                0 => v.extend_from_slice(
-                    format!("entry {} of the layer\n", v.len() % 9973).as_bytes(),
-                ),
+                0 => v.extend_from_slice(format!("entry {} of the layer\n", v.len() % 9973).as_bytes()),
                 1 => {
                     for _ in 0..4096 {
                         seed ^= seed << 13;
@@ -377,10 +354,7 @@ mod tests {
         let data = mixed(20 * GZIP_BLOCK + 12345);
         let one = compress_ragged(Compression::Gzip, 1, &data);
         for threads in [2, 3, 8] {
-            assert!(
-                compress_ragged(Compression::Gzip, threads, &data) == one,
-                "{threads} threads differ from 1"
-            );
+            assert!(compress_ragged(Compression::Gzip, threads, &data) == one, "{threads} threads differ from 1");
         }
         // One member per fixed-size block, in order.
         let mut rest = &one[..];
@@ -395,14 +369,10 @@ mod tests {
             rest = d.into_inner();
         }
         assert_eq!(member_sizes.len(), data.len().div_ceil(GZIP_BLOCK));
-        assert!(member_sizes[..member_sizes.len() - 1]
-            .iter()
-            .all(|&n| n == GZIP_BLOCK));
+        assert!(member_sizes[..member_sizes.len() - 1].iter().all(|&n| n == GZIP_BLOCK));
         assert!(back == data, "members concatenate to the input");
         let mut multi = Vec::new();
-        flate2::read::MultiGzDecoder::new(&one[..])
-            .read_to_end(&mut multi)
-            .unwrap();
+        flate2::read::MultiGzDecoder::new(&one[..]).read_to_end(&mut multi).unwrap();
         assert!(multi == data);
     }
 
@@ -410,9 +380,7 @@ mod tests {
     fn empty_input_is_still_gzip() {
         let out = compress(Compression::Gzip, 2, b"");
         let mut back = Vec::new();
-        flate2::read::MultiGzDecoder::new(&out[..])
-            .read_to_end(&mut back)
-            .unwrap();
+        flate2::read::MultiGzDecoder::new(&out[..]).read_to_end(&mut back).unwrap();
         assert!(back.is_empty());
     }
 
@@ -437,10 +405,7 @@ mod tests {
             g.write_all(&block).unwrap();
             assert!(g.in_flight.len() <= g.max_in_flight);
         }
-        assert!(
-            seen.get() > 0,
-            "members are written while input still arrives"
-        );
+        assert!(seen.get() > 0, "members are written while input still arrives");
         g.finish().unwrap();
     }
 
@@ -449,10 +414,7 @@ mod tests {
         let data = mixed(24 << 20);
         let one = compress_ragged(Compression::Zstd, 1, &data);
         for threads in [2, 4] {
-            assert!(
-                compress_ragged(Compression::Zstd, threads, &data) == one,
-                "{threads} workers differ from 1"
-            );
+            assert!(compress_ragged(Compression::Zstd, threads, &data) == one, "{threads} workers differ from 1");
         }
         assert!(zstd::decode_all(&one[..]).unwrap() == data);
     }

@@ -41,10 +41,7 @@ struct ChunkSender {
 
 impl ChunkSender {
     fn new(tx: mpsc::SyncSender<Vec<u8>>) -> Self {
-        ChunkSender {
-            tx,
-            buf: Vec::with_capacity(CHUNK),
-        }
+        ChunkSender { tx, buf: Vec::with_capacity(CHUNK) }
     }
 
     fn send(&mut self) -> io::Result<()> {
@@ -54,9 +51,7 @@ impl ChunkSender {
         let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
         // The receiver only goes away when its stage failed; that stage's
         // error is the one reported.
-        self.tx.send(full).map_err(|_| {
-            io::Error::new(io::ErrorKind::BrokenPipe, "the next pipeline stage stopped")
-        })
+        self.tx.send(full).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the next pipeline stage stopped"))
     }
 }
 
@@ -107,23 +102,14 @@ pub fn pack_tree(
             enc.finish()?.flush()
         });
         let produced = (|| -> Result<String, WriteError> {
-            let tar = write_tar(
-                tree,
-                HashingWriter::new(ChunkSender::new(tar_tx)),
-                opts,
-                on_bytes,
-            )?;
+            let tar = write_tar(tree, HashingWriter::new(ChunkSender::new(tar_tx)), opts, on_bytes)?;
             let (mut sender, diff_hex, _) = tar.finish();
             sender.flush()?;
             Ok(diff_hex)
         })();
         // The tar sender is dropped by now: the other stages drain and end.
-        let compressed = compressor
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the compressing thread panicked")));
-        let written = writer
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the blob writing thread panicked")));
+        let compressed = compressor.join().unwrap_or_else(|_| Err(io::Error::other("the compressing thread panicked")));
+        let written = writer.join().unwrap_or_else(|_| Err(io::Error::other("the blob writing thread panicked")));
         (produced, compressed, written)
     });
     // A stage's failure makes the stages before it fail with BrokenPipe:
@@ -151,19 +137,9 @@ mod tests {
         let mut t = Tree::new();
         for i in 0..40u32 {
             let data: Vec<u8> = (0..200_000u32)
-                .map(|j| {
-                    if i % 3 == 0 {
-                        (j.wrapping_mul(2654435761) >> 13) as u8
-                    } else {
-                        (j % 251) as u8
-                    }
-                })
+                .map(|j| if i % 3 == 0 { (j.wrapping_mul(2654435761) >> 13) as u8 } else { (j % 251) as u8 })
                 .collect();
-            t.insert(
-                format!("d{}/f{i}", i % 4).into_bytes(),
-                Node::bytes(data, 0o644),
-            )
-            .unwrap();
+            t.insert(format!("d{}/f{i}", i % 4).into_bytes(), Node::bytes(data, 0o644)).unwrap();
         }
         t
     }
@@ -172,9 +148,7 @@ mod tests {
         let mut out = Vec::new();
         match c {
             Compression::Gzip => {
-                flate2::read::MultiGzDecoder::new(blob)
-                    .read_to_end(&mut out)
-                    .unwrap();
+                flate2::read::MultiGzDecoder::new(blob).read_to_end(&mut out).unwrap();
             }
             Compression::Zstd => out = zstd::decode_all(blob).unwrap(),
             Compression::None => out = blob.to_vec(),
@@ -197,18 +171,9 @@ mod tests {
             assert_eq!(progress, t.content_bytes());
             let blob = std::fs::read(cache.blob_path(&one.digest)).unwrap();
             assert_eq!(blob.len() as u64, one.size);
-            assert_eq!(
-                format!("sha256:{}", crate::digest::sha256_hex(&blob)),
-                one.digest
-            );
-            assert_eq!(
-                format!("sha256:{}", crate::digest::sha256_hex(&tar)),
-                one.diff_id
-            );
-            assert!(
-                decompress(c, &blob) == tar,
-                "{c:?}: the blob decompresses to the tar"
-            );
+            assert_eq!(format!("sha256:{}", crate::digest::sha256_hex(&blob)), one.digest);
+            assert_eq!(format!("sha256:{}", crate::digest::sha256_hex(&tar)), one.diff_id);
+            assert!(decompress(c, &blob) == tar, "{c:?}: the blob decompresses to the tar");
         }
     }
 
@@ -219,33 +184,13 @@ mod tests {
         let mut t = tree();
         let missing = tmp.path().join("gone");
         let node = Node::new(
-            crate::tarball::Kind::File {
-                size: 5,
-                content: crate::tarball::Content::Host(missing.clone()),
-            },
+            crate::tarball::Kind::File { size: 5, content: crate::tarball::Content::Host(missing.clone()) },
             0o644,
         );
         t.insert(b"zz/gone".to_vec(), node).unwrap();
-        let err = pack_tree(
-            &cache,
-            &t,
-            Compression::Gzip,
-            2,
-            &WriteOptions::default(),
-            &mut |_| {},
-        )
-        .unwrap_err();
+        let err = pack_tree(&cache, &t, Compression::Gzip, 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");
-        assert_eq!(
-            std::fs::read_dir(cache.root().join("blobs/sha256"))
-                .unwrap()
-                .count(),
-            0
-        );
-        assert_eq!(
-            std::fs::read_dir(cache.tmp_dir()).unwrap().count(),
-            0,
-            "the temporary blob is removed"
-        );
+        assert_eq!(std::fs::read_dir(cache.root().join("blobs/sha256")).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");
     }
 }

@@ -34,14 +34,7 @@ fn build(img: &Path, out: &Path, extra: &[&str], offline: bool) -> serde_json::V
 /// No route to any mirror: every proxy variable points at a closed port
 /// (the discard port on loopback), and the mirror's name cannot resolve.
 fn offline_env(c: &mut Command) {
-    for v in [
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-    ] {
+    for v in ["http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
         c.env(v, "http://127.0.0.1:9");
     }
     c.env_remove("no_proxy").env_remove("NO_PROXY");
@@ -63,46 +56,23 @@ fn debian12_image_builds_locked_reproducibly_offline_and_runs() {
     let work = tempfile::tempdir().unwrap();
     let img = work.path().join("no_rocm_image_debian12.toml");
     std::fs::copy(repo().join("images/no_rocm_image_debian12.toml"), &img).unwrap();
-    run_expect(
-        quarry()
-            .arg("lock")
-            .arg(&img)
-            .arg("--cache-dir")
-            .arg(cache_dir()),
-        0,
-    );
+    run_expect(quarry().arg("lock").arg(&img).arg("--cache-dir").arg(cache_dir()), 0);
     let lock = std::fs::read_to_string(img.with_extension("lock")).unwrap();
-    assert!(
-        lock.contains("name = \"python3-venv\"") && lock.contains("name = \"sudo\""),
-        "{lock}"
-    );
+    assert!(lock.contains("name = \"python3-venv\"") && lock.contains("name = \"sudo\""), "{lock}");
 
     let a = build(&img, &work.path().join("a"), &[], false);
     let b = build(&img, &work.path().join("b"), &[], false);
-    assert_eq!(
-        a["manifest_digest"], b["manifest_digest"],
-        "two builds from the lock differ"
-    );
+    assert_eq!(a["manifest_digest"], b["manifest_digest"], "two builds from the lock differ");
 
     // Offline: first show that nothing can be fetched in this environment...
     let mut probe = quarry();
-    probe
-        .arg("lock")
-        .arg(&img)
-        .arg("--cache-dir")
-        .arg(work.path().join("empty-cache"));
+    probe.arg("lock").arg(&img).arg("--cache-dir").arg(work.path().join("empty-cache"));
     offline_env(&mut probe);
     let e = run_expect(&mut probe, 1);
-    assert!(
-        String::from_utf8_lossy(&e.stderr).contains("mirror.invalid"),
-        "{e:?}"
-    );
+    assert!(String::from_utf8_lossy(&e.stderr).contains("mirror.invalid"), "{e:?}");
     // ...then that the locked build still succeeds from the warm cache, unchanged.
     let c = build(&img, &work.path().join("c"), &[], true);
-    assert_eq!(
-        a["manifest_digest"], c["manifest_digest"],
-        "the offline build differs"
-    );
+    assert_eq!(a["manifest_digest"], c["manifest_digest"], "the offline build differs");
 
     let tag = format!("{}:latest", unique("no-rocm-debian12"));
     let _guard = RemoveImage(tag.clone());
@@ -115,24 +85,10 @@ fn debian12_image_builds_locked_reproducibly_offline_and_runs() {
             .arg(&archive),
         0,
     );
-    run_expect(
-        Command::new("docker").arg("load").arg("-i").arg(&archive),
-        0,
-    );
+    run_expect(Command::new("docker").arg("load").arg("-i").arg(&archive), 0);
     let run = |script: &str| -> String {
-        let o = run_expect(
-            Command::new("docker").args([
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                &tag,
-                "sh",
-                "-ec",
-                script,
-            ]),
-            0,
-        );
+        let o =
+            run_expect(Command::new("docker").args(["run", "--rm", "--network", "none", &tag, "sh", "-ec", script]), 0);
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let pip = run("python3 -m venv /tmp/v && /tmp/v/bin/pip --version");
@@ -158,28 +114,16 @@ fn debian12_image_builds_locked_reproducibly_offline_and_runs() {
         "apt",
     ] {
         // Multi-Arch: same packages are listed as NAME:ARCH.
-        let listed = |l: &str| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|n| n == p || n.split(':').next() == Some(p))
-        };
-        assert!(
-            dpkg.lines().any(|l| l.starts_with("ii  ") && listed(l)),
-            "`dpkg -l` lacks {p}:\n{dpkg}"
-        );
+        let listed = |l: &str| l.split_whitespace().nth(1).is_some_and(|n| n == p || n.split(':').next() == Some(p));
+        assert!(dpkg.lines().any(|l| l.starts_with("ii  ") && listed(l)), "`dpkg -l` lacks {p}:\n{dpkg}");
     }
     let id = run("id tester; whoami; pwd");
-    assert!(
-        id.contains("(video)") && id.contains("(render)") && id.contains("\ntester\n/home/tester"),
-        "{id}"
-    );
+    assert!(id.contains("(video)") && id.contains("(render)") && id.contains("\ntester\n/home/tester"), "{id}");
     assert_eq!(run("sudo -n true && sudo -n id -u"), "0\n");
     // The loader cache and the tools that maintainer scripts would have set up.
     let tools = run("ldconfig -p | head -1; command -v awk; command -v which; git --version; clang --version | head -1; dpkg --audit; sudo -n apt-get check -q");
     assert!(
-        tools.contains("libs found in cache")
-            && tools.contains("/usr/bin/awk")
-            && tools.contains("git version"),
+        tools.contains("libs found in cache") && tools.contains("/usr/bin/awk") && tools.contains("git version"),
         "{tools}"
     );
 }
@@ -197,10 +141,7 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
         0,
     );
     let plan = stdout_json(&o);
-    assert_eq!(
-        plan["release"],
-        "http://mirror.invalid/ubuntu/dists/noble/InRelease"
-    );
+    assert_eq!(plan["release"], "http://mirror.invalid/ubuntu/dists/noble/InRelease");
     let arch = quarry::spec::debian_arch(quarry::spec::host_platform().split('/').nth(1).unwrap());
     assert_eq!(
         plan["indexes"],
@@ -209,21 +150,14 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
             format!("http://mirror.invalid/ubuntu/dists/noble/universe/binary-{arch}/Packages.xz"),
         ])
     );
-    assert_eq!(
-        plan["keyring"],
-        "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
-    );
+    assert_eq!(plan["keyring"], "/usr/share/keyrings/ubuntu-archive-keyring.gpg");
     assert_eq!(plan["locked"], false);
 
     // The same recipe as the Debian twin.
     let no_sets = Default::default();
     let ubuntu = quarry::spec::load_image(&img, &no_sets).unwrap();
-    let debian =
-        quarry::spec::load_image(&repo().join("images/no_rocm_image_debian12.toml"), &no_sets)
-            .unwrap();
-    let (quarry::spec::Base::Packages(u), quarry::spec::Base::Packages(d)) =
-        (&ubuntu.base, &debian.base)
-    else {
+    let debian = quarry::spec::load_image(&repo().join("images/no_rocm_image_debian12.toml"), &no_sets).unwrap();
+    let (quarry::spec::Base::Packages(u), quarry::spec::Base::Packages(d)) = (&ubuntu.base, &debian.base) else {
         panic!("both images have a packages base")
     };
     assert_eq!(u.include, d.include);

@@ -10,11 +10,7 @@ use std::process::Command;
 
 fn listing(cache: &std::path::Path) -> Vec<String> {
     let out = run_expect(Command::new("ldconfig").arg("-p").arg("-C").arg(cache), 0);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with('\t'))
-        .map(String::from)
-        .collect()
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with('\t')).map(String::from).collect()
 }
 
 #[test]
@@ -27,16 +23,10 @@ fn ld_so_cache_matches_ldconfig() {
     let mut tree = Tree::new();
     read_into(&rootfs, &mut tree, &Placement::default(), spool.path()).unwrap();
     let theirs = spool.path().join("theirs.cache");
-    let node = tree
-        .get(b"etc/ld.so.cache")
-        .expect("mmdebstrap wrote a cache");
+    let node = tree.get(b"etc/ld.so.cache").expect("mmdebstrap wrote a cache");
     std::fs::write(&theirs, quarry::distro::system::read_node(node).unwrap()).unwrap();
     let ours = spool.path().join("ours.cache");
-    std::fs::write(
-        &ours,
-        quarry::distro::ldcache::generate(&tree, "amd64").expect("a cache"),
-    )
-    .unwrap();
+    std::fs::write(&ours, quarry::distro::ldcache::generate(&tree, "amd64").expect("a cache")).unwrap();
     let (a, b) = (listing(&ours), listing(&theirs));
     assert!(b.len() > 50, "{b:?}");
     assert_eq!(a, b);

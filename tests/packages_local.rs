@@ -31,8 +31,7 @@ fn targz(entries: &[Entry]) -> Vec<u8> {
         h.set_entry_type(tar::EntryType::Directory);
         h.set_mode(0o755);
         h.set_size(0);
-        b.append_data(&mut h, format!("{}/", d.display()), std::io::empty())
-            .unwrap();
+        b.append_data(&mut h, format!("{}/", d.display()), std::io::empty()).unwrap();
     }
     for (p, data, mode) in entries {
         let mut h = tar::Header::new_gnu();
@@ -48,11 +47,9 @@ fn make_deb(out: &Path, control: &str, files: &[Entry]) {
     let control_tgz = targz(&[("./control", control.as_bytes(), 0o644)]);
     let data_tgz = targz(files);
     let mut ar = ar::Builder::new(std::fs::File::create(out).unwrap());
-    for (name, data) in [
-        ("debian-binary", b"2.0\n".to_vec()),
-        ("control.tar.gz", control_tgz),
-        ("data.tar.gz", data_tgz),
-    ] {
+    for (name, data) in
+        [("debian-binary", b"2.0\n".to_vec()), ("control.tar.gz", control_tgz), ("data.tar.gz", data_tgz)]
+    {
         let mut h = ar::Header::new(name.as_bytes().to_vec(), data.len() as u64);
         h.set_mode(0o644);
         ar.append(&h, &data[..]).unwrap();
@@ -70,25 +67,14 @@ struct Archive {
 impl Drop for Archive {
     fn drop(&mut self) {
         for home in [&self.gnupg, &self.root.path().join("gnupg-other")] {
-            let _ = Command::new("gpgconf")
-                .arg("--homedir")
-                .arg(home)
-                .args(["--kill", "all"])
-                .status();
+            let _ = Command::new("gpgconf").arg("--homedir").arg(home).args(["--kill", "all"]).status();
         }
     }
 }
 
 fn gpg(home: &Path) -> Command {
     let mut c = Command::new("gpg");
-    c.arg("--homedir").arg(home).args([
-        "--batch",
-        "--quiet",
-        "--pinentry-mode",
-        "loopback",
-        "--passphrase",
-        "",
-    ]);
+    c.arg("--homedir").arg(home).args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]);
     c
 }
 
@@ -96,13 +82,7 @@ fn make_key(home: &Path, keyring: &Path) {
     std::fs::create_dir_all(home).unwrap();
     std::fs::set_permissions(home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     run_expect(
-        gpg(home).args([
-            "--quick-gen-key",
-            "quarry test <test@example.invalid>",
-            "ed25519",
-            "sign",
-            "never",
-        ]),
+        gpg(home).args(["--quick-gen-key", "quarry test <test@example.invalid>", "ed25519", "sign", "never"]),
         0,
     );
     let out = run_expect(gpg(home).arg("--export"), 0);
@@ -127,20 +107,12 @@ fn serve(root: PathBuf) -> String {
                         break;
                     }
                 }
-                let path = line
-                    .split_whitespace()
-                    .nth(1)
-                    .unwrap_or("/")
-                    .trim_start_matches('/')
-                    .to_string();
+                let path = line.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
                 let file = root.join(&path);
                 match (path.contains(".."), std::fs::read(&file)) {
                     (false, Ok(body)) => {
-                        let _ = write!(
-                            s,
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                            body.len()
-                        );
+                        let _ =
+                            write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
                         let _ = s.write_all(&body);
                     }
                     _ => {
@@ -178,41 +150,13 @@ fn archive() -> Option<Archive> {
             "app",
             "1.0",
             "Depends: mid\n",
-            &[
-                ("./bin/app", b"#!/bin/sh\necho app\n", 0o755),
-                ("./etc/app.conf", b"x=1\n", 0o644),
-            ],
+            &[("./bin/app", b"#!/bin/sh\necho app\n", 0o755), ("./etc/app.conf", b"x=1\n", 0o644)],
         ),
-        (
-            "mid",
-            "2.0",
-            "Depends: libx (>= 1) | libother\n",
-            &[("./usr/share/mid/README", b"mid\n", 0o644)],
-        ),
-        (
-            "libx",
-            "1.2",
-            "",
-            &[("./usr/lib/libx.txt", b"libx\n", 0o644)],
-        ),
-        (
-            "old",
-            "1",
-            "Depends: libx (<< 1)\n",
-            &[("./usr/share/old", b"old\n", 0o644)],
-        ),
-        (
-            "top",
-            "1",
-            "Depends: old\n",
-            &[("./usr/share/top", b"top\n", 0o644)],
-        ),
-        (
-            "base-tool",
-            "3",
-            "Essential: yes\n",
-            &[("./sbin/base-tool", b"tool\n", 0o755)],
-        ),
+        ("mid", "2.0", "Depends: libx (>= 1) | libother\n", &[("./usr/share/mid/README", b"mid\n", 0o644)]),
+        ("libx", "1.2", "", &[("./usr/lib/libx.txt", b"libx\n", 0o644)]),
+        ("old", "1", "Depends: libx (<< 1)\n", &[("./usr/share/old", b"old\n", 0o644)]),
+        ("top", "1", "Depends: old\n", &[("./usr/share/top", b"top\n", 0o644)]),
+        ("base-tool", "3", "Essential: yes\n", &[("./sbin/base-tool", b"tool\n", 0o755)]),
     ];
     let mut index = String::new();
     for (name, version, extra, files) in pkgs {
@@ -240,22 +184,9 @@ fn archive() -> Option<Archive> {
         gz.len()
     );
     std::fs::write(dist.join("Release"), &release).unwrap();
-    run_expect(
-        gpg(&gnupg)
-            .arg("--clearsign")
-            .arg("-o")
-            .arg(dist.join("InRelease"))
-            .arg(dist.join("Release")),
-        0,
-    );
+    run_expect(gpg(&gnupg).arg("--clearsign").arg("-o").arg(dist.join("InRelease")).arg(dist.join("Release")), 0);
     let url = serve(www);
-    Some(Archive {
-        root,
-        gnupg,
-        keyring,
-        other_keyring,
-        url,
-    })
+    Some(Archive { root, gnupg, keyring, other_keyring, url })
 }
 
 impl Archive {
@@ -324,11 +255,7 @@ fn layer_entries(
     out: &Path,
     built: &serde_json::Value,
 ) -> std::collections::BTreeMap<String, (tar::EntryType, Vec<u8>)> {
-    let digest = built["layers"][0]["digest"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches("sha256:")
-        .to_string();
+    let digest = built["layers"][0]["digest"].as_str().unwrap().trim_start_matches("sha256:").to_string();
     let f = std::fs::File::open(out.join("blobs/sha256").join(digest)).unwrap();
     let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
     let mut m = std::collections::BTreeMap::new();
@@ -341,12 +268,7 @@ fn layer_entries(
             e.read_to_end(&mut data).unwrap();
         }
         m.insert(
-            e.path()
-                .unwrap()
-                .display()
-                .to_string()
-                .trim_end_matches('/')
-                .to_string(),
+            e.path().unwrap().display().to_string().trim_end_matches('/').to_string(),
             (e.header().entry_type(), data),
         );
     }
@@ -358,43 +280,25 @@ fn lock_build_and_dpkg_database() {
     let Some(a) = archive() else { return };
     let img = a.image("ok", &["app"], &a.keyring);
     let o = lock(&img, &a.cache(), 0);
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("4 packages pinned"),
-        "{o:?}"
-    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("4 packages pinned"), "{o:?}");
     let lock_text = std::fs::read_to_string(img.with_extension("lock")).unwrap();
     let lock: toml::Value = toml::from_str(&lock_text).unwrap();
-    let names: Vec<&str> = lock["package"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = lock["package"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     // The Essential package comes along; `top`/`old` do not.
     assert_eq!(names, ["app", "base-tool", "libx", "mid"]);
     let inrelease = std::fs::read(a.www().join("dists/test/InRelease")).unwrap();
-    assert_eq!(
-        lock["release"].as_str().unwrap(),
-        format!("sha256:{}", sha256(&inrelease))
-    );
-    assert!(
-        !lock_text.contains("127.0.0.1"),
-        "the lock records no mirror"
-    );
+    assert_eq!(lock["release"].as_str().unwrap(), format!("sha256:{}", sha256(&inrelease)));
+    assert!(!lock_text.contains("127.0.0.1"), "the lock records no mirror");
 
     let out = a.root.path().join("out-ok");
     let built = stdout_json(&build(&img, &a.cache(), &out, 0));
     let files = layer_entries(&out, &built);
     let status = String::from_utf8_lossy(&files["var/lib/dpkg/status"].1).into_owned();
-    let paragraphs: Vec<&str> = status
-        .split("\n\n")
-        .filter(|p| !p.trim().is_empty())
-        .collect();
+    let paragraphs: Vec<&str> = status.split("\n\n").filter(|p| !p.trim().is_empty()).collect();
     assert_eq!(paragraphs.len(), 4, "{status}");
     for (p, n) in paragraphs.iter().zip(["app", "base-tool", "libx", "mid"]) {
         assert!(
-            p.starts_with(&format!("Package: {n}\n"))
-                && p.contains("\nStatus: install ok installed\n"),
+            p.starts_with(&format!("Package: {n}\n")) && p.contains("\nStatus: install ok installed\n"),
             "{status}"
         );
     }
@@ -407,19 +311,13 @@ fn lock_build_and_dpkg_database() {
     // dpkg's file lists keep the paths as the package ships them.
     let list = String::from_utf8_lossy(&files["var/lib/dpkg/info/app.list"].1).into_owned();
     assert!(list.lines().any(|l| l == "/bin/app"), "{list}");
-    assert_eq!(
-        String::from_utf8_lossy(&files["var/lib/dpkg/arch"].1),
-        "amd64\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&files["var/lib/dpkg/arch"].1), "amd64\n");
 
     // The lock is used as it is: resolving again would find no difference,
     // so prove it by serving a changed index; the build does not read it.
     std::fs::write(a.www().join("dists/test/InRelease"), b"garbage").unwrap();
     let again = stdout_json(&build(&img, &a.cache(), &a.root.path().join("out-ok2"), 0));
-    assert_eq!(
-        again["manifest_digest"], built["manifest_digest"],
-        "same lock, same image"
-    );
+    assert_eq!(again["manifest_digest"], built["manifest_digest"], "same lock, same image");
 }
 
 #[test]
@@ -431,14 +329,8 @@ fn pinned_file_no_longer_served_and_tampered_cache() {
     build(&img, &a.cache(), &out, 0);
 
     // A tampered .deb in the cache is caught by its sha256 (and removed).
-    let lock: toml::Value =
-        toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
-    let app = lock["package"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"].as_str() == Some("app"))
-        .unwrap();
+    let lock: toml::Value = toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
+    let app = lock["package"].as_array().unwrap().iter().find(|p| p["name"].as_str() == Some("app")).unwrap();
     let cached = a.cache().join("debs").join(app["sha256"].as_str().unwrap());
     let mut bytes = std::fs::read(&cached).unwrap();
     bytes.push(0);
@@ -459,9 +351,7 @@ fn pinned_file_no_longer_served_and_tampered_cache() {
     std::fs::remove_file(&cached).unwrap();
     let e = stderr(&build(&img, &a.cache(), &out, 1));
     assert!(
-        e.contains("pool/main/app_1.0_amd64.deb")
-            && e.contains("is not served")
-            && e.contains("quarry lock"),
+        e.contains("pool/main/app_1.0_amd64.deb") && e.contains("is not served") && e.contains("quarry lock"),
         "{e}"
     );
 }
@@ -470,67 +360,31 @@ fn pinned_file_no_longer_served_and_tampered_cache() {
 fn refusals_name_what_is_wrong() {
     let Some(a) = archive() else { return };
     // A package missing from the index.
-    let e = stderr(&lock(
-        &a.image("missing", &["nope"], &a.keyring),
-        &a.cache(),
-        1,
-    ));
+    let e = stderr(&lock(&a.image("missing", &["nope"], &a.keyring), &a.cache(), 1));
     assert!(e.contains("`nope` is not in the index"), "{e}");
     // An unsatisfiable dependency names the chain.
-    let e = stderr(&lock(
-        &a.image("chain", &["top"], &a.keyring),
-        &a.cache(),
-        1,
-    ));
-    assert!(
-        e.contains("top -> old") && e.contains("libx (<< 1)") && e.contains("1.2"),
-        "{e}"
-    );
+    let e = stderr(&lock(&a.image("chain", &["top"], &a.keyring), &a.cache(), 1));
+    assert!(e.contains("top -> old") && e.contains("libx (<< 1)") && e.contains("1.2"), "{e}");
     // Signed by a key that is not in the keyring.
-    let e = stderr(&lock(
-        &a.image("otherkey", &["app"], &a.other_keyring),
-        &a.cache(),
-        1,
-    ));
-    assert!(
-        e.contains("bad signature") && e.contains("InRelease"),
-        "{e}"
-    );
+    let e = stderr(&lock(&a.image("otherkey", &["app"], &a.other_keyring), &a.cache(), 1));
+    assert!(e.contains("bad signature") && e.contains("InRelease"), "{e}");
     // A build without a lock resolves, so it refuses the same way.
-    let e = stderr(&build(
-        &a.image("otherkey2", &["app"], &a.other_keyring),
-        &a.cache(),
-        &a.root.path().join("o"),
-        1,
-    ));
+    let e = stderr(&build(&a.image("otherkey2", &["app"], &a.other_keyring), &a.cache(), &a.root.path().join("o"), 1));
     assert!(e.contains("bad signature"), "{e}");
     // Signed text changed after signing.
     let inrelease = a.www().join("dists/test/InRelease");
     let text = std::fs::read_to_string(&inrelease).unwrap();
-    std::fs::write(
-        &inrelease,
-        text.replace("Origin: quarry-test", "Origin: quarry-tesT"),
-    )
-    .unwrap();
-    let e = stderr(&lock(
-        &a.image("tampered", &["app"], &a.keyring),
-        &a.cache(),
-        1,
-    ));
+    std::fs::write(&inrelease, text.replace("Origin: quarry-test", "Origin: quarry-tesT")).unwrap();
+    let e = stderr(&lock(&a.image("tampered", &["app"], &a.keyring), &a.cache(), 1));
     assert!(e.contains("bad signature"), "{e}");
     // A lock that does not answer the definition any more.
     std::fs::write(&inrelease, text).unwrap();
     let img = a.image("stale", &["app"], &a.keyring);
     lock(&img, &a.cache(), 0);
-    let def = std::fs::read_to_string(&img)
-        .unwrap()
-        .replace("[\"app\"]", "[\"app\", \"top\"]");
+    let def = std::fs::read_to_string(&img).unwrap().replace("[\"app\"]", "[\"app\", \"top\"]");
     std::fs::write(&img, def).unwrap();
     let e = stderr(&build(&img, &a.cache(), &a.root.path().join("o2"), 1));
-    assert!(
-        e.contains("image.lock") && e.contains("`include`") && e.contains("quarry lock"),
-        "{e}"
-    );
+    assert!(e.contains("image.lock") && e.contains("`include`") && e.contains("quarry lock"), "{e}");
 }
 
 #[test]
@@ -539,14 +393,7 @@ fn proxy_from_the_environment_is_used() {
     let img = a.image("proxy", &["app"], &a.keyring);
     let mut c = quarry();
     c.arg("lock").arg(&img).arg("--cache-dir").arg(a.cache());
-    for v in [
-        "http_proxy",
-        "HTTP_PROXY",
-        "https_proxy",
-        "HTTPS_PROXY",
-        "all_proxy",
-        "ALL_PROXY",
-    ] {
+    for v in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] {
         c.env(v, "http://127.0.0.1:9");
     }
     c.env_remove("no_proxy").env_remove("NO_PROXY");

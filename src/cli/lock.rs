@@ -33,8 +33,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let image = load_image(&a.image, &sets)?;
     if a.dry_run {
         let spec = crate::distro::packages_of(&image)?;
-        let plan = crate::distro::plan(spec, &image.file)
-            .with_context(|| format!("planning `{}`", a.image.display()))?;
+        let plan =
+            crate::distro::plan(spec, &image.file).with_context(|| format!("planning `{}`", a.image.display()))?;
         if a.json {
             super::print_json(&plan)?;
         } else {
@@ -43,32 +43,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 println!("index    {i}");
             }
             println!("keyring  {}", plan.keyring.display());
-            println!(
-                "lock     {}{}",
-                plan.lock.display(),
-                if plan.locked { " (exists)" } else { "" }
-            );
+            println!("lock     {}{}", plan.lock.display(), if plan.locked { " (exists)" } else { "" });
         }
         return Ok(0);
     }
     let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
     let cache = Cache::open(&cache_dir)?;
-    let (path, lock) = crate::distro::lock_image(&image, &cache)
-        .with_context(|| format!("locking `{}`", a.image.display()))?;
-    let out = Locked {
-        lock: path,
-        release: lock.release.clone(),
-        packages: lock.packages.len(),
-    };
+    let (path, lock) =
+        crate::distro::lock_image(&image, &cache).with_context(|| format!("locking `{}`", a.image.display()))?;
+    let out = Locked { lock: path, release: lock.release.clone(), packages: lock.packages.len() };
     if a.json {
         super::print_json(&out)?;
     } else {
-        println!(
-            "{}: {} packages pinned (release {})",
-            out.lock.display(),
-            out.packages,
-            out.release
-        );
+        println!("{}: {} packages pinned (release {})", out.lock.display(), out.packages, out.release);
     }
     Ok(0)
 }

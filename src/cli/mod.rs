@@ -8,13 +8,13 @@ mod export;
 mod gc;
 mod gpus;
 mod inspect;
-mod rocm;
 mod load;
-mod run;
+mod lock;
 mod pull;
 mod push;
+mod rocm;
+mod run;
 mod wheel;
-mod lock;
 
 use clap::{Parser, Subcommand};
 

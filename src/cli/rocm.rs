@@ -74,17 +74,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
     for c in &a.components {
         if !artifacts::COMPONENTS.contains(&c.as_str()) {
-            anyhow::bail!(
-                "--components: `{c}` is not one of {}",
-                artifacts::COMPONENTS.join(", ")
-            );
+            anyhow::bail!("--components: `{c}` is not one of {}", artifacts::COMPONENTS.join(", "));
         }
     }
     let arts = artifacts::read(&a.artifact_dir)?;
-    let sel = Selection {
-        components: a.components,
-        targets: a.targets,
-    };
+    let sel = Selection { components: a.components, targets: a.targets };
     let mut tree = crate::tarball::Tree::new();
     let report = crate::rocm::flatten::into_tree(&arts, &sel, b"", None, &mut tree)?;
     crate::tarball::extract::extract_tree(&tree, &a.output)?;
@@ -97,20 +91,14 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
             "targets": arts.targets(),
         }))?;
     } else {
-        println!(
-            "{} artifacts, {} entries -> {}",
-            report.artifacts.len(),
-            tree.len(),
-            a.output.display()
-        );
+        println!("{} artifacts, {} entries -> {}", report.artifacts.len(), tree.len(), a.output.display());
     }
     Ok(0)
 }
 
 fn package(a: PackageArgs) -> anyhow::Result<i32> {
     use crate::rocm::package::{self, Options, SplitMode};
-    std::fs::create_dir_all(&a.dest_dir)
-        .with_context(|| format!("--dest-dir `{}`", a.dest_dir.display()))?;
+    std::fs::create_dir_all(&a.dest_dir).with_context(|| format!("--dest-dir `{}`", a.dest_dir.display()))?;
     let opts = Options {
         artifact_dir: a.artifact_dir,
         dest_dir: a.dest_dir,
@@ -121,8 +109,7 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
             Split::Off => SplitMode::Off,
         },
     };
-    let report = package::package(&opts)
-        .with_context(|| format!("packaging `{}`", opts.artifact_dir.display()))?;
+    let report = package::package(&opts).with_context(|| format!("packaging `{}`", opts.artifact_dir.display()))?;
     if a.json {
         super::print_json(&report)?;
     } else {
@@ -133,12 +120,7 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
             report.patchelf
         );
         for p in &report.packages {
-            println!(
-                "  {:<40} {:>10}  {}",
-                p.name,
-                super::human_size(p.size),
-                p.file.display()
-            );
+            println!("  {:<40} {:>10}  {}", p.name, super::human_size(p.size), p.file.display());
         }
         for d in &report.dropped {
             println!("  dropped {} in {}: {}", d.path, d.package, d.reason);

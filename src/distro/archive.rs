@@ -76,37 +76,23 @@ impl Repo {
             } else {
                 self.url(&format!("dists/{}/{rel}", self.suite))
             };
-            let path = cached_or_fetch(
-                fetcher,
-                cache,
-                "indexes",
-                &|| Ok(url.clone()),
-                &sha,
-                Some(size),
-            )?;
+            let path = cached_or_fetch(fetcher, cache, "indexes", &|| Ok(url.clone()), &sha, Some(size))?;
             let file = std::fs::File::open(&path).map_err(|e| DistroError::io(&path, e))?;
             let reader: Box<dyn std::io::Read> = if rel.ends_with(".xz") {
-                Box::new(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(
-                    file,
-                )))
+                Box::new(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(file)))
             } else if rel.ends_with(".gz") {
                 Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(file)))
             } else {
                 Box::new(file)
             };
             let mut bad = None;
-            for_each_paragraph(BufReader::with_capacity(1 << 20, reader), |p| {
-                match Package::from_paragraph(&p) {
-                    Ok(pkg) => all.push(pkg),
-                    Err(m) => {
-                        bad.get_or_insert(m);
-                    }
+            for_each_paragraph(BufReader::with_capacity(1 << 20, reader), |p| match Package::from_paragraph(&p) {
+                Ok(pkg) => all.push(pkg),
+                Err(m) => {
+                    bad.get_or_insert(m);
                 }
             })
-            .map_err(|e| DistroError::Index {
-                url: url.clone(),
-                message: format!("cannot read: {e}"),
-            })?;
+            .map_err(|e| DistroError::Index { url: url.clone(), message: format!("cannot read: {e}") })?;
             if let Some(m) = bad {
                 return Err(DistroError::Index { url, message: m });
             }
@@ -116,20 +102,12 @@ impl Repo {
 }
 
 /// Run `gpgv` on a clearsigned document; return the signed text only.
-pub fn verify_signed(
-    doc: &[u8],
-    keyring: &Path,
-    url: &str,
-    spool: &Path,
-) -> Result<String, DistroError> {
+pub fn verify_signed(doc: &[u8], keyring: &Path, url: &str, spool: &Path) -> Result<String, DistroError> {
     let keyring = keyring.canonicalize().map_err(|e| DistroError::Keyring {
         keyring: keyring.display().to_string(),
         message: format!("cannot read it: {e}"),
     })?;
-    let dir = tempfile::Builder::new()
-        .prefix("gpgv-")
-        .tempdir_in(spool)
-        .map_err(|e| DistroError::io(spool, e))?;
+    let dir = tempfile::Builder::new().prefix("gpgv-").tempdir_in(spool).map_err(|e| DistroError::io(spool, e))?;
     let input = dir.path().join("InRelease");
     let output = dir.path().join("Release");
     std::fs::write(&input, doc).map_err(|e| DistroError::io(&input, e))?;
@@ -151,11 +129,7 @@ pub fn verify_signed(
     let status = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() || !status.lines().any(|l| l.starts_with("[GNUPG:] VALIDSIG")) {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let why: Vec<&str> = stderr
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
+        let why: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         return Err(DistroError::BadSignature {
             url: url.to_string(),
             keyring: keyring.display().to_string(),
@@ -166,10 +140,7 @@ pub fn verify_signed(
 }
 
 fn parse_release(text: &str, digest: String, url: &str) -> Result<Release, DistroError> {
-    let p = parse_paragraphs(text)
-        .into_iter()
-        .next()
-        .unwrap_or_default();
+    let p = parse_paragraphs(text).into_iter().next().unwrap_or_default();
     let mut sha256 = BTreeMap::new();
     for line in p.get("SHA256").unwrap_or("").lines() {
         let w: Vec<&str> = line.split_whitespace().collect();
@@ -187,10 +158,7 @@ fn parse_release(text: &str, digest: String, url: &str) -> Result<Release, Distr
     }
     Ok(Release {
         digest,
-        by_hash: p
-            .get("Acquire-By-Hash")
-            .map(|v| v.trim() == "yes")
-            .unwrap_or(false),
+        by_hash: p.get("Acquire-By-Hash").map(|v| v.trim() == "yes").unwrap_or(false),
         sha256,
         codename: p.get("Codename").map(String::from),
     })
@@ -215,32 +183,18 @@ pub struct Package {
 
 impl Package {
     pub fn from_paragraph(p: &super::control::Paragraph) -> Result<Package, String> {
-        let name = p
-            .get("Package")
-            .ok_or("a paragraph has no `Package` field")?
-            .to_string();
-        let need = |k: &str| {
-            p.get(k)
-                .map(String::from)
-                .ok_or_else(|| format!("package `{name}` has no `{k}` field"))
-        };
-        let deps = |k: &str| {
-            parse_depends(p.get(k).unwrap_or(""))
-                .map_err(|e| format!("package `{name}`, field `{k}`: {e}"))
-        };
-        let provides = deps("Provides")?
-            .into_iter()
-            .flatten()
-            .map(|a| (a.name, a.constraint.map(|(_, v)| v)))
-            .collect();
+        let name = p.get("Package").ok_or("a paragraph has no `Package` field")?.to_string();
+        let need = |k: &str| p.get(k).map(String::from).ok_or_else(|| format!("package `{name}` has no `{k}` field"));
+        let deps =
+            |k: &str| parse_depends(p.get(k).unwrap_or("")).map_err(|e| format!("package `{name}`, field `{k}`: {e}"));
+        let provides =
+            deps("Provides")?.into_iter().flatten().map(|a| (a.name, a.constraint.map(|(_, v)| v))).collect();
         Ok(Package {
             version: need("Version")?,
             architecture: need("Architecture")?,
             filename: need("Filename")?,
             sha256: need("SHA256")?.to_ascii_lowercase(),
-            size: need("Size")?
-                .parse()
-                .map_err(|_| format!("package `{name}`: `Size` is not a number"))?,
+            size: need("Size")?.parse().map_err(|_| format!("package `{name}`: `Size` is not a number"))?,
             depends: deps("Depends")?,
             pre_depends: deps("Pre-Depends")?,
             provides,

@@ -16,10 +16,7 @@ pub struct Paragraph {
 impl Paragraph {
     /// A field's value (field names are case-insensitive).
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.fields.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// Write as deb822 text (no trailing blank line).
@@ -61,8 +58,7 @@ pub fn for_each_paragraph(r: impl BufRead, mut f: impl FnMut(Paragraph)) -> std:
             continue;
         }
         if let Some((k, v)) = line.split_once(':') {
-            cur.fields
-                .push((k.trim().to_string(), v.trim().to_string()));
+            cur.fields.push((k.trim().to_string(), v.trim().to_string()));
         }
     }
     if !cur.fields.is_empty() {
@@ -122,11 +118,9 @@ pub fn parse_depends(field: &str) -> Result<Depends, String> {
             let constraint = match rest {
                 Some(r) => {
                     let inner = r.split(')').next().unwrap_or("").trim();
-                    let op_len = inner
-                        .find(|c: char| !"<>=".contains(c))
-                        .unwrap_or(inner.len());
-                    let rel = Relation::parse(&inner[..op_len])
-                        .ok_or_else(|| format!("`{alt}`: bad version relation"))?;
+                    let op_len = inner.find(|c: char| !"<>=".contains(c)).unwrap_or(inner.len());
+                    let rel =
+                        Relation::parse(&inner[..op_len]).ok_or_else(|| format!("`{alt}`: bad version relation"))?;
                     let ver = inner[op_len..].trim();
                     if ver.is_empty() {
                         return Err(format!("`{alt}`: missing version"));
@@ -148,9 +142,7 @@ mod tests {
 
     #[test]
     fn paragraphs_and_continuations() {
-        let ps = parse_paragraphs(
-            "Package: a\nDescription: x\n y\n .\n z\n\n\nPackage: b\nVersion: 1\n",
-        );
+        let ps = parse_paragraphs("Package: a\nDescription: x\n y\n .\n z\n\n\nPackage: b\nVersion: 1\n");
         assert_eq!(ps.len(), 2);
         assert_eq!(ps[0].get("description"), Some("x\n y\n .\n z"));
         assert_eq!(ps[1].get("Version"), Some("1"));
@@ -161,10 +153,8 @@ mod tests {
 
     #[test]
     fn dependency_fields() {
-        let d = parse_depends(
-            "libc6 (>= 2.34), debconf (>= 0.5) | debconf-2.0, python3:any, perl:any (>= 5.1)",
-        )
-        .unwrap();
+        let d =
+            parse_depends("libc6 (>= 2.34), debconf (>= 0.5) | debconf-2.0, python3:any, perl:any (>= 5.1)").unwrap();
         assert_eq!(d.len(), 4);
         assert_eq!(d[0][0].constraint, Some((Relation::Ge, "2.34".into())));
         assert_eq!(d[1][1].name, "debconf-2.0");

@@ -24,10 +24,7 @@ pub struct Deb {
 }
 
 fn bad(deb: &Path, message: impl Into<String>) -> DistroError {
-    DistroError::Deb {
-        deb: deb.display().to_string(),
-        message: message.into(),
-    }
+    DistroError::Deb { deb: deb.display().to_string(), message: message.into() }
 }
 
 fn decompress(name: &str, bytes: Vec<u8>, deb: &Path) -> Result<Vec<u8>, DistroError> {
@@ -41,10 +38,7 @@ fn decompress(name: &str, bytes: Vec<u8>, deb: &Path) -> Result<Vec<u8>, DistroE
     } else if name.ends_with(".tar") {
         return Ok(bytes);
     } else {
-        return Err(bad(
-            deb,
-            format!("member `{name}` has an unsupported compression"),
-        ));
+        return Err(bad(deb, format!("member `{name}` has an unsupported compression")));
     };
     r.map_err(|e| bad(deb, format!("member `{name}`: {e}")))?;
     Ok(out)
@@ -57,23 +51,16 @@ pub fn read_deb(deb: &Path, spool: &Path) -> Result<Deb, DistroError> {
     let mut control_tar = None;
     let mut data = None;
     while let Some(entry) = ar.next_entry() {
-        let mut entry =
-            entry.map_err(|e| bad(deb, format!("not a valid .deb (ar) archive: {e}")))?;
-        let name = String::from_utf8_lossy(entry.header().identifier())
-            .trim_end_matches('/')
-            .to_string();
+        let mut entry = entry.map_err(|e| bad(deb, format!("not a valid .deb (ar) archive: {e}")))?;
+        let name = String::from_utf8_lossy(entry.header().identifier()).trim_end_matches('/').to_string();
         if name.starts_with("control.tar") {
             let mut v = Vec::new();
-            entry
-                .read_to_end(&mut v)
-                .map_err(|e| DistroError::io(deb, e))?;
+            entry.read_to_end(&mut v).map_err(|e| DistroError::io(deb, e))?;
             control_tar = Some(decompress(&name, v, deb)?);
         } else if name.starts_with("data.tar") {
             // The tree reader sniffs the compression from the bytes.
-            let mut tmp = tempfile::Builder::new()
-                .prefix("data-")
-                .tempfile_in(spool)
-                .map_err(|e| DistroError::io(spool, e))?;
+            let mut tmp =
+                tempfile::Builder::new().prefix("data-").tempfile_in(spool).map_err(|e| DistroError::io(spool, e))?;
             std::io::copy(&mut entry, &mut tmp).map_err(|e| DistroError::io(deb, e))?;
             let mut tree = Tree::new();
             read_into(tmp.path(), &mut tree, &Placement::default(), spool)
@@ -91,36 +78,24 @@ pub fn read_deb(deb: &Path, spool: &Path) -> Result<Deb, DistroError> {
     let mut control = None;
     let mut control_files = BTreeMap::new();
     let mut t = tar::Archive::new(&control_tar[..]);
-    for e in t
-        .entries()
-        .map_err(|e| bad(deb, format!("control.tar: {e}")))?
-    {
+    for e in t.entries().map_err(|e| bad(deb, format!("control.tar: {e}")))? {
         let mut e = e.map_err(|e| bad(deb, format!("control.tar: {e}")))?;
         if e.header().entry_type() != tar::EntryType::Regular {
             continue;
         }
         let raw = e.path_bytes().into_owned();
-        let name = String::from_utf8_lossy(&raw)
-            .trim_start_matches("./")
-            .to_string();
+        let name = String::from_utf8_lossy(&raw).trim_start_matches("./").to_string();
         if name.contains('/') || name.is_empty() {
             continue;
         }
         let mut v = Vec::new();
-        e.read_to_end(&mut v)
-            .map_err(|e| bad(deb, format!("control.tar: {e}")))?;
+        e.read_to_end(&mut v).map_err(|e| bad(deb, format!("control.tar: {e}")))?;
         if name == "control" {
-            control = parse_paragraphs(&String::from_utf8_lossy(&v))
-                .into_iter()
-                .next();
+            control = parse_paragraphs(&String::from_utf8_lossy(&v)).into_iter().next();
         } else {
             control_files.insert(name, v);
         }
     }
     let control = control.ok_or_else(|| bad(deb, "has no `control` file"))?;
-    Ok(Deb {
-        control,
-        control_files,
-        data,
-    })
+    Ok(Deb { control, control_files, data })
 }

@@ -27,9 +27,7 @@ impl Fetcher {
             .timeout_recv_body(Some(Duration::from_secs(300)))
             .http_status_as_error(false)
             .build();
-        Fetcher {
-            agent: config.into(),
-        }
+        Fetcher { agent: config.into() }
     }
 
     fn open(&self, url: &str) -> Result<ureq::Body, DistroError> {
@@ -37,22 +35,13 @@ impl Fetcher {
             .agent
             .get(url)
             .call()
-            .map_err(|e| DistroError::Network {
-                url: url.to_string(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| DistroError::Network { url: url.to_string(), message: e.to_string() })?;
         let status = resp.status().as_u16();
         if status == 404 || status == 410 {
-            return Err(DistroError::NotServed {
-                url: url.to_string(),
-                status,
-            });
+            return Err(DistroError::NotServed { url: url.to_string(), status });
         }
         if status != 200 {
-            return Err(DistroError::Network {
-                url: url.to_string(),
-                message: format!("HTTP status {status}"),
-            });
+            return Err(DistroError::Network { url: url.to_string(), message: format!("HTTP status {status}") });
         }
         Ok(resp.into_body())
     }
@@ -63,10 +52,7 @@ impl Fetcher {
         body.with_config()
             .limit(64 << 20)
             .read_to_vec()
-            .map_err(|e| DistroError::Network {
-                url: url.to_string(),
-                message: e.to_string(),
-            })
+            .map_err(|e| DistroError::Network { url: url.to_string(), message: e.to_string() })
     }
 
     /// Download `url` into the cache as `kind/<sha256>`, checking the
@@ -81,10 +67,7 @@ impl Fetcher {
     ) -> Result<PathBuf, DistroError> {
         let mut body = self.open(url)?;
         let tmp = cache.temp_file()?;
-        let net = |e: std::io::Error| DistroError::Network {
-            url: url.to_string(),
-            message: e.to_string(),
-        };
+        let net = |e: std::io::Error| DistroError::Network { url: url.to_string(), message: e.to_string() };
         let file = tmp.reopen().map_err(|e| DistroError::io(tmp.path(), e))?;
         let mut w = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
         let mut r = body.with_config().limit(u64::MAX).reader();
@@ -94,8 +77,7 @@ impl Fetcher {
             if n == 0 {
                 break;
             }
-            w.write_all(&buf[..n])
-                .map_err(|e| DistroError::io(tmp.path(), e))?;
+            w.write_all(&buf[..n]).map_err(|e| DistroError::io(tmp.path(), e))?;
         }
         let (mut f, hex, n) = w.finish();
         f.flush().map_err(|e| DistroError::io(tmp.path(), e))?;
@@ -131,7 +113,9 @@ pub fn cached_or_fetch(
                 what: path.display().to_string(),
                 expected: sha256.to_string(),
                 actual,
-                hint: "the cached file was modified or corrupted; it has been removed, run the build again to download it".into(),
+                hint:
+                    "the cached file was modified or corrupted; it has been removed, run the build again to download it"
+                        .into(),
             });
         }
         return Ok(path);

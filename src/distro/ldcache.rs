@@ -34,12 +34,7 @@ fn abi(arch: &str) -> Option<Abi> {
         "i386" => ("i386-linux-gnu", false, object::elf::EM_386, 0x0003),
         _ => return None,
     };
-    Some(Abi {
-        triplet,
-        class64,
-        machine,
-        flags,
-    })
+    Some(Abi { triplet, class64, machine, flags })
 }
 
 /// glibc's `_dl_cache_libcmp`: digit runs compare numerically.
@@ -77,12 +72,8 @@ pub fn libcmp(a: &[u8], b: &[u8]) -> Ordering {
 
 /// Follow symlinks (absolute or relative, any component) to a tree path.
 fn resolve(tree: &Tree, path: &[u8]) -> Option<Vec<u8>> {
-    let mut todo: Vec<Vec<u8>> = path
-        .split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .map(|c| c.to_vec())
-        .rev()
-        .collect();
+    let mut todo: Vec<Vec<u8>> =
+        path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev().collect();
     let mut cur: Vec<u8> = Vec::new();
     let mut hops = 0;
     while let Some(comp) = todo.pop() {
@@ -104,12 +95,7 @@ fn resolve(tree: &Tree, path: &[u8]) -> Option<Vec<u8>> {
                 if t.first() == Some(&b'/') {
                     cur.clear();
                 }
-                todo.extend(
-                    t.split(|&b| b == b'/')
-                        .filter(|c| !c.is_empty())
-                        .map(|c| c.to_vec())
-                        .rev(),
-                );
+                todo.extend(t.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev());
             }
             Some(_) => cur = next,
             None => return None,
@@ -155,10 +141,7 @@ fn soname_in<'d, R: ReadRef<'d>>(data: R, abi: &Abi) -> Option<Option<Vec<u8>>> 
     }
 }
 
-fn soname_of<'d, H: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
-    data: R,
-    abi: &Abi,
-) -> Option<Option<Vec<u8>>> {
+fn soname_of<'d, H: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(data: R, abi: &Abi) -> Option<Option<Vec<u8>>> {
     let h = H::parse(data).ok()?;
     let e = h.endian().ok()?;
     if h.e_machine(e) != abi.machine {
@@ -186,10 +169,7 @@ fn conf_dirs(tree: &Tree, conf: &[u8], depth: usize, out: &mut Vec<String>) {
     };
     for line in String::from_utf8_lossy(&text).lines() {
         let line = line.split('#').next().unwrap_or("").trim();
-        if let Some(pattern) = line
-            .strip_prefix("include")
-            .filter(|r| r.starts_with(char::is_whitespace))
-        {
+        if let Some(pattern) = line.strip_prefix("include").filter(|r| r.starts_with(char::is_whitespace)) {
             if depth > 8 {
                 continue;
             }
@@ -197,9 +177,7 @@ fn conf_dirs(tree: &Tree, conf: &[u8], depth: usize, out: &mut Vec<String>) {
             let Ok(glob) = globset::Glob::new(pattern).map(|g| g.compile_matcher()) else {
                 continue;
             };
-            let Ok(dir) =
-                normalize_dest(pattern.rsplit_once('/').map(|(d, _)| d).unwrap_or("/etc"))
-            else {
+            let Ok(dir) = normalize_dest(pattern.rsplit_once('/').map(|(d, _)| d).unwrap_or("/etc")) else {
                 continue;
             };
             let Some(real) = resolve(tree, &dir) else {
@@ -219,13 +197,7 @@ fn conf_dirs(tree: &Tree, conf: &[u8], depth: usize, out: &mut Vec<String>) {
                 conf_dirs(tree, &f, depth + 1, out);
             }
         } else if line.starts_with('/') {
-            out.push(
-                line.split_whitespace()
-                    .next()
-                    .unwrap_or(line)
-                    .trim_end_matches('/')
-                    .to_string(),
-            );
+            out.push(line.split_whitespace().next().unwrap_or(line).trim_end_matches('/').to_string());
         }
     }
 }
@@ -253,26 +225,16 @@ pub fn generate(tree: &Tree, arch: &str) -> Option<Vec<u8>> {
         let Some(real) = resolve(tree, &merged_usr_path(&d)).or_else(|| resolve(tree, &d)) else {
             continue;
         };
-        if !matches!(tree.get(&real).map(|n| &n.kind), Some(Kind::Dir))
-            || !seen_dirs.insert(real.clone())
-        {
+        if !matches!(tree.get(&real).map(|n| &n.kind), Some(Kind::Dir)) || !seen_dirs.insert(real.clone()) {
             continue;
         }
         // soname -> whether it came from a link to the soname file (ld(1)'s .so link)
         let mut libs: Vec<(Vec<u8>, bool)> = Vec::new();
-        let children: Vec<Vec<u8>> = tree
-            .iter()
-            .filter(|(p, _)| parent(p) == Some(&real[..]))
-            .map(|(p, _)| p.clone())
-            .collect();
+        let children: Vec<Vec<u8>> =
+            tree.iter().filter(|(p, _)| parent(p) == Some(&real[..])).map(|(p, _)| p.clone()).collect();
         for child in children {
-            let name = child[child.len()
-                - child
-                    .rsplit(|&b| b == b'/')
-                    .next()
-                    .map(<[u8]>::len)
-                    .unwrap_or(0)..]
-                .to_vec();
+            let name =
+                child[child.len() - child.rsplit(|&b| b == b'/').next().map(<[u8]>::len).unwrap_or(0)..].to_vec();
             if !is_dso(&name) {
                 continue;
             }
@@ -295,8 +257,7 @@ pub fn generate(tree: &Tree, arch: &str) -> Option<Vec<u8>> {
             let so = so.unwrap_or_else(|| name.clone());
             // ldconfig: a link keeps its own name when it is the soname or
             // ld(1)'s `.so` link (a prefix of the soname ending in `.so`).
-            let keeps_name =
-                is_link && (name == so || (name.ends_with(b".so") && so.starts_with(&name)));
+            let keeps_name = is_link && (name == so || (name.ends_with(b".so") && so.starts_with(&name)));
             let key = if keeps_name { name.clone() } else { so };
             match libs.iter_mut().find(|(k, _)| *k == key) {
                 Some(slot) => slot.1 &= keeps_name,
@@ -364,29 +325,15 @@ mod tests {
     fn resolves_links_in_the_tree() {
         use crate::tarball::Node;
         let mut t = Tree::new();
-        t.insert(b"usr/lib/x86_64-linux-gnu".to_vec(), Node::dir(0o755))
-            .unwrap();
-        t.insert(
-            b"lib".to_vec(),
-            Node::new(Kind::Symlink(b"usr/lib".to_vec()), 0o777),
-        )
-        .unwrap();
+        t.insert(b"usr/lib/x86_64-linux-gnu".to_vec(), Node::dir(0o755)).unwrap();
+        t.insert(b"lib".to_vec(), Node::new(Kind::Symlink(b"usr/lib".to_vec()), 0o777)).unwrap();
         t.insert(
             b"usr/lib/x86_64-linux-gnu/a".to_vec(),
-            Node::new(
-                Kind::Symlink(b"../../../lib/x86_64-linux-gnu".to_vec()),
-                0o777,
-            ),
+            Node::new(Kind::Symlink(b"../../../lib/x86_64-linux-gnu".to_vec()), 0o777),
         )
         .unwrap();
-        assert_eq!(
-            resolve(&t, b"lib/x86_64-linux-gnu").unwrap(),
-            b"usr/lib/x86_64-linux-gnu"
-        );
-        assert_eq!(
-            resolve(&t, b"usr/lib/x86_64-linux-gnu/a").unwrap(),
-            b"usr/lib/x86_64-linux-gnu"
-        );
+        assert_eq!(resolve(&t, b"lib/x86_64-linux-gnu").unwrap(), b"usr/lib/x86_64-linux-gnu");
+        assert_eq!(resolve(&t, b"usr/lib/x86_64-linux-gnu/a").unwrap(), b"usr/lib/x86_64-linux-gnu");
         assert!(resolve(&t, b"nowhere").is_none());
     }
 }

@@ -73,15 +73,15 @@ impl Lock {
         };
         let lock: Lock = toml::from_str(&text).map_err(|e| DistroError::Lock {
             lock: path.display().to_string(),
-            message: format!(
-                "{}; delete it and run `quarry lock` again",
-                e.to_string().trim_end()
-            ),
+            message: format!("{}; delete it and run `quarry lock` again", e.to_string().trim_end()),
         })?;
         if lock.version != LOCK_VERSION {
             return Err(DistroError::Lock {
                 lock: path.display().to_string(),
-                message: format!("has version {}, this quarry reads version {LOCK_VERSION}; run `quarry lock` again", lock.version),
+                message: format!(
+                    "has version {}, this quarry reads version {LOCK_VERSION}; run `quarry lock` again",
+                    lock.version
+                ),
             });
         }
         Ok(Some(lock))
@@ -89,20 +89,13 @@ impl Lock {
 
     /// Write atomically (temporary file beside it, then rename).
     pub fn write(&self, path: &Path) -> Result<(), DistroError> {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".quarry-lock-")
-            .tempfile_in(dir)
-            .map_err(|e| DistroError::io(dir, e))?;
-        std::io::Write::write_all(&mut tmp, self.to_toml().as_bytes())
-            .map_err(|e| DistroError::io(path, e))?;
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let mut tmp =
+            tempfile::Builder::new().prefix(".quarry-lock-").tempfile_in(dir).map_err(|e| DistroError::io(dir, e))?;
+        std::io::Write::write_all(&mut tmp, self.to_toml().as_bytes()).map_err(|e| DistroError::io(path, e))?;
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
-        tmp.persist(path)
-            .map_err(|e| DistroError::io(path, e.error))?;
+        tmp.persist(path).map_err(|e| DistroError::io(path, e.error))?;
         Ok(())
     }
 
@@ -124,7 +117,9 @@ impl Lock {
         match differs {
             Some(f) => Err(DistroError::Lock {
                 lock: path.display().to_string(),
-                message: format!("was made for another `{f}` than the definition now has; run `quarry lock` on the image again"),
+                message: format!(
+                    "was made for another `{f}` than the definition now has; run `quarry lock` on the image again"
+                ),
             }),
             None => Ok(()),
         }

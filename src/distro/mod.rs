@@ -32,18 +32,9 @@ pub enum DistroError {
     #[error("{url} is not served (HTTP {status}); if it is pinned in a lock file, the mirror no longer has that version: run `quarry lock` again")]
     NotServed { url: String, status: u16 },
     #[error("sha256 mismatch for {what}: expected {expected}, actual {actual}; {hint}")]
-    Mismatch {
-        what: String,
-        expected: String,
-        actual: String,
-        hint: String,
-    },
+    Mismatch { what: String, expected: String, actual: String, hint: String },
     #[error("bad signature on {url} (keyring `{keyring}`): {message}; is `keyring` the key that signs this archive?")]
-    BadSignature {
-        url: String,
-        keyring: String,
-        message: String,
-    },
+    BadSignature { url: String, keyring: String, message: String },
     #[error("keyring `{keyring}`: {message}")]
     Keyring { keyring: String, message: String },
     #[error("index {url}: {message}")]
@@ -66,10 +57,7 @@ pub enum DistroError {
 
 impl DistroError {
     pub fn io(path: &Path, err: std::io::Error) -> DistroError {
-        DistroError::Io {
-            path: path.display().to_string(),
-            err,
-        }
+        DistroError::Io { path: path.display().to_string(), err }
     }
 }
 
@@ -78,13 +66,10 @@ pub fn mirror_url(spec: &PackagesBase) -> Result<String, DistroError> {
     match &spec.mirror {
         Mirror::Url(u) => Ok(u.clone()),
         Mirror::Host => {
-            let etc = std::env::var_os("QUARRY_APT_ETC")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/etc/apt"));
-            sources::host_mirror(&etc, &spec.suite).ok_or_else(|| DistroError::NoHostMirror {
-                suite: spec.suite.clone(),
-                etc: etc.display().to_string(),
-            })
+            let etc =
+                std::env::var_os("QUARRY_APT_ETC").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/etc/apt"));
+            sources::host_mirror(&etc, &spec.suite)
+                .ok_or_else(|| DistroError::NoHostMirror { suite: spec.suite.clone(), etc: etc.display().to_string() })
         }
     }
 }
@@ -107,12 +92,7 @@ pub fn plan(spec: &PackagesBase, image_file: &Path) -> Result<Plan, DistroError>
         indexes: spec
             .components
             .iter()
-            .map(|c| {
-                repo.url(&format!(
-                    "dists/{}/{c}/binary-{}/Packages.xz",
-                    spec.suite, spec.architecture
-                ))
-            })
+            .map(|c| repo.url(&format!("dists/{}/{c}/binary-{}/Packages.xz", spec.suite, spec.architecture)))
             .collect(),
         keyring: spec.keyring.clone(),
         locked: lock.is_file(),
@@ -136,12 +116,7 @@ pub fn resolve_now(spec: &PackagesBase, cache: &Cache, spool: &Path) -> Result<L
     let fetcher = Fetcher::new();
     let release = repo.fetch_release(&fetcher, spool)?;
     let pkgs = repo.fetch_packages(&fetcher, cache, &release)?;
-    let origin = format!(
-        "{} ({}, {})",
-        repo.release_url(),
-        spec.components.join(" "),
-        spec.architecture
-    );
+    let origin = format!("{} ({}, {})", repo.release_url(), spec.components.join(" "), spec.architecture);
     let chosen = resolve::resolve(&pkgs, &spec.include, spec.variant, &origin)?;
     Ok(Lock {
         version: lock::LOCK_VERSION,
@@ -191,18 +166,12 @@ pub fn fingerprint(spec: &PackagesBase, lock: &Lock) -> String {
     for p in &lock.packages {
         h.field(&p.name).field(&p.sha256);
     }
-    h.field(format!("{:?}", spec.groups))
-        .field(format!("{:?}", spec.users))
-        .field(spec.configure.to_string());
+    h.field(format!("{:?}", spec.groups)).field(format!("{:?}", spec.users)).field(spec.configure.to_string());
     h.finish()
 }
 
 /// Download (or take from the cache) every pinned .deb, verified.
-pub fn fetch_debs(
-    spec: &PackagesBase,
-    lock: &Lock,
-    cache: &Cache,
-) -> Result<Vec<PathBuf>, DistroError> {
+pub fn fetch_debs(spec: &PackagesBase, lock: &Lock, cache: &Cache) -> Result<Vec<PathBuf>, DistroError> {
     let fetcher = Fetcher::new();
     let mirror = std::sync::OnceLock::new();
     let url_of = |p: &LockedPackage| -> Result<String, DistroError> {
@@ -217,24 +186,14 @@ pub fn fetch_debs(
     };
     // A few downloads at a time: latency, not bandwidth, dominates small files.
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Result<PathBuf, DistroError>>>> = lock
-        .packages
-        .iter()
-        .map(|_| std::sync::Mutex::new(None))
-        .collect();
+    let results: Vec<std::sync::Mutex<Option<Result<PathBuf, DistroError>>>> =
+        lock.packages.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..6 {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(p) = lock.packages.get(i) else { break };
-                let r = fetch::cached_or_fetch(
-                    &fetcher,
-                    cache,
-                    "debs",
-                    &|| url_of(p),
-                    &p.sha256,
-                    Some(p.size),
-                );
+                let r = fetch::cached_or_fetch(&fetcher, cache, "debs", &|| url_of(p), &p.sha256, Some(p.size));
                 let failed = r.is_err();
                 *results[i].lock().expect("not poisoned") = Some(r);
                 if failed {
@@ -256,21 +215,13 @@ pub fn fetch_debs(
 }
 
 /// Unpack the verified .debs into one rootfs tree.
-pub fn assemble(
-    spec: &PackagesBase,
-    lock: &Lock,
-    debs: &[PathBuf],
-    spool: &Path,
-) -> Result<Tree, DistroError> {
+pub fn assemble(spec: &PackagesBase, lock: &Lock, debs: &[PathBuf], spool: &Path) -> Result<Tree, DistroError> {
     use rayon::prelude::*;
-    let opened: Vec<Result<deb::Deb, DistroError>> =
-        debs.par_iter().map(|d| deb::read_deb(d, spool)).collect();
+    let opened: Vec<Result<deb::Deb, DistroError>> = debs.par_iter().map(|d| deb::read_deb(d, spool)).collect();
     let mut sys = system::System::new(&spec.architecture);
     for (d, p) in opened.into_iter().zip(&lock.packages) {
         let d = d?;
-        if d.control.get("Package") != Some(p.name.as_str())
-            || d.control.get("Version") != Some(p.version.as_str())
-        {
+        if d.control.get("Package") != Some(p.name.as_str()) || d.control.get("Version") != Some(p.version.as_str()) {
             return Err(DistroError::Deb {
                 deb: p.file.clone(),
                 message: format!(
@@ -286,10 +237,7 @@ pub fn assemble(
     }
     sys.finish(&spec.users, &spec.groups)?;
     let mut tree = sys.tree;
-    tree.finalize_hardlinks()
-        .map_err(|e| DistroError::Assemble {
-            message: e.to_string(),
-        })?;
+    tree.finalize_hardlinks().map_err(|e| DistroError::Assemble { message: e.to_string() })?;
     Ok(tree)
 }
 
@@ -308,10 +256,7 @@ pub fn packages_of(image: &crate::spec::Image) -> Result<&PackagesBase, DistroEr
 }
 
 /// `quarry lock`: resolve now and write `IMAGE.lock` beside the image.
-pub fn lock_image(
-    image: &crate::spec::Image,
-    cache: &Cache,
-) -> Result<(PathBuf, Lock), DistroError> {
+pub fn lock_image(image: &crate::spec::Image, cache: &Cache) -> Result<(PathBuf, Lock), DistroError> {
     let spec = packages_of(image)?;
     let spool = tempfile::Builder::new()
         .prefix("lock-")

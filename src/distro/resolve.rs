@@ -16,21 +16,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 pub enum ResolveError {
     #[error("package `{name}` is not in the index of {origin}; check its spelling, `components` and `architecture`")]
     Missing { name: String, origin: String },
-    #[error(
-        "package `{name}` has no version `{version}` in the index of {origin} (it has: {have})"
-    )]
-    MissingVersion {
-        name: String,
-        version: String,
-        origin: String,
-        have: String,
-    },
+    #[error("package `{name}` has no version `{version}` in the index of {origin} (it has: {have})")]
+    MissingVersion { name: String, version: String, origin: String, have: String },
     #[error("unsatisfiable dependency: {chain} needs `{clause}`, but {why}")]
-    Unsatisfiable {
-        chain: String,
-        clause: String,
-        why: String,
-    },
+    Unsatisfiable { chain: String, clause: String, why: String },
 }
 
 struct Index<'a> {
@@ -50,9 +39,7 @@ impl<'a> Index<'a> {
         }
         // Highest version first: the candidate apt would take.
         for v in by_name.values_mut() {
-            v.sort_by(|a, b| {
-                compare(&b.version, &a.version).then_with(|| a.filename.cmp(&b.filename))
-            });
+            v.sort_by(|a, b| compare(&b.version, &a.version).then_with(|| a.filename.cmp(&b.filename)));
         }
         Index { by_name, providers }
     }
@@ -93,22 +80,14 @@ pub fn resolve<'a>(
             Some((n, v)) => (n, Some(v)),
             None => (r.as_str(), None),
         };
-        let cands = idx.by_name.get(name).ok_or_else(|| ResolveError::Missing {
-            name: name.into(),
-            origin: origin.into(),
-        })?;
+        let cands =
+            idx.by_name.get(name).ok_or_else(|| ResolveError::Missing { name: name.into(), origin: origin.into() })?;
         let pick = match version {
-            Some(v) => *cands.iter().find(|p| p.version == v).ok_or_else(|| {
-                ResolveError::MissingVersion {
-                    name: name.into(),
-                    version: v.into(),
-                    origin: origin.into(),
-                    have: cands
-                        .iter()
-                        .map(|p| p.version.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                }
+            Some(v) => *cands.iter().find(|p| p.version == v).ok_or_else(|| ResolveError::MissingVersion {
+                name: name.into(),
+                version: v.into(),
+                origin: origin.into(),
+                have: cands.iter().map(|p| p.version.as_str()).collect::<Vec<_>>().join(", "),
             })?,
             None => cands[0],
         };
@@ -147,11 +126,7 @@ pub fn resolve<'a>(
                 }
             }
             let Some(p) = picked else {
-                let clause_text = clause
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect::<Vec<_>>()
-                    .join(" | ");
+                let clause_text = clause.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" | ");
                 return Err(ResolveError::Unsatisfiable {
                     chain: chain(&pkg.name, &parent),
                     clause: clause_text,
@@ -169,17 +144,12 @@ pub fn resolve<'a>(
 /// Is the clause met by what is chosen already?
 fn satisfied(clause: &[Atom], chosen: &BTreeMap<&str, &Package>, idx: &Index) -> bool {
     clause.iter().any(|a| {
-        if chosen
-            .get(a.name.as_str())
-            .is_some_and(|p| atom_ok(&p.version, a))
-        {
+        if chosen.get(a.name.as_str()).is_some_and(|p| atom_ok(&p.version, a)) {
             return true;
         }
         idx.providers.get(a.name.as_str()).is_some_and(|provs| {
             provs.iter().any(|(p, pv)| {
-                chosen
-                    .get(p.name.as_str())
-                    .is_some_and(|c| c.version == p.version)
+                chosen.get(p.name.as_str()).is_some_and(|c| c.version == p.version)
                     && match (&a.constraint, pv) {
                         (None, _) => true,
                         (Some((rel, want)), Some(v)) => rel.holds(v, want),
@@ -191,11 +161,7 @@ fn satisfied(clause: &[Atom], chosen: &BTreeMap<&str, &Package>, idx: &Index) ->
 }
 
 /// The package to add for one alternative, or why there is none.
-fn candidate<'a>(
-    atom: &Atom,
-    chosen: &BTreeMap<&str, &'a Package>,
-    idx: &Index<'a>,
-) -> Result<&'a Package, String> {
+fn candidate<'a>(atom: &Atom, chosen: &BTreeMap<&str, &'a Package>, idx: &Index<'a>) -> Result<&'a Package, String> {
     if let Some(p) = chosen.get(atom.name.as_str()) {
         // Only one version of a package can be installed.
         return Err(format!("`{}` {} is chosen already", atom.name, p.version));
@@ -233,10 +199,7 @@ fn candidate<'a>(
         Some(c) => Err(format!(
             "the index has `{}` only as version {}",
             atom.name,
-            c.iter()
-                .map(|p| p.version.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            c.iter().map(|p| p.version.as_str()).collect::<Vec<_>>().join(", ")
         )),
         None => Err(format!("no package is or provides `{atom}` in the index")),
     }
@@ -266,12 +229,7 @@ mod tests {
             .iter()
             .map(|p| {
                 let mut p = p.clone();
-                for (k, v) in [
-                    ("Filename", "pool/x.deb"),
-                    ("SHA256", "00"),
-                    ("Size", "1"),
-                    ("Architecture", "amd64"),
-                ] {
+                for (k, v) in [("Filename", "pool/x.deb"), ("SHA256", "00"), ("Size", "1"), ("Architecture", "amd64")] {
                     if p.get(k).is_none() {
                         p.fields.push((k.into(), v.into()));
                     }
@@ -282,9 +240,7 @@ mod tests {
     }
 
     fn names(v: &[&Package]) -> Vec<String> {
-        v.iter()
-            .map(|p| format!("{}={}", p.name, p.version))
-            .collect()
+        v.iter().map(|p| format!("{}={}", p.name, p.version)).collect()
     }
 
     const IDX: &str = "\
@@ -305,56 +261,25 @@ Package: vv\nVersion: 1\nDepends: awk (>= 2)\n";
     fn resolves_alternatives_virtuals_and_versions() {
         let pkgs = index(IDX);
         let r = resolve(&pkgs, &["app".into()], Variant::Required, "test").unwrap();
-        assert_eq!(
-            names(&r),
-            [
-                "app=1",
-                "base=1",
-                "exim=1",
-                "libc=2.1",
-                "libfoo=3.1",
-                "mawk=1",
-                "req=1"
-            ]
-        );
+        assert_eq!(names(&r), ["app=1", "base=1", "exim=1", "libc=2.1", "libfoo=3.1", "mawk=1", "req=1"]);
         let r = resolve(&pkgs, &["app".into()], Variant::Essential, "test").unwrap();
         // mawk is required-priority: preferred among awk providers.
         assert!(names(&r).contains(&"mawk=1".to_string()));
         assert!(!names(&r).contains(&"req=1".to_string()));
-        let r = resolve(
-            &pkgs,
-            &["gawk".into(), "app".into()],
-            Variant::Essential,
-            "test",
-        )
-        .unwrap();
-        assert!(
-            !names(&r).contains(&"mawk=1".to_string()),
-            "an awk already chosen is kept"
-        );
+        let r = resolve(&pkgs, &["gawk".into(), "app".into()], Variant::Essential, "test").unwrap();
+        assert!(!names(&r).contains(&"mawk=1".to_string()), "an awk already chosen is kept");
     }
 
     #[test]
     fn errors_name_the_chain() {
         let pkgs = index(IDX);
-        let e = resolve(&pkgs, &["top".into()], Variant::Essential, "test")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("top -> old") && e.contains("libfoo (<< 3)") && e.contains("3.1"),
-            "{e}"
-        );
-        let e = resolve(&pkgs, &["nope".into()], Variant::Essential, "test")
-            .unwrap_err()
-            .to_string();
+        let e = resolve(&pkgs, &["top".into()], Variant::Essential, "test").unwrap_err().to_string();
+        assert!(e.contains("top -> old") && e.contains("libfoo (<< 3)") && e.contains("3.1"), "{e}");
+        let e = resolve(&pkgs, &["nope".into()], Variant::Essential, "test").unwrap_err().to_string();
         assert!(e.contains("`nope` is not in the index"), "{e}");
-        let e = resolve(&pkgs, &["vv".into()], Variant::Essential, "test")
-            .unwrap_err()
-            .to_string();
+        let e = resolve(&pkgs, &["vv".into()], Variant::Essential, "test").unwrap_err().to_string();
         assert!(e.contains("awk (>= 2)"), "{e}");
-        let e = resolve(&pkgs, &["libc=9".into()], Variant::Essential, "test")
-            .unwrap_err()
-            .to_string();
+        let e = resolve(&pkgs, &["libc=9".into()], Variant::Essential, "test").unwrap_err().to_string();
         assert!(e.contains("2.1, 1"), "{e}");
     }
 }

@@ -23,12 +23,7 @@ pub fn read_sources(etc_apt: &Path) -> Vec<AptSource> {
     if let Ok(rd) = std::fs::read_dir(etc_apt.join("sources.list.d")) {
         let mut more: Vec<PathBuf> = rd
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("list" | "sources")
-                )
-            })
+            .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("list" | "sources")))
             .collect();
         more.sort();
         files.extend(more);
@@ -51,10 +46,7 @@ fn parse_one_line(text: &str, file: &Path) -> Vec<AptSource> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
-        let mut rest = match line
-            .strip_prefix("deb ")
-            .or_else(|| line.strip_prefix("deb\t"))
-        {
+        let mut rest = match line.strip_prefix("deb ").or_else(|| line.strip_prefix("deb\t")) {
             Some(r) => r.trim_start(),
             None => continue,
         };
@@ -81,20 +73,11 @@ fn parse_one_line(text: &str, file: &Path) -> Vec<AptSource> {
 fn parse_deb822(text: &str, file: &Path) -> Vec<AptSource> {
     let mut out = Vec::new();
     for p in parse_paragraphs(text) {
-        let words = |k: &str| -> Vec<String> {
-            p.get(k)
-                .unwrap_or("")
-                .split_whitespace()
-                .map(String::from)
-                .collect()
-        };
+        let words = |k: &str| -> Vec<String> { p.get(k).unwrap_or("").split_whitespace().map(String::from).collect() };
         if !words("Types").iter().any(|t| t == "deb") {
             continue;
         }
-        if p.get("Enabled")
-            .map(|v| v.trim().eq_ignore_ascii_case("no"))
-            .unwrap_or(false)
-        {
+        if p.get("Enabled").map(|v| v.trim().eq_ignore_ascii_case("no")).unwrap_or(false) {
             continue;
         }
         for uri in words("URIs") {
@@ -135,22 +118,13 @@ mod tests {
             "Types: deb deb-src\nURIs: http://two.example/ubuntu/\nSuites: noble noble-updates\nComponents: main universe\n\nTypes: deb\nURIs: http://off.example/\nSuites: jammy\nEnabled: no\n",
         )
         .unwrap();
-        std::fs::write(
-            d.path().join("sources.list.d/y.list.disabled"),
-            "deb http://never.example/ jammy main\n",
-        )
-        .unwrap();
+        std::fs::write(d.path().join("sources.list.d/y.list.disabled"), "deb http://never.example/ jammy main\n")
+            .unwrap();
         let all = read_sources(d.path());
         assert_eq!(all.len(), 2, "{all:?}");
         assert_eq!(all[0].components, ["main", "contrib"]);
-        assert_eq!(
-            host_mirror(d.path(), "bookworm").unwrap(),
-            "http://one.example/debian"
-        );
-        assert_eq!(
-            host_mirror(d.path(), "noble-updates").unwrap(),
-            "http://two.example/ubuntu"
-        );
+        assert_eq!(host_mirror(d.path(), "bookworm").unwrap(), "http://one.example/debian");
+        assert_eq!(host_mirror(d.path(), "noble-updates").unwrap(), "http://two.example/ubuntu");
         assert_eq!(host_mirror(d.path(), "jammy"), None);
     }
 }

@@ -103,25 +103,15 @@ impl System {
     fn insert(&mut self, path: &[u8], node: Node) -> Result<(), DistroError> {
         self.tree
             .insert(path.to_vec(), node)
-            .map_err(|e| DistroError::Assemble {
-                message: format!("`/{}`: {e}", display(path)),
-            })
+            .map_err(|e| DistroError::Assemble { message: format!("`/{}`: {e}", display(path)) })
     }
 
     /// Unpack one package, as `dpkg --unpack` would, and record it.
     /// `installed`: mark it configured (no maintainer script will run).
     pub fn unpack(&mut self, deb: Deb, installed: bool) -> Result<(), DistroError> {
         let name = deb.control.get("Package").unwrap_or_default().to_string();
-        let arch = deb
-            .control
-            .get("Architecture")
-            .unwrap_or_default()
-            .to_string();
-        let key = if deb.control.get("Multi-Arch") == Some("same") {
-            format!("{name}:{arch}")
-        } else {
-            name.clone()
-        };
+        let arch = deb.control.get("Architecture").unwrap_or_default().to_string();
+        let key = if deb.control.get("Multi-Arch") == Some("same") { format!("{name}:{arch}") } else { name.clone() };
         let mut list = String::from("/.\n");
         for (path, node) in deb.data.iter() {
             list.push('/');
@@ -142,12 +132,7 @@ impl System {
                 continue;
             }
             // A directory shipped by several packages: the first keeps it.
-            if node.kind.is_dir()
-                && self
-                    .tree
-                    .get(&target)
-                    .is_some_and(|n| n.kind.is_dir() && !n.implicit)
-            {
+            if node.kind.is_dir() && self.tree.get(&target).is_some_and(|n| n.kind.is_dir() && !n.implicit) {
                 continue;
             }
             self.insert(&target, node)?;
@@ -161,9 +146,8 @@ impl System {
                 let Ok(rel) = normalize_dest(p) else { continue };
                 let md5 = match deb.data.get(&rel) {
                     Some(n) if matches!(n.kind, Kind::File { .. }) => {
-                        let bytes = read_node(n).map_err(|e| DistroError::Assemble {
-                            message: format!("{name}: `{p}`: {e}"),
-                        })?;
+                        let bytes = read_node(n)
+                            .map_err(|e| DistroError::Assemble { message: format!("{name}: `{p}`: {e}") })?;
                         hex::encode(md5::Md5::digest(&bytes))
                     }
                     _ => "newconffile".to_string(),
@@ -172,61 +156,31 @@ impl System {
             }
         }
         let info = b"var/lib/dpkg/info";
-        self.insert(
-            &join(info, format!("{key}.list").as_bytes()),
-            file(list, 0o644),
-        )?;
+        self.insert(&join(info, format!("{key}.list").as_bytes()), file(list, 0o644))?;
         for (member, bytes) in &deb.control_files {
-            let script = matches!(
-                member.as_str(),
-                "preinst" | "postinst" | "prerm" | "postrm" | "config"
-            );
+            let script = matches!(member.as_str(), "preinst" | "postinst" | "prerm" | "postrm" | "config");
             self.insert(
                 &join(info, format!("{key}.{member}").as_bytes()),
                 file(bytes.clone(), if script { 0o755 } else { 0o644 }),
             )?;
         }
         if let Some(p) = deb.control_files.get("postinst") {
-            self.postinsts
-                .push((name.clone(), String::from_utf8_lossy(p).into_owned()));
+            self.postinsts.push((name.clone(), String::from_utf8_lossy(p).into_owned()));
         }
         let mut fields: Vec<(String, String)> = deb.control.fields.clone();
-        fields.push((
-            "Status".into(),
-            if installed {
-                "install ok installed"
-            } else {
-                "install ok unpacked"
-            }
-            .into(),
-        ));
+        fields.push(("Status".into(), if installed { "install ok installed" } else { "install ok unpacked" }.into()));
         if !conffiles.is_empty() {
             fields.push(("Conffiles".into(), conffiles));
         }
-        let rank = |k: &str| {
-            STATUS_ORDER
-                .iter()
-                .position(|o| o.eq_ignore_ascii_case(k))
-                .unwrap_or(STATUS_ORDER.len())
-        };
+        let rank = |k: &str| STATUS_ORDER.iter().position(|o| o.eq_ignore_ascii_case(k)).unwrap_or(STATUS_ORDER.len());
         // Description and the fields dpkg does not know come after the known ones.
-        fields.sort_by_key(|(k, _)| {
-            if k == "Description" {
-                STATUS_ORDER.len()
-            } else {
-                rank(k)
-            }
-        });
+        fields.sort_by_key(|(k, _)| if k == "Description" { STATUS_ORDER.len() } else { rank(k) });
         self.status.insert(key, Paragraph { fields });
         Ok(())
     }
 
     /// Everything after the last package: links, database, accounts.
-    pub fn finish(
-        &mut self,
-        users: &[UserDef],
-        groups: &BTreeMap<String, u32>,
-    ) -> Result<(), DistroError> {
+    pub fn finish(&mut self, users: &[UserDef], groups: &BTreeMap<String, u32>) -> Result<(), DistroError> {
         for d in MERGED {
             let usr = join(b"usr", d);
             let always = matches!(d, b"bin" | b"sbin" | b"lib");
@@ -259,10 +213,7 @@ impl System {
         let db = b"var/lib/dpkg";
         self.insert(&join(db, b"status"), file(status, 0o644))?;
         self.insert(&join(db, b"info/format"), file("1\n", 0o644))?;
-        self.insert(
-            &join(db, b"arch"),
-            file(format!("{}\n", self.architecture), 0o644),
-        )?;
+        self.insert(&join(db, b"arch"), file(format!("{}\n", self.architecture), 0o644))?;
         for f in ["available", "diversions", "statoverride"] {
             self.insert(&join(db, f.as_bytes()), file(Vec::new(), 0o644))?;
         }
@@ -278,9 +229,7 @@ impl System {
     }
 
     fn exists(&self, abs: &str) -> bool {
-        normalize_dest(abs)
-            .map(|p| self.tree.get(&merged_usr_path(&p)).is_some())
-            .unwrap_or(false)
+        normalize_dest(abs).map(|p| self.tree.get(&merged_usr_path(&p)).is_some()).unwrap_or(false)
     }
 
     /// `update-alternatives --install` calls of postinst scripts, each
@@ -309,17 +258,9 @@ impl System {
             }
         }
         for (name, a) in alts {
-            let choices: Vec<_> = a
-                .choices
-                .iter()
-                .filter(|(p, _, _)| self.exists(p))
-                .collect();
+            let choices: Vec<_> = a.choices.iter().filter(|(p, _, _)| self.exists(p)).collect();
             // Highest priority wins; on a tie, the first registered.
-            let Some(best) = choices
-                .iter()
-                .copied()
-                .reduce(|b, c| if c.1 > b.1 { c } else { b })
-            else {
+            let Some(best) = choices.iter().copied().reduce(|b, c| if c.1 > b.1 { c } else { b }) else {
                 continue;
             };
             let mut admin = format!("auto\n{}\n", a.link);
@@ -335,10 +276,7 @@ impl System {
                 }
             }
             admin.push('\n');
-            self.insert(
-                format!("var/lib/dpkg/alternatives/{name}").as_bytes(),
-                file(admin, 0o644),
-            )?;
+            self.insert(format!("var/lib/dpkg/alternatives/{name}").as_bytes(), file(admin, 0o644))?;
             let mut links = vec![(a.link.clone(), name.clone(), best.0.clone())];
             for (sname, slink) in &a.slaves {
                 if let Some(sp) = best.2.get(sname).filter(|sp| self.exists(sp)) {
@@ -355,10 +293,7 @@ impl System {
                 self.insert(&e, Node::new(Kind::Symlink(target.into_bytes()), 0o777))?;
                 self.insert(
                     &merged_usr_path(&l),
-                    Node::new(
-                        Kind::Symlink(format!("/etc/alternatives/{n}").into_bytes()),
-                        0o777,
-                    ),
+                    Node::new(Kind::Symlink(format!("/etc/alternatives/{n}").into_bytes()), 0o777),
                 )?;
             }
         }
@@ -388,22 +323,14 @@ impl System {
             .collect();
         for p in dir {
             if let Ok(b) = read_node(self.tree.get(&p).expect("listed")) {
-                for l in String::from_utf8_lossy(&b)
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| l.starts_with('/'))
-                {
+                for l in String::from_utf8_lossy(&b).lines().map(str::trim).filter(|l| l.starts_with('/')) {
                     if !shells.iter().any(|s| s == l) {
                         shells.push(l.to_string());
                     }
                 }
             }
         }
-        let usr: Vec<String> = shells
-            .iter()
-            .filter(|s| !s.starts_with("/usr/"))
-            .map(|s| format!("/usr{s}"))
-            .collect();
+        let usr: Vec<String> = shells.iter().filter(|s| !s.starts_with("/usr/")).map(|s| format!("/usr{s}")).collect();
         for u in usr {
             if !shells.contains(&u) {
                 shells.push(u);
@@ -421,20 +348,14 @@ impl System {
     }
 
     fn group_id(&self, name: &str) -> u64 {
-        let Some(Ok(b)) = self
-            .tree
-            .get(b"usr/share/base-passwd/group.master")
-            .map(read_node)
-        else {
+        let Some(Ok(b)) = self.tree.get(b"usr/share/base-passwd/group.master").map(read_node) else {
             return 0;
         };
         String::from_utf8_lossy(&b)
             .lines()
             .find_map(|l| {
                 let f: Vec<&str> = l.split(':').collect();
-                (f.len() >= 3 && f[0] == name)
-                    .then(|| f[2].parse().ok())
-                    .flatten()
+                (f.len() >= 3 && f[0] == name).then(|| f[2].parse().ok()).flatten()
             })
             .unwrap_or(0)
     }
@@ -442,10 +363,7 @@ impl System {
     /// Is a package (any architecture) unpacked?
     fn installed(&self, name: &str) -> bool {
         self.status.contains_key(name)
-            || self
-                .status
-                .keys()
-                .any(|k| k.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
+            || self.status.keys().any(|k| k.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
     }
 
     fn add_if_missing(&mut self, path: &str, node: Node) -> Result<(), DistroError> {
@@ -457,11 +375,7 @@ impl System {
 
     /// Copy a file the package keeps under /usr/share to its place in /etc.
     fn install_from_default(&mut self, from: &str, to: &str) -> Result<(), DistroError> {
-        let Some(n) = self
-            .tree
-            .get(from.as_bytes())
-            .filter(|n| matches!(n.kind, Kind::File { .. }))
-        else {
+        let Some(n) = self.tree.get(from.as_bytes()).filter(|n| matches!(n.kind, Kind::File { .. })) else {
             return Ok(());
         };
         let n = n.clone();
@@ -473,15 +387,11 @@ impl System {
     fn script_defaults(&mut self) -> Result<(), DistroError> {
         if self.tree.get(b"usr/share/base-files").is_some() {
             if self.tree.get(b"etc/dpkg/origins/default").is_none() {
-                if let Some(o) = ["debian", "ubuntu"].into_iter().find(|o| {
-                    self.tree
-                        .get(format!("etc/dpkg/origins/{o}").as_bytes())
-                        .is_some()
-                }) {
-                    self.insert(
-                        b"etc/dpkg/origins/default",
-                        Node::new(Kind::Symlink(o.as_bytes().to_vec()), 0o777),
-                    )?;
+                if let Some(o) = ["debian", "ubuntu"]
+                    .into_iter()
+                    .find(|o| self.tree.get(format!("etc/dpkg/origins/{o}").as_bytes()).is_some())
+                {
+                    self.insert(b"etc/dpkg/origins/default", Node::new(Kind::Symlink(o.as_bytes().to_vec()), 0o777))?;
                 }
             }
             for (from, to) in [
@@ -492,11 +402,7 @@ impl System {
             ] {
                 self.install_from_default(&format!("usr/share/base-files/{from}"), to)?;
             }
-            if self
-                .tree
-                .get(b"usr/share/info")
-                .is_some_and(|n| n.kind.is_dir())
-            {
+            if self.tree.get(b"usr/share/info").is_some_and(|n| n.kind.is_dir()) {
                 self.install_from_default("usr/share/base-files/info.dir", "usr/share/info/dir")?;
             }
             let mail = self.group_id("mail");
@@ -513,45 +419,22 @@ impl System {
             ] {
                 self.add_if_missing(d, Node::dir(mode).owned(0, gid))?;
             }
-            self.add_if_missing(
-                "var/spool/mail",
-                Node::new(Kind::Symlink(b"../mail".to_vec()), 0o777),
-            )?;
+            self.add_if_missing("var/spool/mail", Node::new(Kind::Symlink(b"../mail".to_vec()), 0o777))?;
             for (d, to) in [("var/run", "/run"), ("var/lock", "/run/lock")] {
                 let empty_dir = self.tree.get(d.as_bytes()).is_some_and(|n| n.kind.is_dir())
-                    && !self.tree.iter().any(|(p, _)| {
-                        p.len() > d.len() && p.starts_with(d.as_bytes()) && p[d.len()] == b'/'
-                    });
+                    && !self
+                        .tree
+                        .iter()
+                        .any(|(p, _)| p.len() > d.len() && p.starts_with(d.as_bytes()) && p[d.len()] == b'/');
                 if empty_dir || self.tree.get(d.as_bytes()).is_none() {
-                    self.insert(
-                        d.as_bytes(),
-                        Node::new(Kind::Symlink(to.as_bytes().to_vec()), 0o777),
-                    )?;
+                    self.insert(d.as_bytes(), Node::new(Kind::Symlink(to.as_bytes().to_vec()), 0o777))?;
                 }
             }
-            for d in [
-                "",
-                "/share",
-                "/share/man",
-                "/bin",
-                "/games",
-                "/lib",
-                "/include",
-                "/sbin",
-                "/src",
-                "/etc",
-            ] {
+            for d in ["", "/share", "/share/man", "/bin", "/games", "/lib", "/include", "/sbin", "/src", "/etc"] {
                 self.add_if_missing(&format!("usr/local{d}"), Node::dir(0o755))?;
             }
-            self.add_if_missing(
-                "usr/local/man",
-                Node::new(Kind::Symlink(b"share/man".to_vec()), 0o777),
-            )?;
-            for (f, mode) in [
-                ("var/log/wtmp", 0o664),
-                ("var/log/btmp", 0o660),
-                ("var/log/lastlog", 0o664),
-            ] {
+            self.add_if_missing("usr/local/man", Node::new(Kind::Symlink(b"share/man".to_vec()), 0o777))?;
+            for (f, mode) in [("var/log/wtmp", 0o664), ("var/log/btmp", 0o660), ("var/log/lastlog", 0o664)] {
                 self.add_if_missing(f, file(Vec::new(), mode).owned(0, utmp))?;
             }
         }
@@ -559,19 +442,11 @@ impl System {
         if self.tree.get(b"usr/share/zoneinfo/Etc/UTC").is_some() {
             self.add_if_missing(
                 "etc/localtime",
-                Node::new(
-                    Kind::Symlink(b"/usr/share/zoneinfo/Etc/UTC".to_vec()),
-                    0o777,
-                ),
+                Node::new(Kind::Symlink(b"/usr/share/zoneinfo/Etc/UTC".to_vec()), 0o777),
             )?;
             self.add_if_missing("etc/timezone", file("Etc/UTC\n", 0o644))?;
         }
-        if self
-            .tree
-            .get(b"etc/security")
-            .is_some_and(|n| n.kind.is_dir())
-            && self.installed("libpam-modules")
-        {
+        if self.tree.get(b"etc/security").is_some_and(|n| n.kind.is_dir()) && self.installed("libpam-modules") {
             self.add_if_missing("etc/security/opasswd", file(Vec::new(), 0o600))?;
             self.add_if_missing("etc/environment", file(Vec::new(), 0o644))?;
         }
@@ -597,25 +472,13 @@ impl System {
             if prof.get("Default").map(String::as_str) != Some("yes") {
                 continue;
             }
-            let prio = prof
-                .get("Priority")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
+            let prio = prof.get("Priority").and_then(|v| v.parse().ok()).unwrap_or(0);
             profiles.push((prio, display(&p), prof));
         }
         profiles.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
-        for kind in [
-            "auth",
-            "account",
-            "password",
-            "session",
-            "session-noninteractive",
-        ] {
+        for kind in ["auth", "account", "password", "session", "session-noninteractive"] {
             let dest = format!("etc/pam.d/common-{kind}");
-            let Some(Ok(template)) = self
-                .tree
-                .get(format!("usr/share/pam/common-{kind}").as_bytes())
-                .map(read_node)
+            let Some(Ok(template)) = self.tree.get(format!("usr/share/pam/common-{kind}").as_bytes()).map(read_node)
             else {
                 continue;
             };
@@ -624,9 +487,7 @@ impl System {
             }
             let uctype = {
                 let mut c = kind.chars();
-                c.next()
-                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                    .unwrap_or_default()
+                c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
             };
             let ptype = kind.trim_end_matches("-noninteractive");
             let block = |val: &str| -> Vec<String> {
@@ -636,11 +497,7 @@ impl System {
                     if prof.get(&format!("{uctype}-Type")).map(String::as_str) != Some(val) {
                         continue;
                     }
-                    let initial = if i == 0 {
-                        prof.get(&format!("{uctype}-Initial"))
-                    } else {
-                        None
-                    };
+                    let initial = if i == 0 { prof.get(&format!("{uctype}-Initial")) } else { None };
                     i += 1;
                     let Some(text) = initial.or_else(|| prof.get(&uctype)) else {
                         continue;
@@ -666,14 +523,8 @@ impl System {
                 }
                 out.push_str(line);
                 let (pattern, val) = match state {
-                    0 => (
-                        "# here are the per-package modules (the \"Primary\" block)",
-                        "Primary",
-                    ),
-                    2 => (
-                        "# and here are more per-package modules (the \"Additional\" block)",
-                        "Additional",
-                    ),
+                    0 => ("# here are the per-package modules (the \"Primary\" block)", "Primary"),
+                    2 => ("# and here are more per-package modules (the \"Additional\" block)", "Additional"),
                     _ => continue,
                 };
                 if line.starts_with(pattern) {
@@ -698,15 +549,9 @@ impl System {
 
     /// passwd/group/shadow/gshadow from base-passwd's masters plus the
     /// definition's groups and users.
-    fn accounts(
-        &mut self,
-        users: &[UserDef],
-        extra_groups: &BTreeMap<String, u32>,
-    ) -> Result<(), DistroError> {
+    fn accounts(&mut self, users: &[UserDef], extra_groups: &BTreeMap<String, u32>) -> Result<(), DistroError> {
         let master = |t: &Tree, p: &[u8]| {
-            t.get(p)
-                .and_then(|n| read_node(n).ok())
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
+            t.get(p).and_then(|n| read_node(n).ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
         };
         let (Some(pw), Some(gr)) = (
             master(&self.tree, b"usr/share/base-passwd/passwd.master"),
@@ -715,13 +560,14 @@ impl System {
             if users.is_empty() && extra_groups.is_empty() {
                 return Ok(());
             }
-            return Err(DistroError::Assemble { message: "`users` and `groups` need the package `base-passwd` (its master files are the starting point)".into() });
+            return Err(DistroError::Assemble {
+                message:
+                    "`users` and `groups` need the package `base-passwd` (its master files are the starting point)"
+                        .into(),
+            });
         };
-        let mut passwd: Vec<Vec<String>> = pw
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(|l| l.split(':').map(String::from).collect())
-            .collect();
+        let mut passwd: Vec<Vec<String>> =
+            pw.lines().filter(|l| !l.is_empty()).map(|l| l.split(':').map(String::from).collect()).collect();
         // (name, gid, members)
         let mut group: Vec<(String, u32, Vec<String>)> = gr
             .lines()
@@ -734,9 +580,7 @@ impl System {
         let mut used_gids: BTreeSet<u32> = group.iter().map(|g| g.1).collect();
         for (name, gid) in extra_groups {
             if group.iter().any(|g| &g.0 == name) {
-                return Err(err(format!(
-                    "group `{name}` exists already in base-passwd; remove it from `groups`"
-                )));
+                return Err(err(format!("group `{name}` exists already in base-passwd; remove it from `groups`")));
             }
             if !used_gids.insert(*gid) {
                 return Err(err(format!("group `{name}`: gid {gid} is taken")));
@@ -747,10 +591,7 @@ impl System {
             if passwd.iter().any(|p| p[0] == u.name) {
                 return Err(err(format!("user `{}` exists already", u.name)));
             }
-            if passwd
-                .iter()
-                .any(|p| p.get(2).map(|x| x == &u.uid.to_string()).unwrap_or(false))
-            {
+            if passwd.iter().any(|p| p.get(2).map(|x| x == &u.uid.to_string()).unwrap_or(false)) {
                 return Err(err(format!("user `{}`: uid {} is taken", u.name, u.uid)));
             }
             let gid = u.gid.unwrap_or(u.uid);
@@ -774,19 +615,16 @@ impl System {
                     used_gids.insert(gid);
                     group.push((gname.clone(), gid, Vec::new()));
                 }
-                let g = group
-                    .iter_mut()
-                    .find(|g| &g.0 == gname)
-                    .expect("added above");
+                let g = group.iter_mut().find(|g| &g.0 == gname).expect("added above");
                 g.2.push(u.name.clone());
             }
-            let home = u
-                .home
-                .clone()
-                .unwrap_or_else(|| format!("/home/{}", u.name));
+            let home = u.home.clone().unwrap_or_else(|| format!("/home/{}", u.name));
             let shell = u.shell.clone().unwrap_or_else(|| "/bin/bash".into());
             if !self.exists(&shell) {
-                return Err(err(format!("user `{}`: shell `{shell}` is not in the image; add its package or set `shell`", u.name)));
+                return Err(err(format!(
+                    "user `{}`: shell `{shell}` is not in the image; add its package or set `shell`",
+                    u.name
+                )));
             }
             passwd.push(vec![
                 u.name.clone(),
@@ -806,11 +644,7 @@ impl System {
         for p in &passwd {
             let mut f = p.clone();
             let pass = std::mem::replace(&mut f[1], "x".into());
-            let pass = if pass == "*" && users.iter().any(|u| u.name == f[0]) {
-                "!".to_string()
-            } else {
-                pass
-            };
+            let pass = if pass == "*" && users.iter().any(|u| u.name == f[0]) { "!".to_string() } else { pass };
             pw_text.push_str(&f.join(":"));
             pw_text.push('\n');
             sh_text.push_str(&format!("{}:{}::0:99999:7:::\n", f[0], pass));
@@ -822,18 +656,11 @@ impl System {
             gr_text.push_str(&format!("{name}:x:{gid}:{}\n", members.join(",")));
             gs_text.push_str(&format!("{name}:*::{}\n", members.join(",")));
         }
-        let shadow_gid = group
-            .iter()
-            .find(|g| g.0 == "shadow")
-            .map(|g| g.1 as u64)
-            .unwrap_or(0);
+        let shadow_gid = group.iter().find(|g| g.0 == "shadow").map(|g| g.1 as u64).unwrap_or(0);
         if self.installed("passwd") {
             // As useradd allocates them: 65536 ids per user from 100000.
-            let ranges: String = users
-                .iter()
-                .enumerate()
-                .map(|(i, u)| format!("{}:{}:65536\n", u.name, 100000 + i * 65536))
-                .collect();
+            let ranges: String =
+                users.iter().enumerate().map(|(i, u)| format!("{}:{}:65536\n", u.name, 100000 + i * 65536)).collect();
             self.insert(b"etc/subuid", file(ranges.clone(), 0o644))?;
             self.insert(b"etc/subgid", file(ranges, 0o644))?;
         }
@@ -846,9 +673,8 @@ impl System {
 
     /// The home directory with /etc/skel copied in, and the sudoers entry.
     fn home(&mut self, u: &UserDef, gid: u32, home: &str) -> Result<(), DistroError> {
-        let h = normalize_dest(home).map_err(|e| DistroError::Assemble {
-            message: format!("user `{}`: home `{home}` {e}", u.name),
-        })?;
+        let h = normalize_dest(home)
+            .map_err(|e| DistroError::Assemble { message: format!("user `{}`: home `{home}` {e}", u.name) })?;
         let (uid, gid) = (u.uid as u64, gid as u64);
         self.insert(&h, Node::dir(0o755).owned(uid, gid))?;
         let skel: Vec<(Vec<u8>, Node)> = self
@@ -868,17 +694,11 @@ impl System {
         if u.sudo {
             if !self.exists("/usr/bin/sudo") {
                 return Err(DistroError::Assemble {
-                    message: format!(
-                        "user `{}`: `sudo = true` needs the package `sudo` in `include`",
-                        u.name
-                    ),
+                    message: format!("user `{}`: `sudo = true` needs the package `sudo` in `include`", u.name),
                 });
             }
             let rule = format!("{} ALL=(ALL:ALL) NOPASSWD: ALL\n", u.name);
-            self.insert(
-                format!("etc/sudoers.d/{}", u.name).as_bytes(),
-                file(rule, 0o440),
-            )?;
+            self.insert(format!("etc/sudoers.d/{}", u.name).as_bytes(), file(rule, 0o440))?;
         }
         Ok(())
     }
@@ -891,9 +711,7 @@ fn parse_pam_profile(text: &str) -> BTreeMap<String, String> {
     for line in text.lines() {
         match line.split_once(':') {
             Some((k, v))
-                if !k.is_empty()
-                    && !k.starts_with(char::is_whitespace)
-                    && !k.contains(char::is_whitespace) =>
+                if !k.is_empty() && !k.starts_with(char::is_whitespace) && !k.contains(char::is_whitespace) =>
             {
                 field = k.trim_end_matches("-Final").to_string();
                 prof.insert(field.clone(), v.trim().to_string());
@@ -933,10 +751,7 @@ fn pam_line(line: &str, count: i64) -> String {
     };
     let rest = &line[control_end..];
     let module_start = control_end + (rest.len() - rest.trim_start().len());
-    let module_end = line[module_start..]
-        .find(char::is_whitespace)
-        .map(|i| module_start + i)
-        .unwrap_or(line.len());
+    let module_end = line[module_start..].find(char::is_whitespace).map(|i| module_start + i).unwrap_or(line.len());
     let modline = line[..module_end].replace("end", &count.to_string());
     let opts: Vec<&str> = line[module_end..].split_whitespace().collect();
     format!("{modline} {}\n", opts.join(" "))
@@ -977,16 +792,10 @@ pub fn alternatives_calls(script: &str) -> Vec<AltCall> {
             }
             words.push(w);
         }
-        if words
-            .iter()
-            .any(|w| w.contains(['$', '`', '"', '\'', '(', ')']))
-        {
+        if words.iter().any(|w| w.contains(['$', '`', '"', '\'', '(', ')'])) {
             continue;
         }
-        let words: Vec<&str> = words
-            .into_iter()
-            .filter(|w| !matches!(*w, "--quiet" | "--force"))
-            .collect();
+        let words: Vec<&str> = words.into_iter().filter(|w| !matches!(*w, "--quiet" | "--force")).collect();
         let Some(pos) = words.iter().position(|w| *w == "--install") else {
             continue;
         };
@@ -995,17 +804,11 @@ pub fn alternatives_calls(script: &str) -> Vec<AltCall> {
             continue;
         }
         let Ok(priority) = w[3].parse() else { continue };
-        let mut call = AltCall {
-            link: w[0].into(),
-            name: w[1].into(),
-            path: w[2].into(),
-            priority,
-            slaves: Vec::new(),
-        };
+        let mut call =
+            AltCall { link: w[0].into(), name: w[1].into(), path: w[2].into(), priority, slaves: Vec::new() };
         let mut rest = &w[4..];
         while rest.len() >= 4 && rest[0] == "--slave" {
-            call.slaves
-                .push((rest[1].into(), rest[2].into(), rest[3].into()));
+            call.slaves.push((rest[1].into(), rest[2].into(), rest[3].into()));
             rest = &rest[4..];
         }
         if call.link.starts_with('/') && call.path.starts_with('/') {
@@ -1026,14 +829,7 @@ mod tests {
         assert_eq!(c.len(), 2, "{c:?}");
         assert_eq!(c[0].name, "awk");
         assert_eq!(c[0].priority, 5);
-        assert_eq!(
-            c[0].slaves[1],
-            (
-                "/usr/bin/nawk".into(),
-                "nawk".into(),
-                "/usr/bin/mawk".into()
-            )
-        );
+        assert_eq!(c[0].slaves[1], ("/usr/bin/nawk".into(), "nawk".into(), "/usr/bin/mawk".into()));
         assert_eq!(c[1].link, "/bin/more");
         assert_eq!(c[1].priority, 50);
     }
@@ -1044,11 +840,10 @@ mod tests {
             pam_line("[success=end default=ignore]\tpam_unix.so nullok", 1),
             "[success=1 default=ignore]\tpam_unix.so nullok\n"
         );
-        assert_eq!(
-            pam_line("required\tpam_unix.so", 0),
-            "required\tpam_unix.so \n"
+        assert_eq!(pam_line("required\tpam_unix.so", 0), "required\tpam_unix.so \n");
+        let p = parse_pam_profile(
+            "Name: Unix\nDefault: yes\nAccount-Type: Primary\nAccount:\n\t[success=end]\tpam_unix.so\n\tx y\n",
         );
-        let p = parse_pam_profile("Name: Unix\nDefault: yes\nAccount-Type: Primary\nAccount:\n\t[success=end]\tpam_unix.so\n\tx y\n");
         assert_eq!(p["Account"], "[success=end]\tpam_unix.so\nx y");
         assert_eq!(p["Default"], "yes");
     }
@@ -1067,40 +862,19 @@ mod tests {
                     ("Architecture".into(), "amd64".into()),
                 ],
             };
-            Deb {
-                control,
-                control_files: BTreeMap::new(),
-                data,
-            }
+            Deb { control, control_files: BTreeMap::new(), data }
         };
         let mut sys = System::new("amd64");
         let link = |t: &str| Node::new(Kind::Symlink(t.as_bytes().to_vec()), 0o777);
-        sys.unpack(
-            deb(
-                "base-files",
-                vec![(b"bin", link("usr/bin")), (b"usr/bin", Node::dir(0o755))],
-            ),
-            true,
-        )
-        .unwrap();
-        sys.unpack(deb("coreutils", vec![(b"bin/ls", file("ls", 0o755))]), true)
-            .unwrap();
-        sys.unpack(deb("evil", vec![(b"usr/bin", link("/tmp"))]), true)
-            .unwrap();
+        sys.unpack(deb("base-files", vec![(b"bin", link("usr/bin")), (b"usr/bin", Node::dir(0o755))]), true).unwrap();
+        sys.unpack(deb("coreutils", vec![(b"bin/ls", file("ls", 0o755))]), true).unwrap();
+        sys.unpack(deb("evil", vec![(b"usr/bin", link("/tmp"))]), true).unwrap();
         sys.finish(&[], &BTreeMap::new()).unwrap();
-        assert!(matches!(
-            sys.tree.get(b"usr/bin/ls").unwrap().kind,
-            Kind::File { .. }
-        ));
+        assert!(matches!(sys.tree.get(b"usr/bin/ls").unwrap().kind, Kind::File { .. }));
         assert!(sys.tree.get(b"usr/bin").unwrap().kind.is_dir());
         assert!(matches!(&sys.tree.get(b"bin").unwrap().kind, Kind::Symlink(t) if t == b"usr/bin"));
-        let status =
-            String::from_utf8(read_node(sys.tree.get(b"var/lib/dpkg/status").unwrap()).unwrap())
-                .unwrap();
-        assert!(
-            status.starts_with("Package: base-files\nStatus: install ok installed\n"),
-            "{status}"
-        );
+        let status = String::from_utf8(read_node(sys.tree.get(b"var/lib/dpkg/status").unwrap()).unwrap()).unwrap();
+        assert!(status.starts_with("Package: base-files\nStatus: install ok installed\n"), "{status}");
     }
 
     #[test]

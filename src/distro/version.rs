@@ -18,20 +18,14 @@ impl<'a> Version<'a> {
     pub fn parse(s: &'a str) -> Version<'a> {
         let s = s.trim();
         let (epoch, rest) = match s.split_once(':') {
-            Some((e, r)) if e.bytes().all(|b| b.is_ascii_digit()) && !e.is_empty() => {
-                (e.parse().unwrap_or(0), r)
-            }
+            Some((e, r)) if e.bytes().all(|b| b.is_ascii_digit()) && !e.is_empty() => (e.parse().unwrap_or(0), r),
             _ => (0, s),
         };
         let (upstream, revision) = match rest.rfind('-') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
         };
-        Version {
-            epoch,
-            upstream,
-            revision,
-        }
+        Version { epoch, upstream, revision }
     }
 }
 

@@ -50,8 +50,7 @@ fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
 /// top-level directories are walked in parallel; the result is sorted, so
 /// the order never depends on the walk.
 pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
-    let meta = std::fs::metadata(root)
-        .map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
+    let meta = std::fs::metadata(root).map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
     if !meta.is_dir() {
         return Err(format!("`{}` is not a directory", root.display()));
     }
@@ -124,14 +123,7 @@ pub(crate) fn capability(path: &Path) -> Option<Vec<u8>> {
     let name = c"security.capability";
     let mut buf = vec![0u8; 256];
     // SAFETY: both strings are NUL-terminated and buf is valid for its length.
-    let n = unsafe {
-        libc::lgetxattr(
-            c.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if n <= 0 {
         return None;
     }
@@ -147,7 +139,12 @@ impl DirScan {
     /// hardlink structure as `into_tree` will build it. File contents come
     /// from `hasher` (memoized by stat), so `touch` costs a rehash, not a
     /// rebuild.
-    pub fn fingerprint(&self, s: &Source, hasher: &mut ContentHasher, source_date_epoch: u64) -> Result<String, String> {
+    pub fn fingerprint(
+        &self,
+        s: &Source,
+        hasher: &mut ContentHasher,
+        source_date_epoch: u64,
+    ) -> Result<String, String> {
         // Regular files that carry content (the first of each hardlink group).
         let mut first_of_inode: HashMap<(u64, u64), &[u8]> = HashMap::new();
         let mut link_to: HashMap<usize, &[u8]> = HashMap::new();
@@ -225,16 +222,10 @@ impl DirScan {
                         Kind::Hardlink(first.clone())
                     } else {
                         first_of_inode.insert(key, target.clone());
-                        Kind::File {
-                            size: m.size(),
-                            content: Content::Host(e.path.clone()),
-                        }
+                        Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
                     }
                 } else {
-                    Kind::File {
-                        size: m.size(),
-                        content: Content::Host(e.path.clone()),
-                    }
+                    Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
                 }
             } else if ft.is_char_device() || ft.is_block_device() {
                 if !s.devices {
@@ -260,12 +251,8 @@ impl DirScan {
                     node.xattrs.push(("security.capability".into(), cap));
                 }
             }
-            tree.insert(target, node).map_err(|err| {
-                format!(
-                    "`{}`: {err}",
-                    Path::new(OsStr::from_bytes(&e.rel)).display()
-                )
-            })?;
+            tree.insert(target, node)
+                .map_err(|err| format!("`{}`: {err}", Path::new(OsStr::from_bytes(&e.rel)).display()))?;
         }
         Ok(report)
     }

@@ -15,27 +15,15 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("cannot read {what} `{file}`: {err}")]
-    Read {
-        what: &'static str,
-        file: String,
-        err: std::io::Error,
-    },
+    Read { what: &'static str, file: String, err: std::io::Error },
     #[error("{file}: {message}")]
     Parse { file: String, message: String },
     #[error("{file}: field `{field}`: {message}")]
-    Field {
-        file: String,
-        field: String,
-        message: String,
-    },
+    Field { file: String, field: String, message: String },
 }
 
 fn field_err(file: &Path, field: impl Into<String>, message: impl Into<String>) -> SpecError {
-    SpecError::Field {
-        file: file.display().to_string(),
-        field: field.into(),
-        message: message.into(),
-    }
+    SpecError::Field { file: file.display().to_string(), field: field.into(), message: message.into() }
 }
 
 /// Where an image's base comes from.
@@ -54,7 +42,9 @@ pub enum Base {
         reference: Option<String>,
     },
     /// A registry reference pulled by digest.
-    Registry { reference: String },
+    Registry {
+        reference: String,
+    },
     /// A rootfs made from a Debian/Ubuntu archive's packages.
     Packages(Box<PackagesBase>),
 }
@@ -197,18 +187,11 @@ pub fn host_platform() -> String {
 }
 
 fn read(what: &'static str, file: &Path) -> Result<String, SpecError> {
-    std::fs::read_to_string(file).map_err(|err| SpecError::Read {
-        what,
-        file: file.display().to_string(),
-        err,
-    })
+    std::fs::read_to_string(file).map_err(|err| SpecError::Read { what, file: file.display().to_string(), err })
 }
 
 fn parse_err(file: &Path, e: impl std::fmt::Display) -> SpecError {
-    SpecError::Parse {
-        file: file.display().to_string(),
-        message: e.to_string().trim_end().to_string(),
-    }
+    SpecError::Parse { file: file.display().to_string(), message: e.to_string().trim_end().to_string() }
 }
 
 fn subst_err(file: &Path, e: SubstError) -> SpecError {
@@ -216,7 +199,10 @@ fn subst_err(file: &Path, e: SubstError) -> SpecError {
         SubstError::Unset(u) => field_err(
             file,
             u.field,
-            format!("parameter `${{{}}}` is not set; pass `--set {}=VALUE` or declare a default under [params]", u.name, u.name),
+            format!(
+                "parameter `${{{}}}` is not set; pass `--set {}=VALUE` or declare a default under [params]",
+                u.name, u.name
+            ),
         ),
         SubstError::Syntax(s) => field_err(file, s.field, s.message),
     }
@@ -247,9 +233,7 @@ fn resolve_path(base_file: &Path, p: &str) -> PathBuf {
 pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
     let mut m = BTreeMap::new();
     for s in sets {
-        let (k, v) = s
-            .split_once('=')
-            .ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        let (k, v) = s.split_once('=').ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
         if k.is_empty() {
             return Err(format!("`--set {s}`: the key is empty"));
         }
@@ -280,11 +264,7 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
         let ltext = read("layer definition", &lf)?;
         let lparsed: LayerBody = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         if lparsed.name != *name {
-            return Err(field_err(
-                &lf,
-                "name",
-                format!("is `{}` but the file is named for `{name}`", lparsed.name),
-            ));
+            return Err(field_err(&lf, "name", format!("is `{}` but the file is named for `{name}`", lparsed.name)));
         }
         let ldoc: toml::Value = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         layer_docs.push((lf, lparsed.params.clone().unwrap_or_default(), ldoc));
@@ -323,10 +303,7 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
             return Err(field_err(
                 file,
                 "layers",
-                format!(
-                    "layer `{}` appears twice; layer names must be unique",
-                    l.name
-                ),
+                format!("layer `{}` appears twice; layer names must be unique", l.name),
             ));
         }
     }
@@ -419,41 +396,28 @@ fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<Base, SpecEr
 fn valid_package_name(n: &str) -> bool {
     n.len() >= 2
         && n.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && n.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+        && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
 }
 
 fn valid_account_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 32
         && n.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && n.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
-fn validate_packages(
-    file: &Path,
-    p: raw::PackagesDef,
-    oci_arch: &str,
-) -> Result<PackagesBase, SpecError> {
+fn validate_packages(file: &Path, p: raw::PackagesDef, oci_arch: &str) -> Result<PackagesBase, SpecError> {
     let f = |k: &str| format!("base.packages.{k}");
     if p.suite.is_empty() || p.suite.contains(['/', ' ']) {
         return Err(field_err(
             file,
             f("suite"),
-            format!(
-                "`{}` is not a suite name like \"bookworm\" or \"noble\"",
-                p.suite
-            ),
+            format!("`{}` is not a suite name like \"bookworm\" or \"noble\"", p.suite),
         ));
     }
     let components = p.components.unwrap_or_else(|| vec!["main".into()]);
     if components.is_empty() || components.iter().any(|c| c.is_empty() || c.contains(' ')) {
-        return Err(field_err(
-            file,
-            f("components"),
-            "give one or more component names, e.g. [\"main\"]",
-        ));
+        return Err(field_err(file, f("components"), "give one or more component names, e.g. [\"main\"]"));
     }
     let platform_arch = debian_arch(oci_arch);
     let architecture = p.architecture.unwrap_or_else(|| platform_arch.clone());
@@ -467,16 +431,20 @@ fn validate_packages(
     let mirror = match p.mirror.as_str() {
         "host" => Mirror::Host,
         m if m.starts_with("http://") || m.starts_with("https://") => Mirror::Url(m.trim_end_matches('/').to_string()),
-        m => {
-            return Err(field_err(
-                file,
-                f("mirror"),
-                format!("`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"),
-            ))
-        }
+        m => return Err(field_err(
+            file,
+            f("mirror"),
+            format!(
+                "`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"
+            ),
+        )),
     };
     if p.keyring.is_empty() {
-        return Err(field_err(file, f("keyring"), "is empty; name the keyring that signs the archive, e.g. /usr/share/keyrings/debian-archive-keyring.gpg"));
+        return Err(field_err(
+            file,
+            f("keyring"),
+            "is empty; name the keyring that signs the archive, e.g. /usr/share/keyrings/debian-archive-keyring.gpg",
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, inc) in p.include.iter().enumerate() {
@@ -492,23 +460,13 @@ fn validate_packages(
             ));
         }
         if !seen.insert(name.to_string()) {
-            return Err(field_err(
-                file,
-                format!("{}[{i}]", f("include")),
-                format!("`{name}` is listed twice"),
-            ));
+            return Err(field_err(file, format!("{}[{i}]", f("include")), format!("`{name}` is listed twice")));
         }
     }
     let variant = match p.variant.as_deref() {
         None | Some("required") => Variant::Required,
         Some("essential") => Variant::Essential,
-        Some(v) => {
-            return Err(field_err(
-                file,
-                f("variant"),
-                format!("`{v}` is not \"required\" or \"essential\""),
-            ))
-        }
+        Some(v) => return Err(field_err(file, f("variant"), format!("`{v}` is not \"required\" or \"essential\""))),
     };
     for (g, gid) in &p.groups {
         if !valid_account_name(g) || *gid == 0 || *gid >= 65534 {
@@ -525,35 +483,18 @@ fn validate_packages(
             return Err(field_err(
                 file,
                 format!("{uf}.name"),
-                format!(
-                    "`{}` is not a user name (lowercase letters, digits, `_`, `-`)",
-                    u.name
-                ),
+                format!("`{}` is not a user name (lowercase letters, digits, `_`, `-`)", u.name),
             ));
         }
         if u.uid == 0 || u.uid >= 65534 || u.gid.is_some_and(|g| g >= 65534) {
-            return Err(field_err(
-                file,
-                format!("{uf}.uid"),
-                "uid and gid must be between 1 and 65533",
-            ));
+            return Err(field_err(file, format!("{uf}.uid"), "uid and gid must be between 1 and 65533"));
         }
         if let Some(g) = u.groups.iter().find(|g| !valid_account_name(g)) {
-            return Err(field_err(
-                file,
-                format!("{uf}.groups"),
-                format!("`{g}` is not a group name"),
-            ));
+            return Err(field_err(file, format!("{uf}.groups"), format!("`{g}` is not a group name")));
         }
         for (k, v) in [("shell", &u.shell), ("home", &u.home)] {
-            if v.as_ref()
-                .is_some_and(|v| !v.starts_with('/') || v.contains(".."))
-            {
-                return Err(field_err(
-                    file,
-                    format!("{uf}.{k}"),
-                    "must be an absolute path without `..`",
-                ));
+            if v.as_ref().is_some_and(|v| !v.starts_with('/') || v.contains("..")) {
+                return Err(field_err(file, format!("{uf}.{k}"), "must be an absolute path without `..`"));
             }
         }
     }
@@ -572,28 +513,14 @@ fn validate_packages(
 }
 
 fn check_sha256(file: &Path, field: &str, s: &str) -> Result<(), SpecError> {
-    if s.len() != 64
-        || !s
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
-        return Err(field_err(
-            file,
-            field,
-            format!("`{s}` is not a sha256 (64 lowercase hex digits)"),
-        ));
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        return Err(field_err(file, field, format!("`{s}` is not a sha256 (64 lowercase hex digits)")));
     }
     Ok(())
 }
 
 fn parse_owner(file: &Path, field: &str, s: &str) -> Result<(u64, u64), SpecError> {
-    let bad = || {
-        field_err(
-            file,
-            field,
-            format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""),
-        )
-    };
+    let bad = || field_err(file, field, format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""));
     let (u, g) = s.split_once(':').ok_or_else(bad)?;
     Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
@@ -608,21 +535,13 @@ fn parse_mode(file: &Path, field: &str, m: &raw::Mode) -> Result<u32, SpecError>
     };
     match v {
         Some(v) if v <= 0o7777 => Ok(v),
-        _ => Err(field_err(
-            file,
-            field,
-            "is not a file mode like \"0644\" or \"4755\"",
-        )),
+        _ => Err(field_err(file, field, "is not a file mode like \"0644\" or \"4755\"")),
     }
 }
 
 fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, SpecError> {
     if body.name.is_empty() {
-        return Err(field_err(
-            file,
-            format!("{prefix}name"),
-            "must not be empty",
-        ));
+        return Err(field_err(file, format!("{prefix}name"), "must not be empty"));
     }
     let mut sources = Vec::new();
     for (i, s) in body.source.into_iter().enumerate() {
@@ -639,11 +558,7 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
         if let Some(s) = &inp.sha256 {
             check_sha256(file, &format!("{f}.sha256"), s)?;
         }
-        inputs.push(Input {
-            kind,
-            sha256: inp.sha256,
-            dest: inp.dest,
-        });
+        inputs.push(Input { kind, sha256: inp.sha256, dest: inp.dest });
     }
     if !inputs.is_empty() && body.run.is_none() {
         return Err(field_err(
@@ -664,14 +579,7 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
             format!("layer `{}` has no sources, removals or run step", body.name),
         ));
     }
-    Ok(Layer {
-        name: body.name,
-        file: file.to_path_buf(),
-        sources,
-        remove: body.remove,
-        run: body.run,
-        inputs,
-    })
+    Ok(Layer { name: body.name, file: file.to_path_buf(), sources, remove: body.remove, run: body.run, inputs })
 }
 
 fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecError> {
@@ -689,10 +597,7 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
         return Err(field_err(
             file,
             f,
-            format!(
-                "give one of `dir`, `file`, `archive` or `rocm_artifacts`, not {}",
-                given.join(" and ")
-            ),
+            format!("give one of `dir`, `file`, `archive` or `rocm_artifacts`, not {}", given.join(" and ")),
         ));
     }
     let kind = if let Some(d) = &s.dir {
@@ -710,21 +615,13 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     } else if !s.remove.is_empty() {
         SourceKind::Remove
     } else {
-        return Err(field_err(
-            file,
-            f,
-            "give one of `dir`, `file`, `archive`, `rocm_artifacts` or `remove`",
-        ));
+        return Err(field_err(file, f, "give one of `dir`, `file`, `archive`, `rocm_artifacts` or `remove`"));
     };
     let only = |field: &str, ok: bool, what: &str| -> Result<(), SpecError> {
         if ok {
             Ok(())
         } else {
-            Err(field_err(
-                file,
-                format!("{f}.{field}"),
-                format!("applies only to {what} sources"),
-            ))
+            Err(field_err(file, format!("{f}.{field}"), format!("applies only to {what} sources")))
         }
     };
     let is_dir = matches!(kind, SourceKind::Dir(_));
@@ -732,67 +629,35 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     let is_archive = matches!(kind, SourceKind::Archive(_));
     let is_rocm = matches!(kind, SourceKind::RocmArtifacts { .. });
     only("mode", s.mode.is_none() || is_file, "`file`")?;
-    only(
-        "components",
-        s.components.is_empty() || is_rocm,
-        "`rocm_artifacts`",
-    )?;
-    only(
-        "targets",
-        s.targets.is_empty() || is_rocm,
-        "`rocm_artifacts`",
-    )?;
+    only("components", s.components.is_empty() || is_rocm, "`rocm_artifacts`")?;
+    only("targets", s.targets.is_empty() || is_rocm, "`rocm_artifacts`")?;
     only("include", s.include.is_empty() || is_dir, "`dir`")?;
     only("exclude", s.exclude.is_empty() || is_dir, "`dir`")?;
-    only(
-        "strip_components",
-        s.strip_components.is_none() || is_archive,
-        "`archive`",
-    )?;
+    only("strip_components", s.strip_components.is_none() || is_archive, "`archive`")?;
     only("map", s.map.is_empty() || is_archive, "`archive`")?;
-    only(
-        "sha256",
-        s.sha256.is_none() || is_archive || is_file,
-        "`archive` and `file`",
-    )?;
-    only(
-        "devices",
-        s.devices.is_none() || is_archive || is_dir,
-        "`archive` and `dir`",
-    )?;
+    only("sha256", s.sha256.is_none() || is_archive || is_file, "`archive` and `file`")?;
+    only("devices", s.devices.is_none() || is_archive || is_dir, "`archive` and `dir`")?;
     if matches!(kind, SourceKind::Remove) && (s.dest.is_some() || s.owner.is_some()) {
-        return Err(field_err(
-            file,
-            f,
-            "a `remove` source takes no `dest` or `owner`",
-        ));
+        return Err(field_err(file, f, "a `remove` source takes no `dest` or `owner`"));
     }
-    let owner = s
-        .owner
-        .as_deref()
-        .map(|o| parse_owner(file, &format!("{f}.owner"), o))
-        .transpose()?;
-    let mode = s
-        .mode
-        .as_ref()
-        .map(|m| parse_mode(file, &format!("{f}.mode"), m))
-        .transpose()?;
+    let owner = s.owner.as_deref().map(|o| parse_owner(file, &format!("{f}.owner"), o)).transpose()?;
+    let mode = s.mode.as_ref().map(|m| parse_mode(file, &format!("{f}.mode"), m)).transpose()?;
     if let Some(h) = &s.sha256 {
         check_sha256(file, &format!("{f}.sha256"), h)?;
     }
     let dest = s.dest.unwrap_or_else(|| "/".into());
     if crate::tarball::path::normalize_dest(&dest).is_err() {
-        return Err(field_err(
-            file,
-            format!("{f}.dest"),
-            format!("`{dest}` must not contain `..`"),
-        ));
+        return Err(field_err(file, format!("{f}.dest"), format!("`{dest}` must not contain `..`")));
     }
     for (k, v) in &s.map {
         if crate::tarball::path::normalize_member(k.trim_start_matches("./").as_bytes()).is_err()
             || crate::tarball::path::normalize_dest(v).is_err()
         {
-            return Err(field_err(file, format!("{f}.map"), format!("`{k}` = `{v}`: keys are paths inside the archive, values destinations, neither with `..`")));
+            return Err(field_err(
+                file,
+                format!("{f}.map"),
+                format!("`{k}` = `{v}`: keys are paths inside the archive, values destinations, neither with `..`"),
+            ));
         }
     }
     for (i, g) in s.include.iter().chain(s.exclude.iter()).enumerate() {
@@ -835,66 +700,35 @@ mod tests {
     #[test]
     fn packages_base_parses_with_defaults() {
         let img = load(PKG).unwrap();
-        let Base::Packages(p) = &img.base else {
-            panic!("{:?}", img.base)
-        };
+        let Base::Packages(p) = &img.base else { panic!("{:?}", img.base) };
         assert_eq!(p.components, ["main"]);
         assert_eq!(p.architecture, "amd64");
         assert_eq!(p.mirror, Mirror::Host);
         assert_eq!(p.variant, Variant::Required);
-        assert!(
-            p.keyring.is_absolute() && p.keyring.ends_with("k.gpg"),
-            "relative to the definition"
-        );
+        assert!(p.keyring.is_absolute() && p.keyring.ends_with("k.gpg"), "relative to the definition");
         assert!(!p.configure);
     }
 
     #[test]
     fn packages_base_errors_name_the_field() {
         let cases = [
-            (
-                PKG.replace("mirror = \"host\"", "mirror = \"ftp://x\""),
-                "base.packages.mirror",
-            ),
-            (
-                PKG.replace("\"python3\"", "\"Python3\""),
-                "base.packages.include[0]",
-            ),
-            (
-                PKG.replace("\"sudo=1.9\"", "\"python3\""),
-                "base.packages.include[1]",
-            ),
-            (
-                format!("{PKG}architecture = \"arm64\"\n"),
-                "base.packages.architecture",
-            ),
-            (
-                format!("{PKG}variant = \"tiny\"\n"),
-                "base.packages.variant",
-            ),
-            (
-                format!("{PKG}users = [{{ name = \"Bad\", uid = 1000 }}]\n"),
-                "base.packages.users[0].name",
-            ),
-            (
-                format!("{PKG}users = [{{ name = \"t\", uid = 0 }}]\n"),
-                "base.packages.users[0].uid",
-            ),
+            (PKG.replace("mirror = \"host\"", "mirror = \"ftp://x\""), "base.packages.mirror"),
+            (PKG.replace("\"python3\"", "\"Python3\""), "base.packages.include[0]"),
+            (PKG.replace("\"sudo=1.9\"", "\"python3\""), "base.packages.include[1]"),
+            (format!("{PKG}architecture = \"arm64\"\n"), "base.packages.architecture"),
+            (format!("{PKG}variant = \"tiny\"\n"), "base.packages.variant"),
+            (format!("{PKG}users = [{{ name = \"Bad\", uid = 1000 }}]\n"), "base.packages.users[0].name"),
+            (format!("{PKG}users = [{{ name = \"t\", uid = 0 }}]\n"), "base.packages.users[0].uid"),
         ];
         for (text, field) in cases {
             let e = load(&text).unwrap_err().to_string();
             assert!(e.contains(&format!("field `{field}`")), "{field}: {e}");
         }
-        let e = load(&format!("{PKG}flavour = 1\n"))
+        let e = load(&format!("{PKG}flavour = 1\n")).unwrap_err().to_string();
+        assert!(e.contains("flavour"), "{e}");
+        let e = load(&PKG.replace("[base.packages]", "[base]\nrootfs = \"x.tar\"\n[base.packages]"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("flavour"), "{e}");
-        let e = load(&PKG.replace(
-            "[base.packages]",
-            "[base]\nrootfs = \"x.tar\"\n[base.packages]",
-        ))
-        .unwrap_err()
-        .to_string();
         assert!(e.contains("exactly one of"), "{e}");
     }
 }

@@ -69,11 +69,7 @@ pub fn file_name(path: &str) -> &str {
 pub fn relative(from_dir: &str, to: &str) -> String {
     let from: Vec<&str> = from_dir.split('/').filter(|p| !p.is_empty()).collect();
     let to_parts: Vec<&str> = to.split('/').filter(|p| !p.is_empty()).collect();
-    let common = from
-        .iter()
-        .zip(&to_parts)
-        .take_while(|(a, b)| a == b)
-        .count();
+    let common = from.iter().zip(&to_parts).take_while(|(a, b)| a == b).count();
     let mut out: Vec<&str> = vec![".."; from.len() - common];
     out.extend(&to_parts[common..]);
     out.join("/")
@@ -117,11 +113,7 @@ impl Staged {
             if let Some(Item::Symlink(t)) = self.items.get(&prefix) {
                 let base = join_link(parent(&prefix), t)?;
                 let rest = parts[i + 1..].join("/");
-                let next = if base.is_empty() {
-                    rest
-                } else {
-                    format!("{base}/{rest}")
-                };
+                let next = if base.is_empty() { rest } else { format!("{base}/{rest}") };
                 // Bounded: each call strips one symlinked ancestor.
                 return match self.resolve(&next) {
                     Resolved::File(p) => self.items.get(&p).map(|it| (p, it)),
@@ -135,10 +127,7 @@ impl Staged {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PackageError + '_ {
-    move |source| PackageError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| PackageError::Io { path: path.to_path_buf(), source }
 }
 
 /// Overlay every artifact's prefixes; `exclude(rel)` leaves paths out.
@@ -149,28 +138,18 @@ pub fn collect<'a>(
     let mut staged = Staged::default();
     for art in artifacts {
         for prefix in &art.prefixes {
-            let walk = walkdir::WalkDir::new(prefix)
-                .follow_links(false)
-                .sort_by_file_name()
-                .min_depth(1);
+            let walk = walkdir::WalkDir::new(prefix).follow_links(false).sort_by_file_name().min_depth(1);
             for entry in walk {
                 let entry = entry.map_err(|e| {
                     let path = e.path().unwrap_or(prefix).to_path_buf();
                     PackageError::Io {
                         path,
-                        source: e
-                            .into_io_error()
-                            .unwrap_or_else(|| std::io::Error::other("walk failed")),
+                        source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("walk failed")),
                     }
                 })?;
-                let rel = entry
-                    .path()
-                    .strip_prefix(prefix)
-                    .expect("walkdir stays under its root");
-                let rel = rel
-                    .to_str()
-                    .ok_or_else(|| PackageError::NonUtf8Path(entry.path().to_path_buf()))?
-                    .to_string();
+                let rel = entry.path().strip_prefix(prefix).expect("walkdir stays under its root");
+                let rel =
+                    rel.to_str().ok_or_else(|| PackageError::NonUtf8Path(entry.path().to_path_buf()))?.to_string();
                 if exclude(&rel) {
                     continue;
                 }
@@ -187,14 +166,9 @@ pub fn collect<'a>(
                 } else if ft.is_file() {
                     let meta = entry.metadata().map_err(|e| PackageError::Io {
                         path: entry.path().to_path_buf(),
-                        source: e
-                            .into_io_error()
-                            .unwrap_or_else(|| std::io::Error::other("stat failed")),
+                        source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("stat failed")),
                     })?;
-                    Item::File {
-                        src: entry.path().to_path_buf(),
-                        executable: meta.permissions().mode() & 0o111 != 0,
-                    }
+                    Item::File { src: entry.path().to_path_buf(), executable: meta.permissions().mode() & 0o111 != 0 }
                 } else {
                     return Err(PackageError::SpecialFile(entry.path().to_path_buf()));
                 };
@@ -229,38 +203,22 @@ mod tests {
         assert_eq!(relative("lib", "bin/x"), "../bin/x");
         assert_eq!(relative("bin", "bin/x"), "x");
         assert_eq!(relative("", "lib/x"), "lib/x");
-        assert_eq!(
-            relative("_rocm_sdk_libraries/lib", "_rocm_sdk_core/lib"),
-            "../../_rocm_sdk_core/lib"
-        );
+        assert_eq!(relative("_rocm_sdk_libraries/lib", "_rocm_sdk_core/lib"), "../../_rocm_sdk_core/lib");
     }
 
     #[test]
     fn resolves_chains_and_dir_links() {
         let mut s = Staged::default();
-        let f = |p: &str| Item::File {
-            src: PathBuf::from(p),
-            executable: false,
-        };
+        let f = |p: &str| Item::File { src: PathBuf::from(p), executable: false };
         s.items.insert("lib".into(), Item::Dir);
         s.items.insert("lib/libx.so.1.2".into(), f("x"));
-        s.items
-            .insert("lib/libx.so.1".into(), Item::Symlink("libx.so.1.2".into()));
-        s.items
-            .insert("lib/libx.so".into(), Item::Symlink("libx.so.1".into()));
+        s.items.insert("lib/libx.so.1".into(), Item::Symlink("libx.so.1.2".into()));
+        s.items.insert("lib/libx.so".into(), Item::Symlink("libx.so.1".into()));
         s.items.insert("lib64".into(), Item::Symlink("lib".into()));
-        s.items
-            .insert("lib/loop".into(), Item::Symlink("loop".into()));
-        s.items
-            .insert("lib/gone".into(), Item::Symlink("nothing".into()));
-        assert_eq!(
-            s.resolve("lib/libx.so"),
-            Resolved::File("lib/libx.so.1.2".into())
-        );
-        assert_eq!(
-            s.resolve("lib64/libx.so"),
-            Resolved::File("lib/libx.so.1.2".into())
-        );
+        s.items.insert("lib/loop".into(), Item::Symlink("loop".into()));
+        s.items.insert("lib/gone".into(), Item::Symlink("nothing".into()));
+        assert_eq!(s.resolve("lib/libx.so"), Resolved::File("lib/libx.so.1.2".into()));
+        assert_eq!(s.resolve("lib64/libx.so"), Resolved::File("lib/libx.so.1.2".into()));
         assert_eq!(s.resolve("lib64"), Resolved::Dir("lib".into()));
         assert_eq!(s.resolve("lib/loop"), Resolved::Dangling);
         assert_eq!(s.resolve("lib/gone"), Resolved::Dangling);

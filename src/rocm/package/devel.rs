@@ -36,45 +36,26 @@ pub fn tree(
 ) -> Result<(Tree, Vec<Dropped>), PackageError> {
     let mut entries: BTreeMap<String, Node> = BTreeMap::new();
     let mut dropped = Vec::new();
-    let link = |from: &str, to: &str| {
-        Node::new(
-            Kind::Symlink(relative(parent(from), to).into_bytes()),
-            0o777,
-        )
-    };
+    let link = |from: &str, to: &str| Node::new(Kind::Symlink(relative(parent(from), to).into_bytes()), 0o777);
     for (path, item) in &staged.items {
         match item {
             Item::Dir => {
-                entries
-                    .entry(path.clone())
-                    .or_insert_with(|| Node::dir(0o755));
+                entries.entry(path.clone()).or_insert_with(|| Node::dir(0o755));
             }
             Item::File { src, executable } => {
                 if let Some(r) = runtime.get(path) {
-                    let text = relative(
-                        &format!("{devel_package}/{}", parent(&r.path)),
-                        &format!("{}/{}", r.package, r.path),
-                    );
-                    entries.insert(
-                        r.path.clone(),
-                        Node::new(Kind::Symlink(text.into_bytes()), 0o777),
-                    );
+                    let text =
+                        relative(&format!("{devel_package}/{}", parent(&r.path)), &format!("{}/{}", r.package, r.path));
+                    entries.insert(r.path.clone(), Node::new(Kind::Symlink(text.into_bytes()), 0o777));
                     if r.path != *path {
                         entries.insert(path.clone(), link(path, &r.path));
                     }
                 } else {
-                    let size = std::fs::metadata(src)
-                        .map_err(|source| PackageError::Io {
-                            path: src.clone(),
-                            source,
-                        })?
-                        .len();
+                    let size =
+                        std::fs::metadata(src).map_err(|source| PackageError::Io { path: src.clone(), source })?.len();
                     entries.entry(path.clone()).or_insert_with(|| {
                         Node::new(
-                            Kind::File {
-                                size,
-                                content: Content::Host(src.clone()),
-                            },
+                            Kind::File { size, content: Content::Host(src.clone()) },
                             if *executable { 0o755 } else { 0o644 },
                         )
                     });
@@ -94,17 +75,16 @@ pub fn tree(
                     entries.entry(path.clone()).or_insert(node);
                 }
                 Resolved::Dir(_) => {
-                    entries.entry(path.clone()).or_insert_with(|| {
-                        Node::new(Kind::Symlink(text.clone().into_bytes()), 0o777)
-                    });
+                    entries
+                        .entry(path.clone())
+                        .or_insert_with(|| Node::new(Kind::Symlink(text.clone().into_bytes()), 0o777));
                 }
             },
         }
     }
     let mut tree = Tree::new();
     for (path, node) in entries {
-        tree.insert(path.clone().into_bytes(), node)
-            .map_err(|e| PackageError::DevelTree(e.to_string()))?;
+        tree.insert(path.clone().into_bytes(), node).map_err(|e| PackageError::DevelTree(e.to_string()))?;
     }
     Ok((tree, dropped))
 }
@@ -112,23 +92,12 @@ pub fn tree(
 /// Write the devel tree as a tar at `out` (entries sorted, owners 0:0,
 /// times clamped to SOURCE_DATE_EPOCH or 0).
 pub fn write(tree: &Tree, out: &Path, epoch: u64) -> Result<(), PackageError> {
-    let f = std::fs::File::create(out).map_err(|source| PackageError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    let opts = crate::tarball::write::WriteOptions {
-        source_date_epoch: epoch,
-    };
+    let f = std::fs::File::create(out).map_err(|source| PackageError::Io { path: out.to_path_buf(), source })?;
+    let opts = crate::tarball::write::WriteOptions { source_date_epoch: epoch };
     let w = crate::tarball::write::write_tar(tree, std::io::BufWriter::new(f), &opts, &mut |_| {})
         .map_err(|e| PackageError::DevelTree(e.to_string()))?;
     w.into_inner()
-        .map_err(|e| PackageError::Io {
-            path: out.to_path_buf(),
-            source: e.into_error(),
-        })?
+        .map_err(|e| PackageError::Io { path: out.to_path_buf(), source: e.into_error() })?
         .sync_all()
-        .map_err(|source| PackageError::Io {
-            path: out.to_path_buf(),
-            source,
-        })
+        .map_err(|source| PackageError::Io { path: out.to_path_buf(), source })
 }

@@ -62,57 +62,31 @@ impl Launcher {
     /// Compile the launcher in `scratch` with `cc` (or `$CC`).
     pub fn compile(scratch: &Path) -> Result<Launcher, PackageError> {
         let dir = scratch.join("launcher");
-        std::fs::create_dir_all(&dir).map_err(|source| PackageError::Io {
-            path: dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&dir).map_err(|source| PackageError::Io { path: dir.clone(), source })?;
         let src = dir.join("launcher.c");
-        std::fs::write(&src, SOURCE).map_err(|source| PackageError::Io {
-            path: src.clone(),
-            source,
-        })?;
-        let cc = std::env::var("CC")
-            .ok()
-            .filter(|c| !c.trim().is_empty())
-            .unwrap_or_else(|| "cc".into());
+        std::fs::write(&src, SOURCE).map_err(|source| PackageError::Io { path: src.clone(), source })?;
+        let cc = std::env::var("CC").ok().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| "cc".into());
         // Relative names and no debug info: nothing of the scratch path
         // ends up in the binary.
-        let out = Command::new(&cc)
-            .current_dir(&dir)
-            .args(["-O2", "-s", "-o", "launcher", "launcher.c"])
-            .output()
-            .map_err(|e| PackageError::Compiler {
-                cc: cc.clone(),
-                why: format!("{e}; install a C compiler (`apt-get install gcc`) or set CC"),
-            })?;
+        let out =
+            Command::new(&cc).current_dir(&dir).args(["-O2", "-s", "-o", "launcher", "launcher.c"]).output().map_err(
+                |e| PackageError::Compiler {
+                    cc: cc.clone(),
+                    why: format!("{e}; install a C compiler (`apt-get install gcc`) or set CC"),
+                },
+            )?;
         if !out.status.success() {
-            return Err(PackageError::Compiler {
-                cc,
-                why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
+            return Err(PackageError::Compiler { cc, why: String::from_utf8_lossy(&out.stderr).trim().to_string() });
         }
         let bin = dir.join("launcher");
-        let image = std::fs::read(&bin).map_err(|source| PackageError::Io {
-            path: bin.clone(),
-            source,
-        })?;
-        let hits: Vec<usize> = image
-            .windows(MARKER.len())
-            .enumerate()
-            .filter(|(_, w)| *w == MARKER)
-            .map(|(i, _)| i)
-            .collect();
+        let image = std::fs::read(&bin).map_err(|source| PackageError::Io { path: bin.clone(), source })?;
+        let hits: Vec<usize> =
+            image.windows(MARKER.len()).enumerate().filter(|(_, w)| *w == MARKER).map(|(i, _)| i).collect();
         match hits.as_slice() {
-            [one] if one + SLOT <= image.len() => Ok(Launcher {
-                image,
-                slot_offset: *one,
-            }),
+            [one] if one + SLOT <= image.len() => Ok(Launcher { image, slot_offset: *one }),
             _ => Err(PackageError::Compiler {
                 cc,
-                why: format!(
-                    "the compiled launcher holds its placeholder {} times, not once",
-                    hits.len()
-                ),
+                why: format!("the compiled launcher holds its placeholder {} times, not once", hits.len()),
             }),
         }
     }
@@ -127,20 +101,10 @@ impl Launcher {
         slot.fill(0);
         slot[..target.len()].copy_from_slice(target.as_bytes());
         if let Some(dir) = out.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| PackageError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+            std::fs::create_dir_all(dir).map_err(|source| PackageError::Io { path: dir.to_path_buf(), source })?;
         }
-        std::fs::write(out, &image).map_err(|source| PackageError::Io {
-            path: out.to_path_buf(),
-            source,
-        })?;
-        std::fs::set_permissions(out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(
-            |source| PackageError::Io {
-                path: PathBuf::from(out),
-                source,
-            },
-        )
+        std::fs::write(out, &image).map_err(|source| PackageError::Io { path: out.to_path_buf(), source })?;
+        std::fs::set_permissions(out, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|source| PackageError::Io { path: PathBuf::from(out), source })
     }
 }

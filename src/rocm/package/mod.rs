@@ -53,10 +53,7 @@ pub enum PackageError {
     #[error(transparent)]
     Artifacts(#[from] ArtifactError),
     #[error("`{path}`: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("`{0}`: the path is not UTF-8; wheels need UTF-8 names (rename it in the artifact)")]
     NonUtf8Path(PathBuf),
     #[error("`{0}` is not a regular file, directory or symlink; artifacts hold only those")]
@@ -66,17 +63,9 @@ pub enum PackageError {
     #[error(transparent)]
     Patchelf(#[from] PatchelfError),
     #[error("`{member}` (from `{src}`): {why}")]
-    Patch {
-        member: String,
-        src: PathBuf,
-        why: String,
-    },
+    Patch { member: String, src: PathBuf, why: String },
     #[error("`{file}`: after patching, the RPATH is {found}, not DT_RPATH `{expected}`")]
-    RpathNotSet {
-        file: PathBuf,
-        expected: String,
-        found: String,
-    },
+    RpathNotSet { file: PathBuf, expected: String, found: String },
     #[error("cannot build the native launcher with `{cc}`: {why}")]
     Compiler { cc: String, why: String },
     #[error("launcher target `{0}` is too long or holds a NUL byte")]
@@ -85,20 +74,14 @@ pub enum PackageError {
     WheelWrite { wheel: PathBuf, why: String },
     #[error("the devel tree: {0}")]
     DevelTree(String),
-    #[error(
-        "no version: `{0}` has no `version`; pass --version (for example --version 7.10.0.dev0)"
-    )]
+    #[error("no version: `{0}` has no `version`; pass --version (for example --version 7.10.0.dev0)")]
     NoVersion(String),
     #[error("version `{version}` ({origin}) is not a normalized PEP 440 version like 7.10.0, 7.10.0rc1, 7.10.0a20260101 or 7.10.0.dev0")]
     BadVersion { version: String, origin: String },
     #[error("legacy mode (KPACK_SPLIT_ARTIFACTS false or --split off) needs per-family artifacts (`blas_lib_gfx94X-dcgpu`), and `{0}` has none; use --split on or add them")]
     NoFamilies(String),
     #[error("`{device}` would overwrite `{path}` of {libraries}: device packages may only add files to the libraries package's directory")]
-    DeviceOverlap {
-        device: String,
-        libraries: String,
-        path: String,
-    },
+    DeviceOverlap { device: String, libraries: String, path: String },
     #[error(transparent)]
     Wheel(#[from] crate::wheel::WheelError),
 }
@@ -195,18 +178,14 @@ struct Ctx {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackageError + '_ {
-    move |source| PackageError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| PackageError::Io { path: path.to_path_buf(), source }
 }
 
 /// A normalized PEP 440 version, as wheel file names need it.
 fn valid_version(v: &str) -> bool {
     v.chars().next().is_some_and(|c| c.is_ascii_digit())
         && !v.ends_with(['.', '+'])
-        && v.chars()
-            .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || matches!(c, '.' | '+' | '!'))
+        && v.chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || matches!(c, '.' | '+' | '!'))
         && !v.contains("..")
 }
 
@@ -229,17 +208,11 @@ fn resolve_version(explicit: Option<&str>, arts: &Artifacts) -> Result<String, P
 }
 
 fn wheel_file(dist: &str, version: &str) -> String {
-    format!(
-        "{}-{version}-{WHEEL_TAG}.whl",
-        crate::wheel::name::normalize_name(dist)
-    )
+    format!("{}-{version}-{WHEEL_TAG}.whl", crate::wheel::name::normalize_name(dist))
 }
 
 fn dist_info_dir(dist: &str, version: &str) -> String {
-    format!(
-        "{}-{version}.dist-info",
-        crate::wheel::name::normalize_name(dist)
-    )
+    format!("{}-{version}.dist-info", crate::wheel::name::normalize_name(dist))
 }
 
 fn metadata(dist: &str, version: &str, summary: &str, requires: &[String]) -> String {
@@ -298,9 +271,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     if !split && targets.is_empty() {
         return Err(PackageError::NoFamilies(arts.root.display().to_string()));
     }
-    let epoch = crate::wheel::archive::source_date_epoch()?
-        .unwrap_or(0)
-        .max(0);
+    let epoch = crate::wheel::archive::source_date_epoch()?.unwrap_or(0).max(0);
     let dist = opts.dest_dir.join("dist");
     std::fs::create_dir_all(&dist).map_err(io(&dist))?;
     let scratch = tempfile::Builder::new()
@@ -324,18 +295,10 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     let pin = |d: &str| format!("{d}=={version}");
     let mut packages = Vec::new();
     let mut dropped = Vec::new();
-    let mut info = DistInfo {
-        version: version.clone(),
-        split,
-        targets: targets.clone(),
-        ..Default::default()
-    };
+    let mut info = DistInfo { version: version.clone(), split, targets: targets.clone(), ..Default::default() };
 
     // Core.
-    let core_staged = collect::collect(
-        select(&arts, |a| roles::is_core(&a.name)),
-        &roles::core_excludes,
-    )?;
+    let core_staged = collect::collect(select(&arts, |a| roles::is_core(&a.name)), &roles::core_excludes)?;
     let core = runtime::layout(&core_staged)?;
     let mut core_search = vec![LibDir::new(CORE_PACKAGE, "lib")];
     for d in CORE_EXTRA_LIB_DIRS {
@@ -355,9 +318,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     packages.push(build_runtime(&ctx, &core_spec, &core, &mut dropped)?);
     for (path, p) in &core.files {
         if let Some(short) = p.soname.as_deref().and_then(runtime::short_name) {
-            info.libraries
-                .entry(short.to_string())
-                .or_insert_with(|| ("core".to_string(), path.clone()));
+            info.libraries.entry(short.to_string()).or_insert_with(|| ("core".to_string(), path.clone()));
         }
     }
     for (path, target) in &core.launchers {
@@ -368,10 +329,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
 
     // Libraries, and device packages overlaid into the libraries directory.
     let libraries_search = |package: &str| {
-        let mut v = vec![
-            LibDir::new(package, "lib"),
-            LibDir::new(CORE_PACKAGE, "lib"),
-        ];
+        let mut v = vec![LibDir::new(package, "lib"), LibDir::new(CORE_PACKAGE, "lib")];
         for d in LIBRARIES_CORE_LIB_DIRS {
             if has_dir(&core, d) {
                 v.push(LibDir::new(CORE_PACKAGE, d));
@@ -382,15 +340,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     let mut devel_runtime: BTreeMap<String, InRuntime> = core
         .placed
         .iter()
-        .map(|(from, to)| {
-            (
-                from.clone(),
-                InRuntime {
-                    package: CORE_PACKAGE.into(),
-                    path: to.clone(),
-                },
-            )
-        })
+        .map(|(from, to)| (from.clone(), InRuntime { package: CORE_PACKAGE.into(), path: to.clone() }))
         .collect();
     let mut library_layouts: Vec<(String, RuntimeLayout)> = Vec::new();
     if split {
@@ -407,16 +357,12 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
         };
         packages.push(build_runtime(&ctx, &spec, &layout, &mut dropped)?);
         for (from, to) in &layout.placed {
-            devel_runtime.entry(from.clone()).or_insert(InRuntime {
-                package: LIBRARIES_PACKAGE.into(),
-                path: to.clone(),
-            });
+            devel_runtime
+                .entry(from.clone())
+                .or_insert(InRuntime { package: LIBRARIES_PACKAGE.into(), path: to.clone() });
         }
         for t in &targets {
-            let staged = collect::collect(
-                select(&arts, |a| roles::is_target_code(&a.name, t)),
-                &|_| false,
-            )?;
+            let staged = collect::collect(select(&arts, |a| roles::is_target_code(&a.name, t)), &|_| false)?;
             let dev = runtime::layout(&staged)?;
             let dist_name = format!("{DEVICE_DIST}-{t}");
             if let Some(p) = dev.files.keys().find(|p| layout.files.contains_key(*p)) {
@@ -443,9 +389,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     } else {
         for fam in &targets {
             let staged = collect::collect(
-                select(&arts, |a| {
-                    roles::is_libraries(&a.name) || roles::is_target_code(&a.name, fam)
-                }),
+                select(&arts, |a| roles::is_libraries(&a.name) || roles::is_target_code(&a.name, fam)),
                 &|_| false,
             )?;
             let layout = runtime::layout(&staged)?;
@@ -468,9 +412,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     if let Some((_, layout)) = library_layouts.first() {
         for (path, p) in &layout.files {
             if let Some(short) = p.soname.as_deref().and_then(runtime::short_name) {
-                info.libraries
-                    .entry(short.to_string())
-                    .or_insert_with(|| ("libraries".to_string(), path.clone()));
+                info.libraries.entry(short.to_string()).or_insert_with(|| ("libraries".to_string(), path.clone()));
             }
         }
     }
@@ -481,27 +423,13 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     if split {
         devel_requires.push(pin(LIBRARIES_DIST));
     }
-    packages.push(build_devel(
-        &ctx,
-        &devel_staged,
-        &devel_runtime,
-        devel_requires,
-        &mut dropped,
-    )?);
+    packages.push(build_devel(&ctx, &devel_staged, &devel_runtime, devel_requires, &mut dropped)?);
 
     // The selector sdist.
-    for (k, p) in [
-        ("core", CORE_PACKAGE),
-        ("libraries", LIBRARIES_PACKAGE),
-        ("devel", DEVEL_PACKAGE),
-    ] {
+    for (k, p) in [("core", CORE_PACKAGE), ("libraries", LIBRARIES_PACKAGE), ("devel", DEVEL_PACKAGE)] {
         info.packages.insert(k.into(), p.into());
     }
-    for (k, d) in [
-        ("core", CORE_DIST),
-        ("libraries", LIBRARIES_DIST),
-        ("devel", DEVEL_DIST),
-    ] {
+    for (k, d) in [("core", CORE_DIST), ("libraries", LIBRARIES_DIST), ("devel", DEVEL_DIST)] {
         info.dists.insert(k.into(), d.into());
     }
     if split {
@@ -533,11 +461,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
             rpaths: BTreeMap::new(),
         },
     );
-    let patchelf = format!(
-        "{} ({})",
-        ctx.patchelf.path().display(),
-        ctx.patchelf.version()
-    );
+    let patchelf = format!("{} ({})", ctx.patchelf.path().display(), ctx.patchelf.version());
     drop(ctx);
     for p in &mut packages {
         let name = p.file.file_name().expect("packages have file names");
@@ -546,15 +470,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
         p.file = to;
     }
     scratch.close().map_err(io(&opts.dest_dir))?;
-    Ok(PackageReport {
-        version,
-        split,
-        targets,
-        dist_dir: dist,
-        patchelf,
-        packages,
-        dropped,
-    })
+    Ok(PackageReport { version, split, targets, dist_dir: dist, patchelf, packages, dropped })
 }
 
 impl Ctx {
@@ -562,10 +478,7 @@ impl Ctx {
         self.launcher
             .get_or_init(|| launcher::Launcher::compile(&self.scratch).map_err(|e| e.to_string()))
             .as_ref()
-            .map_err(|why| PackageError::Compiler {
-                cc: "cc".into(),
-                why: why.clone(),
-            })
+            .map_err(|why| PackageError::Compiler { cc: "cc".into(), why: why.clone() })
     }
 }
 
@@ -591,29 +504,16 @@ fn build_runtime(
             Payload::Copy(src) => src.clone(),
         };
         if placed.host_elf {
-            let rpath =
-                rpath::rpath_for(&spec.package, path, &spec.search, placed.rpath.as_deref());
+            let rpath = rpath::rpath_for(&spec.package, path, &spec.search, placed.rpath.as_deref());
             let copy = work.join(path);
             jobs.push((member.clone(), source, copy.clone(), rpath));
-            members.push(Member {
-                name: member,
-                source: Source::Path(copy),
-                executable: placed.executable,
-            });
+            members.push(Member { name: member, source: Source::Path(copy), executable: placed.executable });
         } else {
-            members.push(Member {
-                name: member,
-                source: Source::Path(source),
-                executable: placed.executable,
-            });
+            members.push(Member { name: member, source: Source::Path(source), executable: placed.executable });
         }
     }
     jobs.par_iter().try_for_each(|(member, src, copy, rpath)| {
-        let fail = |why: String| PackageError::Patch {
-            member: member.clone(),
-            src: src.clone(),
-            why,
-        };
+        let fail = |why: String| PackageError::Patch { member: member.clone(), src: src.clone(), why };
         if src != copy {
             if let Some(d) = copy.parent() {
                 std::fs::create_dir_all(d).map_err(io(d))?;
@@ -627,8 +527,7 @@ fn build_runtime(
             } else {
                 0o644
             };
-            std::fs::set_permissions(copy, std::os::unix::fs::PermissionsExt::from_mode(mode))
-                .map_err(io(copy))?;
+            std::fs::set_permissions(copy, std::os::unix::fs::PermissionsExt::from_mode(mode)).map_err(io(copy))?;
         }
         rpath::patch_and_verify(&ctx.patchelf, copy, rpath).map_err(|e| {
             fail(format!(
@@ -650,21 +549,11 @@ fn build_runtime(
     let summary = match spec.kind {
         "core" => "ROCm SDK core: runtime, HIP, compiler and tools".to_string(),
         "libraries" => "ROCm SDK math and ML libraries (host code)".to_string(),
-        _ => format!(
-            "ROCm SDK device code for {}",
-            spec.target.as_deref().unwrap_or("")
-        ),
+        _ => format!("ROCm SDK device code for {}", spec.target.as_deref().unwrap_or("")),
     };
-    let rpaths = jobs
-        .iter()
-        .map(|(m, _, _, r)| (m.clone(), r.clone()))
-        .collect();
+    let rpaths = jobs.iter().map(|(m, _, _, r)| (m.clone(), r.clone())).collect();
     for d in &layout.dropped {
-        dropped.push(DroppedEntry {
-            package: spec.dist.clone(),
-            path: d.path.clone(),
-            reason: d.reason.clone(),
-        });
+        dropped.push(DroppedEntry { package: spec.dist.clone(), path: d.path.clone(), reason: d.reason.clone() });
     }
     finish_wheel(
         ctx,
@@ -693,11 +582,7 @@ fn build_devel(
 ) -> Result<PackageEntry, PackageError> {
     let (tree, gone) = devel::tree(staged, DEVEL_PACKAGE, runtime)?;
     for d in gone {
-        dropped.push(DroppedEntry {
-            package: DEVEL_DIST.into(),
-            path: d.path,
-            reason: d.reason,
-        });
+        dropped.push(DroppedEntry { package: DEVEL_DIST.into(), path: d.path, reason: d.reason });
     }
     let work = ctx.scratch.join(DEVEL_DIST);
     std::fs::create_dir_all(&work).map_err(io(&work))?;
@@ -706,16 +591,9 @@ fn build_devel(
     let members = vec![
         Member::bytes(
             format!("{DEVEL_PACKAGE}/__init__.py"),
-            format!(
-                "\"\"\"{DEVEL_DIST} {}: expanded on first use by `rocm-sdk init`.\"\"\"\n",
-                ctx.version
-            ),
+            format!("\"\"\"{DEVEL_DIST} {}: expanded on first use by `rocm-sdk init`.\"\"\"\n", ctx.version),
         ),
-        Member {
-            name: format!("{DEVEL_PACKAGE}/_devel.tar"),
-            source: Source::Path(tar),
-            executable: false,
-        },
+        Member { name: format!("{DEVEL_PACKAGE}/_devel.tar"), source: Source::Path(tar), executable: false },
     ];
     finish_wheel(
         ctx,
@@ -741,10 +619,7 @@ fn finish_wheel(
     mut members: Vec<Member>,
 ) -> Result<PackageEntry, PackageError> {
     let di = dist_info_dir(dist, &ctx.version);
-    members.push(Member::bytes(
-        format!("{di}/METADATA"),
-        metadata(dist, &ctx.version, summary, requires),
-    ));
+    members.push(Member::bytes(format!("{di}/METADATA"), metadata(dist, &ctx.version, summary, requires)));
     members.push(Member::bytes(format!("{di}/WHEEL"), wheel_metadata()));
     let out = ctx.dist.join(wheel_file(dist, &ctx.version));
     let files = wheel_zip::write_wheel(&out, &di, members, ctx.time, &ctx.scratch)?;
@@ -771,13 +646,7 @@ mod tests {
 
     #[test]
     fn versions() {
-        for v in [
-            "7.10.0",
-            "7.10.0.dev0",
-            "7.10.0a20260101",
-            "7.10.0rc1",
-            "7.10.0+local.1",
-        ] {
+        for v in ["7.10.0", "7.10.0.dev0", "7.10.0a20260101", "7.10.0rc1", "7.10.0+local.1"] {
             assert!(valid_version(v), "{v}");
         }
         for v in ["", "v7", "7.10-0", "7..1", "7.10.", "7 1", "7.10.0RC1"] {
@@ -791,9 +660,6 @@ mod tests {
             wheel_file("rocm-sdk-libraries-gfx94X-dcgpu", "7.10.0"),
             "rocm_sdk_libraries_gfx94x_dcgpu-7.10.0-py3-none-linux_x86_64.whl"
         );
-        assert_eq!(
-            dist_info_dir("rocm-sdk-devel", "7.10.0"),
-            "rocm_sdk_devel-7.10.0.dist-info"
-        );
+        assert_eq!(dist_info_dir("rocm-sdk-devel", "7.10.0"), "rocm_sdk_devel-7.10.0.dist-info");
     }
 }

@@ -21,10 +21,7 @@ pub struct LibDir {
 
 impl LibDir {
     pub fn new(package: &str, dir: &str) -> LibDir {
-        LibDir {
-            package: package.into(),
-            dir: dir.into(),
-        }
+        LibDir { package: package.into(), dir: dir.into() }
     }
 }
 
@@ -41,11 +38,7 @@ pub fn rpath_for(package: &str, file: &str, dirs: &[LibDir], built: Option<&str>
     };
     for d in dirs {
         let rel = relative(&from, &format!("{}/{}", d.package, d.dir));
-        push(if rel.is_empty() {
-            "$ORIGIN".to_string()
-        } else {
-            format!("$ORIGIN/{rel}")
-        });
+        push(if rel.is_empty() { "$ORIGIN".to_string() } else { format!("$ORIGIN/{rel}") });
     }
     for e in built.unwrap_or("").split(':') {
         if e.starts_with("$ORIGIN") || e.starts_with("${ORIGIN}") {
@@ -81,27 +74,13 @@ mod tests {
 
     #[test]
     fn origin_relative_entries() {
-        let core = [
-            LibDir::new("_rocm_sdk_core", "lib"),
-            LibDir::new("_rocm_sdk_core", "lib/llvm/lib"),
-        ];
+        let core = [LibDir::new("_rocm_sdk_core", "lib"), LibDir::new("_rocm_sdk_core", "lib/llvm/lib")];
+        assert_eq!(rpath_for("_rocm_sdk_core", "lib/libamdhip64.so.7", &core, None), "$ORIGIN:$ORIGIN/llvm/lib");
         assert_eq!(
-            rpath_for("_rocm_sdk_core", "lib/libamdhip64.so.7", &core, None),
-            "$ORIGIN:$ORIGIN/llvm/lib"
-        );
-        assert_eq!(
-            rpath_for(
-                "_rocm_sdk_core",
-                "bin/hipcc",
-                &core,
-                Some("$ORIGIN/../lib:/build/x")
-            ),
+            rpath_for("_rocm_sdk_core", "bin/hipcc", &core, Some("$ORIGIN/../lib:/build/x")),
             "$ORIGIN/../lib:$ORIGIN/../lib/llvm/lib"
         );
-        let libs = [
-            LibDir::new("_rocm_sdk_libraries", "lib"),
-            LibDir::new("_rocm_sdk_core", "lib"),
-        ];
+        let libs = [LibDir::new("_rocm_sdk_libraries", "lib"), LibDir::new("_rocm_sdk_core", "lib")];
         assert_eq!(
             rpath_for("_rocm_sdk_libraries", "lib/librocblas.so.5", &libs, None),
             "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib"

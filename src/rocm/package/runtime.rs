@@ -65,13 +65,7 @@ struct FileFacts {
 }
 
 fn facts(src: &Path, executable: bool) -> Result<FileFacts, PackageError> {
-    let mut f = FileFacts {
-        src: src.to_path_buf(),
-        executable,
-        host_elf: false,
-        soname: None,
-        rpath: None,
-    };
+    let mut f = FileFacts { src: src.to_path_buf(), executable, host_elf: false, soname: None, rpath: None };
     if crate::elf::is_elf(src) {
         let info = crate::elf::read(src)?;
         f.host_elf = info.machine == EM_X86_64 && (info.e_type == 3 || info.interpreter.is_some());
@@ -96,10 +90,7 @@ pub fn layout(staged: &Staged) -> Result<RuntimeLayout, PackageError> {
         .collect();
     let facts: Vec<FileFacts> = {
         use rayon::prelude::*;
-        files
-            .par_iter()
-            .map(|(_, src, x)| facts(src, *x))
-            .collect::<Result<_, _>>()?
+        files.par_iter().map(|(_, src, x)| facts(src, *x)).collect::<Result<_, _>>()?
     };
     let mut by_path: BTreeMap<&str, &FileFacts> = BTreeMap::new();
     // Pass 1: regular files, shared libraries under their SONAME.
@@ -139,17 +130,10 @@ pub fn layout(staged: &Staged) -> Result<RuntimeLayout, PackageError> {
     // Pass 2: symlinks.
     for (path, item) in &staged.items {
         let Item::Symlink(_) = item else { continue };
-        let drop = |reason: &str| Dropped {
-            path: path.clone(),
-            reason: reason.into(),
-        };
+        let drop = |reason: &str| Dropped { path: path.clone(), reason: reason.into() };
         match staged.resolve(path) {
-            Resolved::Dangling => out
-                .dropped
-                .push(drop("dangling symlink (its target is not in this package)")),
-            Resolved::Dir(_) => out
-                .dropped
-                .push(drop("symlink to a directory (wheels cannot hold symlinks)")),
+            Resolved::Dangling => out.dropped.push(drop("dangling symlink (its target is not in this package)")),
+            Resolved::Dir(_) => out.dropped.push(drop("symlink to a directory (wheels cannot hold symlinks)")),
             Resolved::File(target) => {
                 let f = by_path[target.as_str()];
                 let dest = out.placed[&target].clone();

@@ -20,11 +20,7 @@ fn pkg_info(version: &str) -> String {
 }
 
 /// Write `rocm-<V>.tar.gz` into `dist`; returns its path and member names.
-pub fn write(
-    dist: &Path,
-    info: &DistInfo,
-    epoch: u64,
-) -> Result<(std::path::PathBuf, Vec<String>), PackageError> {
+pub fn write(dist: &Path, info: &DistInfo, epoch: u64) -> Result<(std::path::PathBuf, Vec<String>), PackageError> {
     let top = format!("rocm-{}", info.version);
     let mut files: Vec<(String, String)> = vec![
         ("PKG-INFO".into(), pkg_info(&info.version)),
@@ -39,11 +35,8 @@ pub fn write(
     let mut names = Vec::new();
     for (name, text) in files {
         let path = format!("{top}/{name}");
-        tree.insert(
-            path.clone().into_bytes(),
-            Node::bytes(text.into_bytes(), 0o644),
-        )
-        .map_err(|e| PackageError::DevelTree(e.to_string()))?;
+        tree.insert(path.clone().into_bytes(), Node::bytes(text.into_bytes(), 0o644))
+            .map_err(|e| PackageError::DevelTree(e.to_string()))?;
         names.push(path);
     }
     names.sort();
@@ -51,30 +44,16 @@ pub fn write(
     let tmp = tempfile::Builder::new()
         .prefix(".quarry-sdist-")
         .tempfile_in(dist)
-        .map_err(|source| PackageError::Io {
-            path: dist.to_path_buf(),
-            source,
-        })?;
-    let io_fail = |source: std::io::Error| PackageError::Io {
-        path: out.clone(),
-        source,
-    };
-    let gz = flate2::GzBuilder::new()
-        .mtime(0)
-        .write(tmp.reopen().map_err(io_fail)?, flate2::Compression::best());
-    let opts = crate::tarball::write::WriteOptions {
-        source_date_epoch: epoch,
-    };
+        .map_err(|source| PackageError::Io { path: dist.to_path_buf(), source })?;
+    let io_fail = |source: std::io::Error| PackageError::Io { path: out.clone(), source };
+    let gz = flate2::GzBuilder::new().mtime(0).write(tmp.reopen().map_err(io_fail)?, flate2::Compression::best());
+    let opts = crate::tarball::write::WriteOptions { source_date_epoch: epoch };
     let gz = crate::tarball::write::write_tar(&tree, gz, &opts, &mut |_| {})
         .map_err(|e| PackageError::DevelTree(e.to_string()))?;
     let mut f = gz.finish().map_err(io_fail)?;
     f.flush().map_err(io_fail)?;
     drop(f);
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .map_err(io_fail)?;
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).map_err(io_fail)?;
     tmp.persist(&out).map_err(|e| io_fail(e.error))?;
     Ok((out, names))
 }

@@ -43,23 +43,14 @@ pub struct Member {
 
 impl Member {
     pub fn bytes(name: impl Into<String>, data: impl Into<Vec<u8>>) -> Member {
-        Member {
-            name: name.into(),
-            source: Source::Bytes(data.into()),
-            executable: false,
-        }
+        Member { name: name.into(), source: Source::Bytes(data.into()), executable: false }
     }
 
     fn size(&self) -> Result<u64, PackageError> {
         match &self.source {
             Source::Bytes(b) => Ok(b.len() as u64),
             Source::Path(p) => {
-                std::fs::metadata(p)
-                    .map(|m| m.len())
-                    .map_err(|source| PackageError::Io {
-                        path: p.clone(),
-                        source,
-                    })
+                std::fs::metadata(p).map(|m| m.len()).map_err(|source| PackageError::Io { path: p.clone(), source })
             }
         }
     }
@@ -67,10 +58,7 @@ impl Member {
 
 /// Package files first, then `.dist-info`, RECORD at the very end.
 fn member_order(name: &str) -> (u8, String) {
-    let in_dist_info = name
-        .split('/')
-        .next()
-        .is_some_and(|top| top.ends_with(".dist-info"));
+    let in_dist_info = name.split('/').next().is_some_and(|top| top.ends_with(".dist-info"));
     (u8::from(in_dist_info), name.to_string())
 }
 
@@ -108,27 +96,16 @@ fn options(time: DateTime, executable: bool, size: u64) -> SimpleFileOptions {
         .large_file(size >= ZIP64_FILE_THRESHOLD)
 }
 
-fn deflate_into<W: Write + Seek>(
-    w: W,
-    m: &Member,
-    size: u64,
-    time: DateTime,
-) -> Result<(W, RecordRow), String> {
+fn deflate_into<W: Write + Seek>(w: W, m: &Member, size: u64, time: DateTime) -> Result<(W, RecordRow), String> {
     let mut zip = ZipWriter::new(w);
-    zip.start_file(m.name.as_str(), options(time, m.executable, size))
-        .map_err(|e| e.to_string())?;
+    zip.start_file(m.name.as_str(), options(time, m.executable, size)).map_err(|e| e.to_string())?;
     let reader: Box<dyn Read> = match &m.source {
         Source::Bytes(b) => Box::new(Cursor::new(b.as_slice())),
-        Source::Path(p) => Box::new(BufReader::with_capacity(
-            1 << 16,
-            File::open(p).map_err(|e| format!("{}: {e}", p.display()))?,
-        )),
+        Source::Path(p) => {
+            Box::new(BufReader::with_capacity(1 << 16, File::open(p).map_err(|e| format!("{}: {e}", p.display()))?))
+        }
     };
-    let mut h = Hashing {
-        inner: reader,
-        hasher: Sha256::new(),
-        count: 0,
-    };
+    let mut h = Hashing { inner: reader, hasher: Sha256::new(), count: 0 };
     io::copy(&mut h, &mut zip).map_err(|e| e.to_string())?;
     let w = zip.finish().map_err(|e| e.to_string())?;
     let field = record::sha256_field(&h.hasher.finalize());
@@ -142,38 +119,21 @@ fn deflate_into<W: Write + Seek>(
     ))
 }
 
-fn compress(
-    m: &Member,
-    size: u64,
-    time: DateTime,
-    scratch: &Path,
-    wheel: &Path,
-) -> Result<Compressed, PackageError> {
+fn compress(m: &Member, size: u64, time: DateTime, scratch: &Path, wheel: &Path) -> Result<Compressed, PackageError> {
     let fail = |why: String| PackageError::WheelWrite {
         wheel: wheel.to_path_buf(),
         why: format!("entry `{}`: {why}", m.name),
     };
     if size <= IN_MEMORY_MAX {
         let (cur, row) = deflate_into(Cursor::new(Vec::new()), m, size, time).map_err(fail)?;
-        Ok(Compressed {
-            row,
-            spool: Spool::Memory(cur.into_inner()),
-        })
+        Ok(Compressed { row, spool: Spool::Memory(cur.into_inner()) })
     } else {
-        let tmp = tempfile::NamedTempFile::new_in(scratch).map_err(|source| PackageError::Io {
-            path: scratch.to_path_buf(),
-            source,
-        })?;
-        let file = tmp.reopen().map_err(|source| PackageError::Io {
-            path: tmp.path().to_path_buf(),
-            source,
-        })?;
+        let tmp = tempfile::NamedTempFile::new_in(scratch)
+            .map_err(|source| PackageError::Io { path: scratch.to_path_buf(), source })?;
+        let file = tmp.reopen().map_err(|source| PackageError::Io { path: tmp.path().to_path_buf(), source })?;
         let (w, row) = deflate_into(BufWriter::new(file), m, size, time).map_err(fail)?;
         drop(w);
-        Ok(Compressed {
-            row,
-            spool: Spool::Disk(tmp),
-        })
+        Ok(Compressed { row, spool: Spool::Disk(tmp) })
     }
 }
 
@@ -182,10 +142,7 @@ fn copy_in<W: Write + Seek, R: Read + Seek>(
     spool: R,
     wheel: &Path,
 ) -> Result<(), PackageError> {
-    let fail = |e: zip::result::ZipError| PackageError::WheelWrite {
-        wheel: wheel.to_path_buf(),
-        why: e.to_string(),
-    };
+    let fail = |e: zip::result::ZipError| PackageError::WheelWrite { wheel: wheel.to_path_buf(), why: e.to_string() };
     let mut one = ZipArchive::new(spool).map_err(fail)?;
     let file = one.by_index(0).map_err(fail)?;
     out.raw_copy_file(file).map_err(fail)
@@ -211,26 +168,14 @@ pub fn write_wheel(
     }
     let sizes: Vec<u64> = members.iter().map(Member::size).collect::<Result<_, _>>()?;
 
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = tempfile::Builder::new()
         .prefix(".quarry-wheel-")
         .suffix(".tmp")
         .tempfile_in(parent)
-        .map_err(|source| PackageError::Io {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    let io_fail = |source: io::Error| PackageError::Io {
-        path: tmp.path().to_path_buf(),
-        source,
-    };
-    let mut zip = ZipWriter::new(BufWriter::with_capacity(
-        1 << 20,
-        tmp.reopen().map_err(io_fail)?,
-    ));
+        .map_err(|source| PackageError::Io { path: parent.to_path_buf(), source })?;
+    let io_fail = |source: io::Error| PackageError::Io { path: tmp.path().to_path_buf(), source };
+    let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, tmp.reopen().map_err(io_fail)?));
     let mut rows = Vec::with_capacity(members.len() + 1);
     let mut start = 0;
     while start < members.len() {
@@ -248,10 +193,7 @@ pub fn write_wheel(
             match c.spool {
                 Spool::Memory(v) => copy_in(&mut zip, Cursor::new(v), out)?,
                 Spool::Disk(t) => {
-                    let f = t.reopen().map_err(|source| PackageError::Io {
-                        path: t.path().to_path_buf(),
-                        source,
-                    })?;
+                    let f = t.reopen().map_err(|source| PackageError::Io { path: t.path().to_path_buf(), source })?;
                     copy_in(&mut zip, BufReader::new(f), out)?
                 }
             }
@@ -259,34 +201,16 @@ pub fn write_wheel(
         }
         start = end;
     }
-    rows.push(RecordRow {
-        path: record_name.clone(),
-        hash: None,
-        size: None,
-    });
+    rows.push(RecordRow { path: record_name.clone(), hash: None, size: None });
     let record_bytes = record::write(&rows);
-    let zip_fail = |e: zip::result::ZipError| PackageError::WheelWrite {
-        wheel: out.to_path_buf(),
-        why: e.to_string(),
-    };
-    zip.start_file(
-        record_name.as_str(),
-        options(time, false, record_bytes.len() as u64),
-    )
-    .map_err(zip_fail)?;
+    let zip_fail = |e: zip::result::ZipError| PackageError::WheelWrite { wheel: out.to_path_buf(), why: e.to_string() };
+    zip.start_file(record_name.as_str(), options(time, false, record_bytes.len() as u64)).map_err(zip_fail)?;
     zip.write_all(&record_bytes).map_err(io_fail)?;
     let mut w = zip.finish().map_err(zip_fail)?;
     w.flush().map_err(io_fail)?;
     drop(w);
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .map_err(io_fail)?;
-    tmp.persist(out).map_err(|e| PackageError::Io {
-        path: out.to_path_buf(),
-        source: e.error,
-    })?;
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).map_err(io_fail)?;
+    tmp.persist(out).map_err(|e| PackageError::Io { path: out.to_path_buf(), source: e.error })?;
     Ok(rows.into_iter().map(|r| r.path).collect())
 }
 
@@ -299,18 +223,12 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let big = t.path().join("big.bin");
         // Larger than the in-memory limit: goes through a disk spool.
-        let data: Vec<u8> = (0..(IN_MEMORY_MAX as usize + 12345))
-            .map(|i| (i * 7 % 251) as u8)
-            .collect();
+        let data: Vec<u8> = (0..(IN_MEMORY_MAX as usize + 12345)).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(&big, &data).unwrap();
         let members = || {
             vec![
                 Member::bytes("p-1.dist-info/WHEEL", "Wheel-Version: 1.0\n"),
-                Member {
-                    name: "pkg/big.bin".into(),
-                    source: Source::Path(big.clone()),
-                    executable: true,
-                },
+                Member { name: "pkg/big.bin".into(), source: Source::Path(big.clone()), executable: true },
                 Member::bytes("pkg/a.py", "print(1)\n"),
             ]
         };
@@ -319,15 +237,7 @@ mod tests {
         let time = crate::wheel::archive::zip_time(0);
         let names = write_wheel(&w1, "p-1.dist-info", members(), time, t.path()).unwrap();
         write_wheel(&w2, "p-1.dist-info", members(), time, t.path()).unwrap();
-        assert_eq!(
-            names,
-            [
-                "pkg/a.py",
-                "pkg/big.bin",
-                "p-1.dist-info/WHEEL",
-                "p-1.dist-info/RECORD"
-            ]
-        );
+        assert_eq!(names, ["pkg/a.py", "pkg/big.bin", "p-1.dist-info/WHEEL", "p-1.dist-info/RECORD"]);
         assert_eq!(std::fs::read(&w1).unwrap(), std::fs::read(&w2).unwrap());
         let mut w = crate::wheel::archive::WheelZip::open(&w1).unwrap();
         let scan = w.scan(None, |_, _| false).unwrap();
