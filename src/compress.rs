@@ -124,7 +124,9 @@ impl<W: Write> Write for Encoder<W> {
 /// A pipeline: the writing thread (tar production and hashing upstream) fills
 /// a block and hands it to `threads` worker threads, then goes on producing
 /// while they compress. Finished members are written to `out` in block order
-/// by the writing thread. At most `2 * threads + 2` blocks are in flight: when
+/// by the writing thread. At most `8 * threads` blocks are in flight (deep
+/// enough that workers keep busy while a loaded machine delays the writing
+/// thread, still a few MiB per thread): when
 /// that many wait, the writer blocks on the oldest one, so memory stays flat
 /// whatever the input size.
 pub struct GzipBlocks<W: Write> {
@@ -152,7 +154,7 @@ struct GzipPool {
 
 impl GzipPool {
     fn new(threads: usize, max_in_flight: usize) -> GzipPool {
-        let (jobs, job_rx) = mpsc::sync_channel::<GzipJob>(threads);
+        let (jobs, job_rx) = mpsc::sync_channel::<GzipJob>(max_in_flight);
         let (free_tx, free) = mpsc::sync_channel::<Vec<u8>>(max_in_flight + 1);
         let job_rx = Arc::new(Mutex::new(job_rx));
         let workers = (0..threads)
@@ -202,7 +204,7 @@ fn worker_died() -> io::Error {
 impl<W: Write> GzipBlocks<W> {
     pub fn new(out: W, threads: usize) -> Self {
         let threads = threads.max(1);
-        let max_in_flight = 2 * threads + 2;
+        let max_in_flight = 8 * threads;
         GzipBlocks {
             out,
             current: Vec::with_capacity(GZIP_BLOCK),
