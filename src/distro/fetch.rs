@@ -30,7 +30,23 @@ impl Fetcher {
         Fetcher { agent: config.into() }
     }
 
+    /// GET with a few retries on network errors (resolver hiccups, resets);
+    /// a definite answer (404, a wrong status) is not retried.
     fn open(&self, url: &str) -> Result<ureq::Body, DistroError> {
+        let mut delay = Duration::from_millis(500);
+        for _ in 0..3 {
+            match self.open_once(url) {
+                Err(DistroError::Network { .. }) => {
+                    std::thread::sleep(delay);
+                    delay *= 3;
+                }
+                other => return other,
+            }
+        }
+        self.open_once(url)
+    }
+
+    fn open_once(&self, url: &str) -> Result<ureq::Body, DistroError> {
         let resp = self
             .agent
             .get(url)
@@ -58,6 +74,23 @@ impl Fetcher {
     /// Download `url` into the cache as `kind/<sha256>`, checking the
     /// expected sha256 and size. Returns the stored path.
     pub fn fetch_pinned(
+        &self,
+        cache: &Cache,
+        kind: &str,
+        url: &str,
+        sha256: &str,
+        size: Option<u64>,
+    ) -> Result<PathBuf, DistroError> {
+        // A connection lost mid-body is retried once from the start.
+        match self.fetch_pinned_once(cache, kind, url, sha256, size) {
+            Err(DistroError::Network { .. }) => {
+                self.fetch_pinned_once(cache, kind, url, sha256, size)
+            }
+            other => other,
+        }
+    }
+
+    fn fetch_pinned_once(
         &self,
         cache: &Cache,
         kind: &str,
