@@ -13,8 +13,7 @@ use crate::store::layout::{self, LayoutError, OpenImage};
 use crate::store::LayerBlob;
 use crate::tarball::write::WriteOptions;
 use ocidir::oci_spec::image::{
-    ConfigBuilder, History, HistoryBuilder, ImageConfiguration, ImageConfigurationBuilder,
-    RootFsBuilder,
+    ConfigBuilder, History, HistoryBuilder, ImageConfiguration, ImageConfigurationBuilder, RootFsBuilder,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -61,7 +60,11 @@ pub struct BuildOptions {
 impl BuildOptions {
     /// Default options for building a definition on the way to something
     /// else (`load`, `run`): gzip, all cores, SOURCE_DATE_EPOCH from the env.
-    pub fn defaults(sets: BTreeMap<String, String>, cache_dir: PathBuf, progress: Progress) -> Result<BuildOptions, String> {
+    pub fn defaults(
+        sets: BTreeMap<String, String>,
+        cache_dir: PathBuf,
+        progress: Progress,
+    ) -> Result<BuildOptions, String> {
         Ok(BuildOptions {
             sets,
             output: None,
@@ -91,7 +94,12 @@ pub struct BuiltLayer {
 
 impl BuiltLayer {
     pub fn blob(&self) -> LayerBlob {
-        LayerBlob { digest: self.digest.clone(), diff_id: self.diff_id.clone(), size: self.size, media_type: self.media_type.clone() }
+        LayerBlob {
+            digest: self.digest.clone(),
+            diff_id: self.diff_id.clone(),
+            size: self.size,
+            media_type: self.media_type.clone(),
+        }
     }
 }
 
@@ -108,10 +116,9 @@ pub struct BuildResult {
 /// SOURCE_DATE_EPOCH from the environment, default 0.
 pub fn source_date_epoch_from_env() -> Result<u64, String> {
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.is_empty() => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("SOURCE_DATE_EPOCH=`{v}` is not a whole number of seconds")),
+        Ok(v) if !v.is_empty() => {
+            v.trim().parse().map_err(|_| format!("SOURCE_DATE_EPOCH=`{v}` is not a whole number of seconds"))
+        }
         _ => Ok(0),
     }
 }
@@ -138,9 +145,7 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn history(&mut self, created_by: String, comment: Option<String>) {
-        let mut h = HistoryBuilder::default()
-            .created(rfc3339(self.opts.source_date_epoch))
-            .created_by(created_by);
+        let mut h = HistoryBuilder::default().created(rfc3339(self.opts.source_date_epoch)).created_by(created_by);
         if let Some(c) = comment {
             h = h.comment(c);
         }
@@ -178,25 +183,10 @@ impl Builder<'_> {
                 layer.name, report.dropped_devices
             );
         }
-        let bar = self
-            .opts
-            .progress
-            .bytes(tree.content_bytes(), layer.name.clone());
-        let wopts = WriteOptions {
-            source_date_epoch: self.opts.source_date_epoch,
-        };
-        let blob = pack_tree(
-            &self.cache,
-            &tree,
-            self.opts.compression,
-            self.opts.threads,
-            &wopts,
-            &mut |n| bar.inc(n),
-        )
-        .map_err(|err| BuildError::Pack {
-            layer: layer.name.clone(),
-            err,
-        })?;
+        let bar = self.opts.progress.bytes(tree.content_bytes(), layer.name.clone());
+        let wopts = WriteOptions { source_date_epoch: self.opts.source_date_epoch };
+        let blob = pack_tree(&self.cache, &tree, self.opts.compression, self.opts.threads, &wopts, &mut |n| bar.inc(n))
+            .map_err(|err| BuildError::Pack { layer: layer.name.clone(), err })?;
         bar.finish_and_clear();
         self.cache.record(&key, &blob)?;
         self.push(layer.name.clone(), blob, false);
@@ -206,7 +196,13 @@ impl Builder<'_> {
     /// A step layer: its script runs in a container of the image built so
     /// far (see `engine::step`); the diff is packed like any layer. Cache
     /// key: parent chain + script and run settings + input contents + env.
-    fn step_layer(&mut self, image: &Image, layer: &Layer, base: Option<&ImageConfiguration>, field: &str) -> Result<(), BuildError> {
+    fn step_layer(
+        &mut self,
+        image: &Image,
+        layer: &Layer,
+        base: Option<&ImageConfiguration>,
+        field: &str,
+    ) -> Result<(), BuildError> {
         let run = layer.run.as_ref().expect("called for step layers");
         let file = layer.file.display().to_string();
         if !layer.sources.is_empty() || !layer.remove.is_empty() {
@@ -238,7 +234,12 @@ impl Builder<'_> {
                 }
             };
             if !path.is_file() {
-                return Err(SourceError { file, field: format!("{f}.file"), message: format!("`{}` is not a readable file", path.display()) }.into());
+                return Err(SourceError {
+                    file,
+                    field: format!("{f}.file"),
+                    message: format!("`{}` is not a readable file", path.display()),
+                }
+                .into());
             }
             let actual = crate::digest::sha256_file(path).map_err(|e| SourceError {
                 file: file.clone(),
@@ -273,7 +274,8 @@ impl Builder<'_> {
             layout::parse_platform(&os, &arch, variant.as_deref()),
         )?;
         if self.engine.is_none() {
-            let e = crate::engine::Engine::connect().map_err(|err| BuildError::Engine { layer: layer.name.clone(), err })?;
+            let e = crate::engine::Engine::connect()
+                .map_err(|err| BuildError::Engine { layer: layer.name.clone(), err })?;
             self.engine = Some(e);
         }
         let engine = self.engine.as_ref().expect("connected above");
@@ -288,8 +290,11 @@ impl Builder<'_> {
             spool: &spool,
         })?;
         let _ = std::fs::remove_dir_all(&partial);
-        tree.finalize_hardlinks()
-            .map_err(|e| SourceError { file: file.clone(), field: format!("{field}run"), message: format!("the step's diff: {e}") })?;
+        tree.finalize_hardlinks().map_err(|e| SourceError {
+            file: file.clone(),
+            field: format!("{field}run"),
+            message: format!("the step's diff: {e}"),
+        })?;
         let bar = self.opts.progress.bytes(tree.content_bytes(), layer.name.clone());
         let wopts = WriteOptions { source_date_epoch: self.opts.source_date_epoch };
         let blob = pack_tree(&self.cache, &tree, self.opts.compression, self.opts.threads, &wopts, &mut |n| bar.inc(n))
@@ -314,12 +319,7 @@ impl Builder<'_> {
     }
 
     /// Reuse an OCI image's layers as they are, by digest.
-    fn oci_base(
-        &mut self,
-        path: &Path,
-        reference: Option<&str>,
-        image: &Image,
-    ) -> Result<OpenImage, BuildError> {
+    fn oci_base(&mut self, path: &Path, reference: Option<&str>, image: &Image) -> Result<OpenImage, BuildError> {
         let (os, arch, _) = image.platform();
         let base = layout::open_image(path, reference, Some((&os, &arch)))?;
         let diff_ids = base.config.rootfs().diff_ids().clone();
@@ -327,11 +327,7 @@ impl Builder<'_> {
         if diff_ids.len() != descs.len() {
             return Err(BuildError::Base {
                 path: path.display().to_string(),
-                message: format!(
-                    "manifest has {} layers but config lists {} diff_ids",
-                    descs.len(),
-                    diff_ids.len()
-                ),
+                message: format!("manifest has {} layers but config lists {} diff_ids", descs.len(), diff_ids.len()),
             });
         }
         for (i, (d, diff_id)) in descs.iter().zip(diff_ids.iter()).enumerate() {
@@ -340,19 +336,13 @@ impl Builder<'_> {
             if !cached {
                 self.import_blob(&base, d, path)?;
             }
-            let blob = LayerBlob {
-                digest,
-                diff_id: diff_id.clone(),
-                size: d.size(),
-                media_type: d.media_type().to_string(),
-            };
+            let blob =
+                LayerBlob { digest, diff_id: diff_id.clone(), size: d.size(), media_type: d.media_type().to_string() };
             self.push(format!("base[{i}]"), blob, cached);
         }
         self.history = base.config.history().clone().unwrap_or_default();
         let mut k = KeyHasher::new();
-        k.field(&self.chain)
-            .field("oci-base")
-            .field(&base.manifest_digest);
+        k.field(&self.chain).field("oci-base").field(&base.manifest_digest);
         self.chain = k.finish();
         Ok(base)
     }
@@ -384,19 +374,14 @@ impl Builder<'_> {
         path: &Path,
     ) -> Result<(), BuildError> {
         let digest = d.digest().to_string();
-        let base_err = |message: String| BuildError::Base {
-            path: path.display().to_string(),
-            message,
-        };
+        let base_err = |message: String| BuildError::Base { path: path.display().to_string(), message };
         if let Some(f) = base.source.blob_file(&digest) {
             // Hardlink when possible: same bytes, no copy (verified below).
             if std::fs::hard_link(&f, self.cache.blob_path(&digest)).is_ok() {
                 let actual = crate::digest::sha256_file(&f).map_err(|e| base_err(e.to_string()))?;
                 if format!("sha256:{actual}") != digest {
                     let _ = std::fs::remove_file(self.cache.blob_path(&digest));
-                    return Err(base_err(format!(
-                        "blob {digest} does not match its digest (actual sha256:{actual})"
-                    )));
+                    return Err(base_err(format!("blob {digest} does not match its digest (actual sha256:{actual})")));
                 }
                 return Ok(());
             }
@@ -408,21 +393,16 @@ impl Builder<'_> {
         ));
         let mut buf = vec![0u8; 1 << 20];
         loop {
-            let n = r
-                .read(&mut buf)
-                .map_err(|e| base_err(format!("reading blob {digest}: {e}")))?;
+            let n = r.read(&mut buf).map_err(|e| base_err(format!("reading blob {digest}: {e}")))?;
             if n == 0 {
                 break;
             }
-            w.write_all(&buf[..n])
-                .map_err(|e| base_err(e.to_string()))?;
+            w.write_all(&buf[..n]).map_err(|e| base_err(e.to_string()))?;
         }
         let (mut f, hex, _) = w.finish();
         f.flush().map_err(|e| base_err(e.to_string()))?;
         if format!("sha256:{hex}") != digest {
-            return Err(base_err(format!(
-                "blob {digest} does not match its digest (actual sha256:{hex})"
-            )));
+            return Err(base_err(format!("blob {digest} does not match its digest (actual sha256:{hex})")));
         }
         self.cache.commit_blob(tmp, &hex)?;
         Ok(())
@@ -455,68 +435,36 @@ fn image_config(
             None => env.push((k.clone(), v.clone())),
         }
     }
-    let mut labels: HashMap<String, String> = base_cfg
-        .as_ref()
-        .and_then(|c| c.labels().clone())
-        .unwrap_or_default();
+    let mut labels: HashMap<String, String> = base_cfg.as_ref().and_then(|c| c.labels().clone()).unwrap_or_default();
     labels.extend(image.config.labels.clone());
     let c = &image.config;
     let pick = |ours: &Option<Vec<String>>, theirs: Option<Vec<String>>| ours.clone().or(theirs);
-    let mut ports: Vec<String> = base_cfg
-        .as_ref()
-        .and_then(|b| b.exposed_ports().clone())
-        .unwrap_or_default();
+    let mut ports: Vec<String> = base_cfg.as_ref().and_then(|b| b.exposed_ports().clone()).unwrap_or_default();
     for p in &c.exposed_ports {
-        let p = if p.contains('/') {
-            p.clone()
-        } else {
-            format!("{p}/tcp")
-        };
+        let p = if p.contains('/') { p.clone() } else { format!("{p}/tcp") };
         if !ports.contains(&p) {
             ports.push(p);
         }
     }
-    let mut volumes: Vec<String> = base_cfg
-        .as_ref()
-        .and_then(|b| b.volumes().clone())
-        .unwrap_or_default();
+    let mut volumes: Vec<String> = base_cfg.as_ref().and_then(|b| b.volumes().clone()).unwrap_or_default();
     for v in &c.volumes {
         if !volumes.contains(v) {
             volumes.push(v.clone());
         }
     }
-    let mut cb = ConfigBuilder::default().env(
-        env.into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>(),
-    );
-    if let Some(e) = pick(
-        &c.entrypoint,
-        base_cfg.as_ref().and_then(|b| b.entrypoint().clone()),
-    ) {
+    let mut cb = ConfigBuilder::default().env(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>());
+    if let Some(e) = pick(&c.entrypoint, base_cfg.as_ref().and_then(|b| b.entrypoint().clone())) {
         cb = cb.entrypoint(e);
     }
     // A new entrypoint resets an inherited cmd, as in Dockerfiles.
-    let inherited_cmd = if c.entrypoint.is_some() {
-        None
-    } else {
-        base_cfg.as_ref().and_then(|b| b.cmd().clone())
-    };
+    let inherited_cmd = if c.entrypoint.is_some() { None } else { base_cfg.as_ref().and_then(|b| b.cmd().clone()) };
     if let Some(cmd) = pick(&c.cmd, inherited_cmd) {
         cb = cb.cmd(cmd);
     }
-    if let Some(w) = c
-        .workdir
-        .clone()
-        .or(base_cfg.as_ref().and_then(|b| b.working_dir().clone()))
-    {
+    if let Some(w) = c.workdir.clone().or(base_cfg.as_ref().and_then(|b| b.working_dir().clone())) {
         cb = cb.working_dir(w);
     }
-    if let Some(u) = c
-        .user
-        .clone()
-        .or(base_cfg.as_ref().and_then(|b| b.user().clone()))
-    {
+    if let Some(u) = c.user.clone().or(base_cfg.as_ref().and_then(|b| b.user().clone())) {
         cb = cb.user(u);
     }
     if !labels.is_empty() {
@@ -528,11 +476,7 @@ fn image_config(
     if !volumes.is_empty() {
         cb = cb.volumes(volumes);
     }
-    if let Some(s) = c
-        .stop_signal
-        .clone()
-        .or(base_cfg.as_ref().and_then(|b| b.stop_signal().clone()))
-    {
+    if let Some(s) = c.stop_signal.clone().or(base_cfg.as_ref().and_then(|b| b.stop_signal().clone())) {
         cb = cb.stop_signal(s);
     }
     let rootfs = RootFsBuilder::default()
@@ -561,14 +505,11 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
     let cache = Cache::open(&opts.cache_dir)?;
-    let spool = tempfile::Builder::new()
-        .prefix("spool-")
-        .tempdir_in(cache.tmp_dir())
-        .map_err(|err| CacheError {
-            dir: opts.cache_dir.display().to_string(),
-            what: "cannot create a spool directory".into(),
-            err,
-        })?;
+    let spool = tempfile::Builder::new().prefix("spool-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
+        dir: opts.cache_dir.display().to_string(),
+        what: "cannot create a spool directory".into(),
+        err,
+    })?;
     let (os, arch, variant) = image.platform();
     let mut chain = KeyHasher::new();
     chain.field("quarry-chain-v1").field(format!("{os}/{arch}/{variant:?}")).field(opts.source_date_epoch.to_string());
@@ -610,7 +551,13 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
                 inputs: vec![],
             };
             b.source_layer(&layer, "base")?;
-            b.history(format!("quarry: base rootfs {}", path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()), None);
+            b.history(
+                format!(
+                    "quarry: base rootfs {}",
+                    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+                ),
+                None,
+            );
         }
         Base::Oci { path, reference } => {
             let base = b.oci_base(path, reference.as_deref(), image)?;
@@ -627,11 +574,7 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
             b.history(format!("quarry: step {}", layer.name), None);
             continue;
         }
-        let prefix = if layer.file == image.file {
-            format!("layer[{}].source", i)
-        } else {
-            "source".to_string()
-        };
+        let prefix = if layer.file == image.file { format!("layer[{}].source", i) } else { "source".to_string() };
         b.source_layer(layer, &prefix)?;
         b.history(format!("quarry: layer {}", layer.name), None);
     }

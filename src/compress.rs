@@ -54,9 +54,7 @@ impl Compression {
 
 /// Thread count used when the caller does not choose: every core.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// A compressing writer; `finish` flushes everything and returns the sink.
@@ -154,11 +152,7 @@ impl GzipPool {
                 std::thread::spawn(move || gzip_worker(&job_rx, &free_tx))
             })
             .collect();
-        GzipPool {
-            jobs: Some(jobs),
-            free,
-            workers,
-        }
+        GzipPool { jobs: Some(jobs), free, workers }
     }
 }
 
@@ -172,9 +166,7 @@ impl Drop for GzipPool {
 }
 
 fn gzip_worker(jobs: &Mutex<mpsc::Receiver<GzipJob>>, free: &mpsc::SyncSender<Vec<u8>>) {
-    let mut c = libdeflater::Compressor::new(
-        libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"),
-    );
+    let mut c = libdeflater::Compressor::new(libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"));
     loop {
         // The lock is held only while waiting for the next job.
         let job = match jobs.lock() {
@@ -185,9 +177,7 @@ fn gzip_worker(jobs: &Mutex<mpsc::Receiver<GzipJob>>, free: &mpsc::SyncSender<Ve
             return;
         };
         let mut member = vec![0u8; c.gzip_compress_bound(block.len())];
-        let n = c
-            .gzip_compress(&block, &mut member)
-            .expect("output buffer sized by gzip_compress_bound");
+        let n = c.gzip_compress(&block, &mut member).expect("output buffer sized by gzip_compress_bound");
         member.truncate(n);
         let _ = done.send(member);
         block.clear();
@@ -237,23 +227,14 @@ impl<W: Write> GzipBlocks<W> {
     }
 
     fn submit_current(&mut self) -> io::Result<()> {
-        let next = self
-            .pool
-            .free
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(GZIP_BLOCK));
+        let next = self.pool.free.try_recv().unwrap_or_else(|_| Vec::with_capacity(GZIP_BLOCK));
         let block = std::mem::replace(&mut self.current, next);
         while self.in_flight.len() >= self.max_in_flight {
             self.write_oldest()?;
         }
         let (done, rx) = mpsc::sync_channel(1);
-        let jobs = self
-            .pool
-            .jobs
-            .as_ref()
-            .expect("open until the pool is dropped");
-        jobs.send(GzipJob { block, done })
-            .map_err(|_| worker_died())?;
+        let jobs = self.pool.jobs.as_ref().expect("open until the pool is dropped");
+        jobs.send(GzipJob { block, done }).map_err(|_| worker_died())?;
         self.in_flight.push_back(rx);
         self.write_ready()
     }
@@ -313,9 +294,7 @@ mod tests {
         assert_eq!(one, two);
         assert_eq!(one, four);
         let mut back = Vec::new();
-        flate2::read::MultiGzDecoder::new(&one[..])
-            .read_to_end(&mut back)
-            .unwrap();
+        flate2::read::MultiGzDecoder::new(&one[..]).read_to_end(&mut back).unwrap();
         assert_eq!(back, data);
     }
 

@@ -14,11 +14,7 @@ pub struct HashingWriter<W> {
 
 impl<W: Write> HashingWriter<W> {
     pub fn new(inner: W) -> Self {
-        HashingWriter {
-            inner,
-            hasher: Sha256::new(),
-            bytes: 0,
-        }
+        HashingWriter { inner, hasher: Sha256::new(), bytes: 0 }
     }
 
     pub fn bytes(&self) -> u64 {
@@ -31,11 +27,7 @@ impl<W: Write> HashingWriter<W> {
 
     /// Returns the inner writer, the hex sha256 and the byte count.
     pub fn finish(self) -> (W, String, u64) {
-        (
-            self.inner,
-            hex::encode(&self.hasher.finalize()[..]),
-            self.bytes,
-        )
+        (self.inner, hex::encode(&self.hasher.finalize()[..]), self.bytes)
     }
 }
 
@@ -107,10 +99,7 @@ mod tests {
     #[test]
     fn known_vector() {
         // sha256("abc") from FIPS 180-2, appendix B.1
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         let mut w = HashingWriter::new(Vec::new());
         w.write_all(b"ab").unwrap();
         w.write_all(b"c").unwrap();

@@ -20,10 +20,7 @@ fn q(s: &str) -> String {
 }
 
 fn exec_form(args: &[String]) -> String {
-    format!(
-        "[{}]",
-        args.iter().map(|a| q(a)).collect::<Vec<_>>().join(", ")
-    )
+    format!("[{}]", args.iter().map(|a| q(a)).collect::<Vec<_>>().join(", "))
 }
 
 /// Lexically normalize (`a/../b` -> `b`) without touching the disk.
@@ -45,11 +42,8 @@ fn lexical(p: &Path) -> PathBuf {
 
 /// A host path as seen from the build context, or an error when outside it.
 fn in_context(image: &Image, context: &Path, p: &Path) -> Result<String, RenderError> {
-    let abs = lexical(&if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(p)
-    });
+    let abs =
+        lexical(&if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(p) });
     let ctx = lexical(&if context.is_absolute() {
         context.to_path_buf()
     } else {
@@ -77,43 +71,22 @@ fn dest_dir(dest: &str) -> String {
     }
 }
 
-fn render_layer(
-    out: &mut String,
-    image: &Image,
-    context: &Path,
-    layer: &Layer,
-) -> Result<(), RenderError> {
+fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) -> Result<(), RenderError> {
     writeln!(out, "\n# layer: {}", layer.name).unwrap();
     for s in &layer.sources {
-        let chown = s
-            .owner
-            .map(|(u, g)| format!(" --chown={u}:{g}"))
-            .unwrap_or_default();
+        let chown = s.owner.map(|(u, g)| format!(" --chown={u}:{g}")).unwrap_or_default();
         match &s.kind {
             SourceKind::Dir(p) => {
                 let src = in_context(image, context, p)?;
                 if !s.include.is_empty() || !s.exclude.is_empty() {
-                    writeln!(
-                        out,
-                        "# quarry filters this directory: include {:?}, exclude {:?}",
-                        s.include, s.exclude
-                    )
-                    .unwrap();
+                    writeln!(out, "# quarry filters this directory: include {:?}, exclude {:?}", s.include, s.exclude)
+                        .unwrap();
                 }
-                writeln!(
-                    out,
-                    "COPY{chown} {} {}",
-                    q(&format!("{src}/")),
-                    q(&dest_dir(&s.dest))
-                )
-                .unwrap();
+                writeln!(out, "COPY{chown} {} {}", q(&format!("{src}/")), q(&dest_dir(&s.dest))).unwrap();
             }
             SourceKind::File(p) => {
                 let src = in_context(image, context, p)?;
-                let chmod = s
-                    .mode
-                    .map(|m| format!(" --chmod={m:04o}"))
-                    .unwrap_or_default();
+                let chmod = s.mode.map(|m| format!(" --chmod={m:04o}")).unwrap_or_default();
                 writeln!(out, "COPY{chown}{chmod} {} {}", q(&src), q(&s.dest)).unwrap();
             }
             SourceKind::Archive(p) => {
@@ -128,36 +101,21 @@ fn render_layer(
                         out,
                         "COPY {} {}",
                         q(&src),
-                        q(&format!(
-                            "{tmp}/{}",
-                            Path::new(&src)
-                                .file_name()
-                                .unwrap_or_default()
-                                .to_string_lossy()
-                        ))
+                        q(&format!("{tmp}/{}", Path::new(&src).file_name().unwrap_or_default().to_string_lossy()))
                     )
                     .unwrap();
-                    let name = Path::new(&src)
-                        .file_name()
-                        .unwrap_or_default()
-                        .to_string_lossy()
-                        .into_owned();
+                    let name = Path::new(&src).file_name().unwrap_or_default().to_string_lossy().into_owned();
                     let unpack = if zip {
                         format!("cd {tmp} && mkdir x && cd x && unzip -q ../{name}")
                     } else {
-                        format!(
-                            "cd {tmp} && mkdir x && tar -xf {name} -C x --strip-components={}",
-                            s.strip_components
-                        )
+                        format!("cd {tmp} && mkdir x && tar -xf {name} -C x --strip-components={}", s.strip_components)
                     };
                     let place = if s.map.is_empty() {
                         format!("mkdir -p {0} && cp -a {tmp}/x/. {0}/", s.dest)
                     } else {
                         s.map
                             .iter()
-                            .map(|(from, to)| {
-                                format!("mkdir -p {to} && cp -a {tmp}/x/{from}/. {to}/")
-                            })
+                            .map(|(from, to)| format!("mkdir -p {to} && cp -a {tmp}/x/{from}/. {to}/"))
                             .collect::<Vec<_>>()
                             .join(" && ")
                     };
@@ -166,18 +124,8 @@ fn render_layer(
             }
             SourceKind::Remove => {}
             SourceKind::RocmArtifacts { dir, .. } => {
-                writeln!(
-                    out,
-                    "# ROCm artifacts from {}: flatten them first with",
-                    dir.display()
-                )
-                .unwrap();
-                writeln!(
-                    out,
-                    "#   quarry rocm flatten --artifact-dir {} --output rocm-dist",
-                    dir.display()
-                )
-                .unwrap();
+                writeln!(out, "# ROCm artifacts from {}: flatten them first with", dir.display()).unwrap();
+                writeln!(out, "#   quarry rocm flatten --artifact-dir {} --output rocm-dist", dir.display()).unwrap();
                 writeln!(out, "COPY{chown} \"rocm-dist/\" {}", q(&dest_dir(&s.dest))).unwrap();
             }
         }
@@ -192,27 +140,12 @@ fn render_layer(
         for input in &layer.inputs {
             match &input.kind {
                 InputKind::File(p) => {
-                    writeln!(
-                        out,
-                        "COPY {} {}",
-                        q(&in_context(image, context, p)?),
-                        q(&input.dest)
-                    )
-                    .unwrap();
+                    writeln!(out, "COPY {} {}", q(&in_context(image, context, p)?), q(&input.dest)).unwrap();
                 }
                 InputKind::Pypi(spec) => {
-                    writeln!(
-                        out,
-                        "# fetched on the host with: pip download --no-deps {spec}"
-                    )
-                    .unwrap();
-                    writeln!(
-                        out,
-                        "COPY {} {}",
-                        q(&format!("pypi/{}", spec.replace("==", "-"))),
-                        q(&input.dest)
-                    )
-                    .unwrap();
+                    writeln!(out, "# fetched on the host with: pip download --no-deps {spec}").unwrap();
+                    writeln!(out, "COPY {} {}", q(&format!("pypi/{}", spec.replace("==", "-"))), q(&input.dest))
+                        .unwrap();
                 }
             }
         }
@@ -226,10 +159,7 @@ fn render_layer(
             writeln!(out, "USER {u}").unwrap();
         }
         let network = if run.network { "" } else { "--network=none " };
-        let shell = run
-            .shell
-            .clone()
-            .unwrap_or_else(|| vec!["/bin/sh".into(), "-ec".into()]);
+        let shell = run.shell.clone().unwrap_or_else(|| vec!["/bin/sh".into(), "-ec".into()]);
         let mut args = shell;
         args.push(run.script.clone());
         writeln!(out, "RUN {network}{}", exec_form(&args)).unwrap();
@@ -240,16 +170,13 @@ fn render_layer(
 /// Render `image` as a Dockerfile whose build context is `context`.
 pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
     let mut out = String::new();
-    let rel_file = in_context(image, context, &image.file)
-        .unwrap_or_else(|_| image.file.display().to_string());
-    writeln!(out, "# Generated by `quarry dockerfile {rel_file}`: do not edit; edit the definition and render again.").unwrap();
-    writeln!(out, "# Build context: the repository root. quarry's own builds are reproducible; docker's are not.").unwrap();
+    let rel_file = in_context(image, context, &image.file).unwrap_or_else(|_| image.file.display().to_string());
+    writeln!(out, "# Generated by `quarry dockerfile {rel_file}`: do not edit; edit the definition and render again.")
+        .unwrap();
+    writeln!(out, "# Build context: the repository root. quarry's own builds are reproducible; docker's are not.")
+        .unwrap();
     if !image.params.is_empty() {
-        let shown: Vec<String> = image
-            .params
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+        let shown: Vec<String> = image.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         writeln!(out, "# Parameters: {}", shown.join(" ")).unwrap();
     }
     match &image.base {
@@ -260,23 +187,10 @@ pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
             writeln!(out, "ADD {} /", q(&in_context(image, context, path)?)).unwrap();
         }
         Base::Oci { path, reference } => {
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().to_lowercase())
-                .unwrap_or_else(|| "base".into());
-            writeln!(
-                out,
-                "# the `oci` base {}: load it first (quarry load {})",
-                path.display(),
-                path.display()
-            )
-            .unwrap();
-            writeln!(
-                out,
-                "FROM {name}:{}",
-                reference.clone().unwrap_or_else(|| "latest".into())
-            )
-            .unwrap();
+            let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_else(|| "base".into());
+            writeln!(out, "# the `oci` base {}: load it first (quarry load {})", path.display(), path.display())
+                .unwrap();
+            writeln!(out, "FROM {name}:{}", reference.clone().unwrap_or_else(|| "latest".into())).unwrap();
         }
     }
     for layer in &image.layers {

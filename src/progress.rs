@@ -11,9 +11,7 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(json: bool, quiet: bool) -> Progress {
-        Progress {
-            enabled: !json && !quiet && std::io::stdout().is_terminal(),
-        }
+        Progress { enabled: !json && !quiet && std::io::stdout().is_terminal() }
     }
 
     pub fn hidden() -> Progress {
@@ -31,11 +29,9 @@ impl Progress {
         }
         let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         b.set_style(
-            ProgressStyle::with_template(
-                "{msg:24} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+            ProgressStyle::with_template("{msg:24} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
         );
         b.set_message(msg.into());
         b

@@ -64,13 +64,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 if l.cached { "cached" } else { "built" }
             );
         }
-        println!(
-            "{}:{} -> {} ({})",
-            r.name,
-            r.tag,
-            r.output.display(),
-            r.manifest_digest
-        );
+        println!("{}:{} -> {} ({})", r.name, r.tag, r.output.display(), r.manifest_digest);
     }
     Ok(0)
 }

@@ -19,17 +19,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let sets = crate::spec::parse_sets(&a.sets).map_err(|e| anyhow::anyhow!(e))?;
     let image = crate::spec::load_image(&a.image, &sets)?;
     let context = a.context.unwrap_or_else(|| {
-        let dir = a
-            .image
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
+        let dir = a.image.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         dir.join("..")
     });
     let text = crate::dockerfile::render(&image, &context)?;
     match a.output {
-        Some(path) => std::fs::write(&path, text)
-            .map_err(|e| anyhow::anyhow!("cannot write `{}`: {e}", path.display()))?,
+        Some(path) => {
+            std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("cannot write `{}`: {e}", path.display()))?
+        }
         None => print!("{text}"),
     }
     Ok(0)

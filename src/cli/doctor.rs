@@ -26,34 +26,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             e.host,
             e.api_version.as_deref().unwrap_or("?"),
             e.storage_driver.as_deref().unwrap_or("?"),
-            if e.reads_zstd == Some(true) {
-                "yes"
-            } else {
-                "no (quarry recompresses them to gzip on load)"
-            }
+            if e.reads_zstd == Some(true) { "yes" } else { "no (quarry recompresses them to gzip on load)" }
         );
     } else {
-        println!(
-            "engine      PROBLEM: {}",
-            e.problem.as_deref().unwrap_or("unreachable")
-        );
+        println!("engine      PROBLEM: {}", e.problem.as_deref().unwrap_or("unreachable"));
     }
     if r.gpu_nodes.is_empty() {
-        println!(
-            "gpu nodes   none under {} (runs use --gpu none)",
-            r.dev_root.display()
-        );
+        println!("gpu nodes   none under {} (runs use --gpu none)", r.dev_root.display());
     }
     for n in &r.gpu_nodes {
         println!(
             "gpu node    {} gid {}{}",
             n.host_path.display(),
             n.gid,
-            if n.is_char_device {
-                ""
-            } else {
-                " (not a character device!)"
-            }
+            if n.is_char_device { "" } else { " (not a character device!)" }
         );
     }
     for g in &r.gpus {
@@ -69,15 +55,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     println!(
         "cache       {}{}, {} free",
         r.cache.dir.display(),
-        if r.cache.exists {
-            ""
-        } else {
-            " (not created yet)"
-        },
-        r.cache
-            .free_bytes
-            .map(super::human_size)
-            .unwrap_or_else(|| "?".into())
+        if r.cache.exists { "" } else { " (not created yet)" },
+        r.cache.free_bytes.map(super::human_size).unwrap_or_else(|| "?".into())
     );
     Ok(code)
 }

@@ -24,16 +24,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let parent = a
-        .output
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
+    let parent = a.output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     std::fs::create_dir_all(parent)?;
     // Written beside the output and renamed: no half-written archive is left.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".quarry-export-")
-        .tempfile_in(parent)?;
+    let mut tmp = tempfile::Builder::new().prefix(".quarry-export-").tempfile_in(parent)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
         match a.format {
@@ -60,9 +54,5 @@ pub(crate) fn default_repo_tag(dir: &std::path::Path) -> anyhow::Result<String> 
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()))
         .unwrap_or_else(|| "quarry-image".into());
-    Ok(format!(
-        "{}:{}",
-        name,
-        img.tag.unwrap_or_else(|| "latest".into())
-    ))
+    Ok(format!("{}:{}", name, img.tag.unwrap_or_else(|| "latest".into())))
 }

@@ -21,10 +21,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             r.containers_removed.len(),
             r.images_removed.len(),
             if r.kept_live > 0 {
-                format!(
-                    "; kept {} belonging to running quarry processes (--all removes them)",
-                    r.kept_live
-                )
+                format!("; kept {} belonging to running quarry processes (--all removes them)", r.kept_live)
             } else {
                 String::new()
             }

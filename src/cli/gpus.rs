@@ -28,15 +28,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     if gpus.is_empty() {
-        println!(
-            "no AMD GPU in the KFD topology under {}",
-            gpu::sysfs_root().display()
-        );
+        println!("no AMD GPU in the KFD topology under {}", gpu::sysfs_root().display());
     } else {
-        println!(
-            "{:<6} {:<10} {:<14} {:<12} gid",
-            "node", "target", "family", "render"
-        );
+        println!("{:<6} {:<10} {:<14} {:<12} gid", "node", "target", "family", "render");
         for g in &gpus {
             println!(
                 "{:<6} {:<10} {:<14} {:<12} {}",

@@ -51,11 +51,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     println!("manifest  {}", img.manifest_digest);
     println!("config    {}", img.config_digest);
-    println!(
-        "platform  {}/{}",
-        img.config.os(),
-        img.config.architecture()
-    );
+    println!("platform  {}/{}", img.config.os(), img.config.architecture());
     println!("layers    {} ({})", layers.len(), super::human_size(total));
     for (i, l) in img.manifest.layers().iter().enumerate() {
         println!(

@@ -8,11 +8,11 @@ mod export;
 mod gc;
 mod gpus;
 mod inspect;
-mod rocm;
 mod load;
-mod run;
 mod pull;
 mod push;
+mod rocm;
+mod run;
 mod wheel;
 
 use clap::{Parser, Subcommand};

@@ -41,17 +41,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
     for c in &a.components {
         if !artifacts::COMPONENTS.contains(&c.as_str()) {
-            anyhow::bail!(
-                "--components: `{c}` is not one of {}",
-                artifacts::COMPONENTS.join(", ")
-            );
+            anyhow::bail!("--components: `{c}` is not one of {}", artifacts::COMPONENTS.join(", "));
         }
     }
     let arts = artifacts::read(&a.artifact_dir)?;
-    let sel = Selection {
-        components: a.components,
-        targets: a.targets,
-    };
+    let sel = Selection { components: a.components, targets: a.targets };
     let mut tree = crate::tarball::Tree::new();
     let report = crate::rocm::flatten::into_tree(&arts, &sel, b"", None, &mut tree)?;
     crate::tarball::extract::extract_tree(&tree, &a.output)?;
@@ -64,12 +58,7 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
             "targets": arts.targets(),
         }))?;
     } else {
-        println!(
-            "{} artifacts, {} entries -> {}",
-            report.artifacts.len(),
-            tree.len(),
-            a.output.display()
-        );
+        println!("{} artifacts, {} entries -> {}", report.artifacts.len(), tree.len(), a.output.display());
     }
     Ok(0)
 }

@@ -1,9 +1,7 @@
 use crate::build::BuildOptions;
 use crate::engine::gpu::{self, GpuMode};
 use crate::engine::image_arg::{self, ImageArg};
-use crate::engine::run::{
-    parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions,
-};
+use crate::engine::run::{parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions};
 use crate::engine::{Engine, EngineError};
 use crate::progress::Progress;
 use anyhow::anyhow;
@@ -55,33 +53,14 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cache_dir = a
-        .cache_dir
-        .clone()
-        .unwrap_or_else(crate::store::cache::default_dir);
+    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir);
     let mut opts = RunOptions {
         image: String::new(),
         cmd: a.cmd.clone(),
-        env: a
-            .env
-            .iter()
-            .map(|e| parse_env(e))
-            .collect::<Result<_, _>>()?,
-        mounts: a
-            .mount
-            .iter()
-            .map(|m| parse_mount(m))
-            .collect::<Result<_, _>>()?,
-        copy_in: a
-            .copy_in
-            .iter()
-            .map(|c| parse_copy_in(c))
-            .collect::<Result<_, _>>()?,
-        copy_out: a
-            .copy_out
-            .iter()
-            .map(|c| parse_copy_out(c))
-            .collect::<Result<_, _>>()?,
+        env: a.env.iter().map(|e| parse_env(e)).collect::<Result<_, _>>()?,
+        mounts: a.mount.iter().map(|m| parse_mount(m)).collect::<Result<_, _>>()?,
+        copy_in: a.copy_in.iter().map(|c| parse_copy_in(c)).collect::<Result<_, _>>()?,
+        copy_out: a.copy_out.iter().map(|c| parse_copy_out(c)).collect::<Result<_, _>>()?,
         workdir: a.workdir.clone(),
         user: a.user.clone(),
         network: a.network,
@@ -92,10 +71,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         opts.image = match &arg {
             ImageArg::Layout(d) => image_arg::layout_tag(d)?,
             ImageArg::Definition(f) => {
-                let img = crate::spec::load_image(
-                    f,
-                    &crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?,
-                )?;
+                let img = crate::spec::load_image(f, &crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?)?;
                 format!("{}:{}", img.name.to_lowercase(), img.tag)
             }
             ImageArg::Reference(r) => r.clone(),
@@ -109,8 +85,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some((d, tag))
         }
         ImageArg::Definition(f) => {
-            let bopts = BuildOptions::defaults(crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?, cache_dir.clone(), Progress::new(false, false))
-                .map_err(|e| anyhow!(e))?;
+            let bopts = BuildOptions::defaults(
+                crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?,
+                cache_dir.clone(),
+                Progress::new(false, false),
+            )
+            .map_err(|e| anyhow!(e))?;
             let r = image_arg::build_definition(&f, &bopts)?;
             let tag = image_arg::definition_tag(&r);
             Some((r.output, tag))

@@ -21,10 +21,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
     #[error("cannot read `{path}`: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("`{path}` is not an ELF file")]
     NotElf { path: PathBuf },
     #[error("`{path}` is a corrupted ELF file: {problem}")]
@@ -33,10 +30,7 @@ pub enum ElfError {
 
 impl ElfError {
     pub(crate) fn corrupt(path: &Path, problem: impl Into<String>) -> Self {
-        ElfError::Corrupt {
-            path: path.to_path_buf(),
-            problem: problem.into(),
-        }
+        ElfError::Corrupt { path: path.to_path_buf(), problem: problem.into() }
     }
 }
 
@@ -95,8 +89,7 @@ impl Architecture {
         // Longest names first: `ppc64le` must win over `ppc64`.
         let mut all = Architecture::ALL;
         all.sort_by_key(|a| std::cmp::Reverse(a.as_str().len()));
-        all.into_iter()
-            .find(|a| tag.ends_with(&format!("_{}", a.as_str())))
+        all.into_iter().find(|a| tag.ends_with(&format!("_{}", a.as_str())))
     }
 }
 
@@ -205,9 +198,7 @@ impl ElfInfo {
             if is_dynamic_loader(&need.file) {
                 continue;
             }
-            out.entry(need.file.clone())
-                .or_default()
-                .extend(need.versions.iter().cloned());
+            out.entry(need.file.clone()).or_default().extend(need.versions.iter().cloned());
         }
         out
     }
@@ -252,10 +243,7 @@ mod tests {
             .map(|s| s.success())
             .unwrap_or(false);
         if !ok {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but `cc` cannot build a shared library"
-            );
+            assert!(std::env::var_os("CI").is_none(), "CI is set but `cc` cannot build a shared library");
             eprintln!("skipping: no C compiler");
             return None;
         }
@@ -270,31 +258,14 @@ mod tests {
         };
         let info = verify(&lib).unwrap();
         assert_eq!(info.soname.as_deref(), Some("libtiny.so.1"));
-        assert!(
-            info.needed.contains(&"libm.so.6".to_string()),
-            "{:?}",
-            info.needed
-        );
-        assert!(
-            info.needed.contains(&"libc.so.6".to_string()),
-            "{:?}",
-            info.needed
-        );
+        assert!(info.needed.contains(&"libm.so.6".to_string()), "{:?}", info.needed);
+        assert!(info.needed.contains(&"libc.so.6".to_string()), "{:?}", info.needed);
         assert_eq!(info.rpath.as_deref(), Some("$ORIGIN/../lib"));
         assert_eq!(info.runpath, None);
-        assert!(info
-            .module_init_functions
-            .contains(&"PyInit_tiny".to_string()));
-        assert!(
-            info.undefined_symbols.contains("memcpy") && info.undefined_symbols.contains("sqrt")
-        );
+        assert!(info.module_init_functions.contains(&"PyInit_tiny".to_string()));
+        assert!(info.undefined_symbols.contains("memcpy") && info.undefined_symbols.contains("sqrt"));
         let versions = info.required_versions();
-        assert!(
-            versions["libc.so.6"]
-                .iter()
-                .all(|v| v.starts_with("GLIBC_")),
-            "{versions:?}"
-        );
+        assert!(versions["libc.so.6"].iter().all(|v| v.starts_with("GLIBC_")), "{versions:?}");
         assert_eq!(info.interpreter, None);
         if cfg!(target_arch = "x86_64") {
             assert_eq!(info.architecture(), Some(Architecture::X86_64));
@@ -307,13 +278,7 @@ mod tests {
     fn reads_an_executable_interpreter() {
         let exe = std::env::current_exe().unwrap();
         let info = verify(&exe).unwrap();
-        assert!(
-            info.interpreter
-                .as_deref()
-                .is_some_and(|i| i.contains("ld")),
-            "{:?}",
-            info.interpreter
-        );
+        assert!(info.interpreter.as_deref().is_some_and(|i| i.contains("ld")), "{:?}", info.interpreter);
         assert!(info.needed.contains(&"libc.so.6".to_string()));
     }
 
@@ -323,12 +288,7 @@ mod tests {
         let e = h.endian().unwrap();
         let base = h.e_phoff(e) as usize;
         let size = h.e_phentsize(e) as usize;
-        h.program_headers(e, data)
-            .unwrap()
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (base + i * size, p.p_type(e)))
-            .collect()
+        h.program_headers(e, data).unwrap().iter().enumerate().map(|(i, p)| (base + i * size, p.p_type(e))).collect()
     }
 
     #[test]
@@ -346,17 +306,11 @@ mod tests {
         let truncated = dir.path().join("truncated.so");
         std::fs::write(&truncated, &good[..good.len() / 2]).unwrap();
         let err = verify(&truncated).unwrap_err().to_string();
-        assert!(
-            err.contains("truncated.so") && err.contains("corrupted"),
-            "{err}"
-        );
+        assert!(err.contains("truncated.so") && err.contains("corrupted"), "{err}");
 
         // PT_DYNAMIC moved outside every PT_LOAD (p_offset and p_vaddr far away).
         let mut bad = good.clone();
-        let (at, _) = *phdr_offsets(&bad)
-            .iter()
-            .find(|(_, t)| *t == object::elf::PT_DYNAMIC)
-            .unwrap();
+        let (at, _) = *phdr_offsets(&bad).iter().find(|(_, t)| *t == object::elf::PT_DYNAMIC).unwrap();
         let far = (good.len() as u64 - 16).to_le_bytes();
         bad[at + 8..at + 16].copy_from_slice(&far); // p_offset
         bad[at + 16..at + 24].copy_from_slice(&0x4000_0000u64.to_le_bytes()); // p_vaddr
@@ -364,17 +318,11 @@ mod tests {
         let path = dir.path().join("dynamic.so");
         std::fs::write(&path, &bad).unwrap();
         let err = verify(&path).unwrap_err().to_string();
-        assert!(
-            err.contains("PT_DYNAMIC") && err.contains("not covered"),
-            "{err}"
-        );
+        assert!(err.contains("PT_DYNAMIC") && err.contains("not covered"), "{err}");
 
         // A PT_LOAD whose offset and address disagree modulo the page size.
         let mut bad = good.clone();
-        let (at, _) = *phdr_offsets(&bad)
-            .iter()
-            .find(|(_, t)| *t == object::elf::PT_LOAD)
-            .unwrap();
+        let (at, _) = *phdr_offsets(&bad).iter().find(|(_, t)| *t == object::elf::PT_LOAD).unwrap();
         let vaddr = u64::from_le_bytes(bad[at + 16..at + 24].try_into().unwrap());
         bad[at + 16..at + 24].copy_from_slice(&(vaddr + 8).to_le_bytes());
         let path = dir.path().join("load.so");
@@ -390,18 +338,9 @@ mod tests {
 
     #[test]
     fn platform_tag_architectures() {
-        assert_eq!(
-            Architecture::from_platform_tag("manylinux_2_17_x86_64"),
-            Some(Architecture::X86_64)
-        );
-        assert_eq!(
-            Architecture::from_platform_tag("linux_ppc64le"),
-            Some(Architecture::Ppc64le)
-        );
-        assert_eq!(
-            Architecture::from_platform_tag("linux_ppc64"),
-            Some(Architecture::Ppc64)
-        );
+        assert_eq!(Architecture::from_platform_tag("manylinux_2_17_x86_64"), Some(Architecture::X86_64));
+        assert_eq!(Architecture::from_platform_tag("linux_ppc64le"), Some(Architecture::Ppc64le));
+        assert_eq!(Architecture::from_platform_tag("linux_ppc64"), Some(Architecture::Ppc64));
         assert_eq!(Architecture::from_platform_tag("any"), None);
     }
 }

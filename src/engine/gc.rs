@@ -5,8 +5,7 @@
 
 use super::{describe, Engine, EngineError, LABEL_MANAGED, LABEL_PID};
 use bollard::query_parameters::{
-    ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveImageOptionsBuilder,
+    ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
 };
 use std::collections::HashMap;
 
@@ -25,9 +24,7 @@ fn alive(pid: &str) -> bool {
     if n as u32 == std::process::id() {
         return true;
     }
-    rustix::process::Pid::from_raw(n)
-        .map(|p| rustix::process::test_kill_process(p).is_ok())
-        .unwrap_or(false)
+    rustix::process::Pid::from_raw(n).map(|p| rustix::process::test_kill_process(p).is_ok()).unwrap_or(false)
 }
 
 /// `quarry-step-PID-...` -> PID.
@@ -40,39 +37,22 @@ impl Engine {
         self.rt.block_on(async {
             let d = &self.docker;
             let mut report = GcReport::default();
-            let filters: HashMap<&str, Vec<String>> =
-                HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
+            let filters: HashMap<&str, Vec<String>> = HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
             let containers = d
-                .list_containers(Some(
-                    ListContainersOptionsBuilder::default()
-                        .all(true)
-                        .filters(&filters)
-                        .build(),
-                ))
+                .list_containers(Some(ListContainersOptionsBuilder::default().all(true).filters(&filters).build()))
                 .await
                 .map_err(|e| EngineError::api("listing containers", e))?;
             for c in containers {
                 let id = c.id.unwrap_or_default();
-                let pid = c
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_PID))
-                    .cloned()
-                    .unwrap_or_default();
+                let pid = c.labels.as_ref().and_then(|l| l.get(LABEL_PID)).cloned().unwrap_or_default();
                 if !all && alive(&pid) {
                     report.kept_live += 1;
                     continue;
                 }
-                let opts = RemoveContainerOptionsBuilder::default()
-                    .force(true)
-                    .v(true)
-                    .build();
+                let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
                 match d.remove_container(&id, Some(opts)).await {
                     Ok(()) => report.containers_removed.push(id),
-                    Err(e) => eprintln!(
-                        "quarry: warning: cannot remove container {id}: {}",
-                        describe(&e)
-                    ),
+                    Err(e) => eprintln!("quarry: warning: cannot remove container {id}: {}", describe(&e)),
                 }
             }
             let images = d
@@ -82,18 +62,9 @@ impl Engine {
             for img in images {
                 // A labelled (committed) image is removed by id; a partial one by its tags.
                 let mut targets: Vec<(String, String)> = Vec::new();
-                if img
-                    .labels
-                    .get(LABEL_MANAGED)
-                    .map(|v| v == "true")
-                    .unwrap_or(false)
-                {
+                if img.labels.get(LABEL_MANAGED).map(|v| v == "true").unwrap_or(false) {
                     let pid = img.labels.get(LABEL_PID).cloned().unwrap_or_default();
-                    if img
-                        .repo_tags
-                        .iter()
-                        .all(|t| t == "<none>:<none>" || step_tag_pid(t).is_some())
-                    {
+                    if img.repo_tags.iter().all(|t| t == "<none>:<none>" || step_tag_pid(t).is_some()) {
                         targets.push((img.id.clone(), pid));
                     }
                 }
@@ -111,10 +82,7 @@ impl Engine {
                     match d.remove_image(&target, Some(opts), None).await {
                         Ok(_) => report.images_removed.push(target),
                         Err(e) if super::is_not_found(&e) => {}
-                        Err(e) => eprintln!(
-                            "quarry: warning: cannot remove image {target}: {}",
-                            describe(&e)
-                        ),
+                        Err(e) => eprintln!("quarry: warning: cannot remove image {target}: {}", describe(&e)),
                     }
                 }
             }
@@ -127,10 +95,7 @@ impl Engine {
 mod tests {
     #[test]
     fn step_tags() {
-        assert_eq!(
-            super::step_tag_pid("quarry-step-123-ab0:partial"),
-            Some("123")
-        );
+        assert_eq!(super::step_tag_pid("quarry-step-123-ab0:partial"), Some("123"));
         assert_eq!(super::step_tag_pid("debian:12"), None);
     }
 }

@@ -20,7 +20,9 @@ pub enum GpuError {
     NoKfd(String),
     #[error("--gpu-devices `{wanted}`: no such GPU; available render nodes: {available}")]
     UnknownDevice { wanted: String, available: String },
-    #[error("--gpu-devices was given but the GPU profile is `none`; use `--gpu amd` (or `auto` on a host with /dev/kfd)")]
+    #[error(
+        "--gpu-devices was given but the GPU profile is `none`; use `--gpu amd` (or `auto` on a host with /dev/kfd)"
+    )]
     SubsetWithoutGpu,
     #[error("cannot read `{path}`: {err}")]
     Io { path: String, err: std::io::Error },
@@ -47,9 +49,7 @@ pub fn sysfs_root() -> PathBuf {
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 /// One device node to pass into a container.
@@ -80,11 +80,7 @@ fn node(dev: &Path, rel: &str) -> Option<DeviceNode> {
 pub fn device_nodes() -> Vec<DeviceNode> {
     let dev = dev_root();
     let mut out: Vec<DeviceNode> = node(&dev, "kfd").into_iter().collect();
-    out.extend(
-        dri_names(&dev)
-            .iter()
-            .filter_map(|n| node(&dev, &format!("dri/{n}"))),
-    );
+    out.extend(dri_names(&dev).iter().filter_map(|n| node(&dev, &format!("dri/{n}"))));
     out
 }
 
@@ -100,11 +96,7 @@ fn dri_names(dev: &Path) -> Vec<String> {
         .unwrap_or_default();
     names.sort_by_key(|n| {
         let digits: String = n.chars().filter(|c| c.is_ascii_digit()).collect();
-        (
-            n.starts_with("renderD"),
-            digits.parse::<u64>().unwrap_or(u64::MAX),
-            n.clone(),
-        )
+        (n.starts_with("renderD"), digits.parse::<u64>().unwrap_or(u64::MAX), n.clone())
     });
     names
 }
@@ -146,17 +138,10 @@ pub fn plan(mode: GpuMode, subset: &[String]) -> Result<GpuPlan, GpuError> {
         if !subset.is_empty() {
             return Err(GpuError::SubsetWithoutGpu);
         }
-        return Ok(GpuPlan {
-            profile: "none".into(),
-            ..Default::default()
-        });
+        return Ok(GpuPlan { profile: "none".into(), ..Default::default() });
     }
     let all = device_nodes();
-    let devices = if subset.is_empty() {
-        all
-    } else {
-        select_subset(&all, subset)?
-    };
+    let devices = if subset.is_empty() { all } else { select_subset(&all, subset)? };
     let mut group_add: Vec<u32> = devices.iter().map(|d| d.gid).filter(|g| *g != 0).collect();
     group_add.sort_unstable();
     group_add.dedup();
@@ -179,22 +164,10 @@ pub fn plan(mode: GpuMode, subset: &[String]) -> Result<GpuPlan, GpuError> {
 /// `kfd`, the chosen render nodes, and the card nodes of the same GPUs
 /// (matched through sysfs; left out when sysfs cannot tell).
 fn select_subset(all: &[DeviceNode], subset: &[String]) -> Result<Vec<DeviceNode>, GpuError> {
-    let renders: Vec<&DeviceNode> = all
-        .iter()
-        .filter(|d| d.container_path.starts_with("/dev/dri/renderD"))
-        .collect();
+    let renders: Vec<&DeviceNode> = all.iter().filter(|d| d.container_path.starts_with("/dev/dri/renderD")).collect();
     let name_of = |d: &DeviceNode| d.container_path.trim_start_matches("/dev/dri/").to_string();
-    let mut chosen: Vec<DeviceNode> = all
-        .iter()
-        .filter(|d| d.container_path == "/dev/kfd")
-        .cloned()
-        .collect();
-    for want in subset
-        .iter()
-        .flat_map(|s| s.split(','))
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
+    let mut chosen: Vec<DeviceNode> = all.iter().filter(|d| d.container_path == "/dev/kfd").cloned().collect();
+    for want in subset.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
         let base = want.rsplit('/').next().unwrap_or(want);
         let found = match base.parse::<usize>() {
             Ok(i) => renders.get(i).copied(),
@@ -219,17 +192,10 @@ fn select_subset(all: &[DeviceNode], subset: &[String]) -> Result<Vec<DeviceNode
             chosen.push(r.clone());
         }
         let sys = sysfs_root();
-        if let Ok(gpu) =
-            std::fs::canonicalize(sys.join("class/drm").join(name_of(r)).join("device"))
-        {
-            for card in all
-                .iter()
-                .filter(|d| d.container_path.starts_with("/dev/dri/card"))
-            {
-                let same =
-                    std::fs::canonicalize(sys.join("class/drm").join(name_of(card)).join("device"))
-                        .ok()
-                        == Some(gpu.clone());
+        if let Ok(gpu) = std::fs::canonicalize(sys.join("class/drm").join(name_of(r)).join("device")) {
+            for card in all.iter().filter(|d| d.container_path.starts_with("/dev/dri/card")) {
+                let same = std::fs::canonicalize(sys.join("class/drm").join(name_of(card)).join("device")).ok()
+                    == Some(gpu.clone());
                 if same && !chosen.contains(card) {
                     chosen.push(card.clone());
                 }
@@ -293,13 +259,10 @@ pub struct GpuInfo {
 
 fn topology_dir() -> Option<PathBuf> {
     let sys = sysfs_root();
-    [
-        "class/kfd/kfd/topology/nodes",
-        "devices/virtual/kfd/kfd/topology/nodes",
-    ]
-    .iter()
-    .map(|p| sys.join(p))
-    .find(|p| p.is_dir())
+    ["class/kfd/kfd/topology/nodes", "devices/virtual/kfd/kfd/topology/nodes"]
+        .iter()
+        .map(|p| sys.join(p))
+        .find(|p| p.is_dir())
 }
 
 /// The GPUs in the KFD topology (CPU nodes skipped), in node order. No
@@ -315,12 +278,7 @@ pub fn detect() -> Result<Vec<GpuInfo>, GpuError> {
     let mut nodes: Vec<(u32, PathBuf)> = std::fs::read_dir(&dir)
         .map_err(io(&dir))?
         .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.parse().ok())
-                .map(|n| (n, e.path()))
-        })
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()).map(|n| (n, e.path())))
         .collect();
     nodes.sort();
     let dev = dev_root();
@@ -333,21 +291,12 @@ pub fn detect() -> Result<Vec<GpuInfo>, GpuError> {
             Err(e) => return Err(io(&props_path)(e)),
         };
         let props = parse_properties(&text);
-        let Some(target) = props
-            .get("gfx_target_version")
-            .and_then(|v| v.parse().ok())
-            .and_then(gfx_target)
-        else {
+        let Some(target) = props.get("gfx_target_version").and_then(|v| v.parse().ok()).and_then(gfx_target) else {
             continue;
         };
-        let render_node = props
-            .get("drm_render_minor")
-            .and_then(|m| m.parse::<u64>().ok())
-            .map(|m| format!("renderD{m}"));
-        let gid = render_node
-            .as_ref()
-            .and_then(|r| std::fs::metadata(dev.join("dri").join(r)).ok())
-            .map(|m| m.gid());
+        let render_node =
+            props.get("drm_render_minor").and_then(|m| m.parse::<u64>().ok()).map(|m| format!("renderD{m}"));
+        let gid = render_node.as_ref().and_then(|r| std::fs::metadata(dev.join("dri").join(r)).ok()).map(|m| m.gid());
         let families = families(&target);
         out.push(GpuInfo {
             node: n,
@@ -396,10 +345,7 @@ pub fn build_targets(detected: &[GpuInfo]) -> TargetList {
         if let Ok(v) = std::env::var(var) {
             let targets = split_targets(&v);
             if !targets.is_empty() {
-                return TargetList {
-                    targets,
-                    source: var.into(),
-                };
+                return TargetList { targets, source: var.into() };
             }
         }
     }
@@ -410,24 +356,14 @@ pub fn build_targets(detected: &[GpuInfo]) -> TargetList {
         }
     }
     if !targets.is_empty() {
-        return TargetList {
-            targets,
-            source: "detected".into(),
-        };
+        return TargetList { targets, source: "detected".into() };
     }
-    TargetList {
-        targets: DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect(),
-        source: "default".into(),
-    }
+    TargetList { targets: DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect(), source: "default".into() }
 }
 
 fn split_targets(v: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for t in v
-        .split([';', ',', ' '])
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-    {
+    for t in v.split([';', ',', ' ']).map(str::trim).filter(|t| !t.is_empty()) {
         if !out.iter().any(|o| o == t) {
             out.push(t.to_string());
         }
@@ -467,12 +403,8 @@ mod tests {
 
     #[test]
     fn properties_and_targets() {
-        let p =
-            parse_properties("cpu_cores_count 0\ngfx_target_version 90402\ndrm_render_minor 128\n");
+        let p = parse_properties("cpu_cores_count 0\ngfx_target_version 90402\ndrm_render_minor 128\n");
         assert_eq!(p["gfx_target_version"], "90402");
-        assert_eq!(
-            split_targets("gfx90a; gfx942;gfx90a,gfx1100"),
-            ["gfx90a", "gfx942", "gfx1100"]
-        );
+        assert_eq!(split_targets("gfx90a; gfx942;gfx90a,gfx1100"), ["gfx90a", "gfx942", "gfx1100"]);
     }
 }

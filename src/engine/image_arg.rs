@@ -39,9 +39,7 @@ pub fn classify(arg: &str) -> Result<ImageArg, EngineError> {
         )));
     }
     if arg.ends_with(".toml") {
-        return Err(EngineError::Invalid(format!(
-            "image definition `{arg}` does not exist"
-        )));
+        return Err(EngineError::Invalid(format!("image definition `{arg}` does not exist")));
     }
     Ok(ImageArg::Reference(arg.to_string()))
 }
@@ -55,11 +53,7 @@ pub fn layout_tag(dir: &Path) -> Result<String, EngineError> {
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()))
         .unwrap_or_else(|| "quarry-image".into());
-    Ok(format!(
-        "{}:{}",
-        name,
-        img.tag.unwrap_or_else(|| "latest".into())
-    ))
+    Ok(format!("{}:{}", name, img.tag.unwrap_or_else(|| "latest".into())))
 }
 
 /// The engine name for a built definition: `name:tag`, lower-cased.
@@ -68,10 +62,7 @@ pub fn definition_tag(r: &BuildResult) -> String {
 }
 
 /// Build a definition into `<cache>/images/<name>`; returns the layout.
-pub fn build_definition(
-    file: &Path,
-    opts: &BuildOptions,
-) -> Result<BuildResult, crate::build::BuildError> {
+pub fn build_definition(file: &Path, opts: &BuildOptions) -> Result<BuildResult, crate::build::BuildError> {
     let mut opts = opts.clone();
     if opts.output.is_none() {
         let img = crate::spec::load_image(file, &opts.sets)?;
@@ -82,12 +73,7 @@ pub fn build_definition(
 
 impl Engine {
     /// Load a layout (as `tag`), with the cache's tmp dir as scratch space.
-    pub fn load_layout(
-        &self,
-        dir: &Path,
-        tag: &str,
-        cache_dir: &Path,
-    ) -> Result<LoadReport, EngineError> {
+    pub fn load_layout(&self, dir: &Path, tag: &str, cache_dir: &Path) -> Result<LoadReport, EngineError> {
         self.load(dir, None, tag, &cache_dir.join("tmp"))
     }
 }

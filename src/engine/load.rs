@@ -18,9 +18,7 @@ use crate::export::{normalize_repo_tag, write_docker_archive};
 use crate::store::layout::{open_image, OpenImage};
 use bollard::query_parameters::{ImportImageOptionsBuilder, ListImagesOptionsBuilder};
 use futures_util::StreamExt;
-use ocidir::oci_spec::image::{
-    Descriptor, ImageIndexBuilder, ImageManifest, MediaType, SCHEMA_VERSION,
-};
+use ocidir::oci_spec::image::{Descriptor, ImageIndexBuilder, ImageManifest, MediaType, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -47,11 +45,7 @@ impl Engine {
     /// How many leading layers of `diff_ids` the engine has as a chain.
     /// `hint` (the tag about to be loaded) is looked at first: reloading an
     /// image is the common case.
-    pub fn known_prefix(
-        &self,
-        diff_ids: &[String],
-        hint: Option<&str>,
-    ) -> Result<usize, EngineError> {
+    pub fn known_prefix(&self, diff_ids: &[String], hint: Option<&str>) -> Result<usize, EngineError> {
         self.rt.block_on(self.known_prefix_async(diff_ids, hint))
     }
 
@@ -93,8 +87,7 @@ impl Engine {
         tag: &str,
         scratch: &Path,
     ) -> Result<LoadReport, EngineError> {
-        self.rt
-            .block_on(self.load_async(layout, reference, tag, scratch))
+        self.rt.block_on(self.load_async(layout, reference, tag, scratch))
     }
 
     pub(crate) async fn load_async(
@@ -144,15 +137,10 @@ impl Engine {
                 n <= known
             };
             let omit = std::cell::RefCell::new(omit);
-            write_docker_archive(&src, src_ref.as_deref(), &tag_for_export, w, &|d| {
-                (omit.borrow_mut())(d)
-            })
+            write_docker_archive(&src, src_ref.as_deref(), &tag_for_export, w, &|d| (omit.borrow_mut())(d))
         });
-        let mut replies = self.docker.import_image_stream(
-            ImportImageOptionsBuilder::default().quiet(true).build(),
-            body,
-            None,
-        );
+        let mut replies =
+            self.docker.import_image_stream(ImportImageOptionsBuilder::default().quiet(true).build(), body, None);
         let mut failure = None;
         while let Some(r) = replies.next().await {
             match r {
@@ -166,9 +154,7 @@ impl Engine {
                 }
             }
         }
-        let export = producer
-            .await
-            .map_err(|e| EngineError::Invalid(format!("the archive writer failed: {e}")))?;
+        let export = producer.await.map_err(|e| EngineError::Invalid(format!("the archive writer failed: {e}")))?;
         let export = match (export, failure) {
             (Err(e), _) => return Err(e.into()),
             (Ok(_), Some(msg)) => {
@@ -179,12 +165,11 @@ impl Engine {
             }
             (Ok(x), None) => x,
         };
-        let inspect = self.docker.inspect_image(&tag).await.map_err(|e| {
-            EngineError::api(
-                format!("the engine did not keep `{tag}` after loading it"),
-                e,
-            )
-        })?;
+        let inspect = self
+            .docker
+            .inspect_image(&tag)
+            .await
+            .map_err(|e| EngineError::api(format!("the engine did not keep `{tag}` after loading it"), e))?;
         Ok(LoadReport {
             image_id: inspect.id.unwrap_or_default(),
             tag,
@@ -201,11 +186,7 @@ fn check_tag(tag: &str) -> Result<(), EngineError> {
         Some((r, t)) if !t.contains('/') => (r, t),
         _ => (tag, ""),
     };
-    if repo.is_empty()
-        || repo
-            .chars()
-            .any(|c| c.is_ascii_uppercase() || c.is_whitespace())
-    {
+    if repo.is_empty() || repo.chars().any(|c| c.is_ascii_uppercase() || c.is_whitespace()) {
         return Err(EngineError::Invalid(format!(
             "`{tag}` is not a valid engine image name: use lower-case NAME[:TAG], e.g. `my-image:1.0`"
         )));
@@ -216,18 +197,11 @@ fn check_tag(tag: &str) -> Result<(), EngineError> {
 /// A copy of the image in `dst` whose layers at `indexes` are gzip instead
 /// of zstd. Other blobs are hardlinked (or copied); the config is kept
 /// byte for byte, so the image id does not change.
-fn recompress_layout(
-    layout: &Path,
-    img: &OpenImage,
-    indexes: &[usize],
-    dst: &Path,
-) -> Result<(), EngineError> {
+fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Path) -> Result<(), EngineError> {
     let blobs = dst.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(|e| EngineError::io("cannot create", &blobs, e))?;
     let src_blob = |d: &Descriptor| -> PathBuf {
-        layout
-            .join("blobs/sha256")
-            .join(d.digest().to_string().trim_start_matches("sha256:"))
+        layout.join("blobs/sha256").join(d.digest().to_string().trim_start_matches("sha256:"))
     };
     let place = |from: &Path, hex: &str| -> Result<(), EngineError> {
         let to = blobs.join(hex);
@@ -243,38 +217,27 @@ fn recompress_layout(
     for (i, d) in layers.iter_mut().enumerate() {
         if !indexes.contains(&i) {
             if src_blob(d).exists() {
-                place(
-                    &src_blob(d),
-                    d.digest().to_string().trim_start_matches("sha256:"),
-                )?;
+                place(&src_blob(d), d.digest().to_string().trim_start_matches("sha256:"))?;
             }
             continue;
         }
         let from = src_blob(d);
-        let input = std::fs::File::open(&from)
-            .map_err(|e| EngineError::io("cannot read layer", &from, e))?;
-        let mut dec =
-            zstd::stream::read::Decoder::with_buffer(BufReader::with_capacity(1 << 20, input))
-                .map_err(|e| EngineError::io("cannot decompress layer", &from, e))?;
-        let tmp = tempfile::NamedTempFile::new_in(dst)
-            .map_err(|e| EngineError::io("cannot create a file in", dst, e))?;
+        let input = std::fs::File::open(&from).map_err(|e| EngineError::io("cannot read layer", &from, e))?;
+        let mut dec = zstd::stream::read::Decoder::with_buffer(BufReader::with_capacity(1 << 20, input))
+            .map_err(|e| EngineError::io("cannot decompress layer", &from, e))?;
+        let tmp =
+            tempfile::NamedTempFile::new_in(dst).map_err(|e| EngineError::io("cannot create a file in", dst, e))?;
         let out = HashingWriter::new(BufWriter::with_capacity(
             1 << 20,
-            tmp.reopen()
-                .map_err(|e| EngineError::io("cannot open", tmp.path(), e))?,
+            tmp.reopen().map_err(|e| EngineError::io("cannot open", tmp.path(), e))?,
         ));
         let mut enc = compress::encoder(Compression::Gzip, compress::default_threads(), out)
             .map_err(|e| EngineError::io("cannot start gzip for", &from, e))?;
-        std::io::copy(&mut dec, &mut enc)
-            .map_err(|e| EngineError::io("recompressing layer", &from, e))?;
-        let out = enc
-            .finish()
-            .map_err(|e| EngineError::io("recompressing layer", &from, e))?;
+        std::io::copy(&mut dec, &mut enc).map_err(|e| EngineError::io("recompressing layer", &from, e))?;
+        let out = enc.finish().map_err(|e| EngineError::io("recompressing layer", &from, e))?;
         let (mut file, hex, size) = out.finish();
-        file.flush()
-            .map_err(|e| EngineError::io("recompressing layer", &from, e))?;
-        tmp.persist(blobs.join(&hex))
-            .map_err(|e| EngineError::io("cannot store", blobs.join(&hex), e.error))?;
+        file.flush().map_err(|e| EngineError::io("recompressing layer", &from, e))?;
+        tmp.persist(blobs.join(&hex)).map_err(|e| EngineError::io("cannot store", blobs.join(&hex), e.error))?;
         let digest = ocidir::oci_spec::image::Digest::from_str(&format!("sha256:{hex}"))
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
         d.set_digest(digest);
@@ -282,18 +245,10 @@ fn recompress_layout(
         d.set_media_type(MediaType::ImageLayerGzip);
     }
     manifest.set_layers(layers);
-    place(
-        &src_blob(manifest.config()),
-        manifest
-            .config()
-            .digest()
-            .to_string()
-            .trim_start_matches("sha256:"),
-    )?;
+    place(&src_blob(manifest.config()), manifest.config().digest().to_string().trim_start_matches("sha256:"))?;
     let mbytes = serde_json::to_vec(&manifest).map_err(|e| EngineError::Invalid(e.to_string()))?;
     let mhex = crate::digest::sha256_hex(&mbytes);
-    std::fs::write(blobs.join(&mhex), &mbytes)
-        .map_err(|e| EngineError::io("cannot write", blobs.join(&mhex), e))?;
+    std::fs::write(blobs.join(&mhex), &mbytes).map_err(|e| EngineError::io("cannot write", blobs.join(&mhex), e))?;
     let mut mdesc = Descriptor::new(
         MediaType::ImageManifest,
         mbytes.len() as u64,
@@ -301,10 +256,7 @@ fn recompress_layout(
             .map_err(|e| EngineError::Invalid(e.to_string()))?,
     );
     if let Some(t) = &img.tag {
-        mdesc.set_annotations(Some(HashMap::from([(
-            "org.opencontainers.image.ref.name".to_string(),
-            t.clone(),
-        )])));
+        mdesc.set_annotations(Some(HashMap::from([("org.opencontainers.image.ref.name".to_string(), t.clone())])));
     }
     let index = ImageIndexBuilder::default()
         .schema_version(SCHEMA_VERSION)

@@ -12,6 +12,7 @@
 pub mod connect;
 pub mod copy;
 pub mod doctor;
+pub mod exec;
 pub mod gc;
 pub mod gpu;
 pub mod image_arg;
@@ -36,11 +37,7 @@ pub enum EngineError {
     #[error("image `{0}` is not in the Docker Engine; load it first (`quarry load DIR --tag {0}`), or give an OCI directory or an image definition")]
     NoSuchImage(String),
     #[error("{what} `{path}`: {err}")]
-    Io {
-        what: String,
-        path: String,
-        err: std::io::Error,
-    },
+    Io { what: String, path: String, err: std::io::Error },
     #[error(transparent)]
     Export(#[from] crate::export::ExportError),
     #[error(transparent)]
@@ -55,22 +52,11 @@ pub enum EngineError {
 
 impl EngineError {
     pub(crate) fn api(what: impl Into<String>, err: bollard::errors::Error) -> EngineError {
-        EngineError::Api {
-            what: what.into(),
-            detail: describe(&err),
-        }
+        EngineError::Api { what: what.into(), detail: describe(&err) }
     }
 
-    pub(crate) fn io(
-        what: impl Into<String>,
-        path: impl AsRef<std::path::Path>,
-        err: std::io::Error,
-    ) -> EngineError {
-        EngineError::Io {
-            what: what.into(),
-            path: path.as_ref().display().to_string(),
-            err,
-        }
+    pub(crate) fn io(what: impl Into<String>, path: impl AsRef<std::path::Path>, err: std::io::Error) -> EngineError {
+        EngineError::Io { what: what.into(), path: path.as_ref().display().to_string(), err }
     }
 
     /// The exit status a CLI should use: 130/143 after a signal, else 1.
@@ -87,10 +73,7 @@ impl EngineError {
 pub(crate) fn describe(err: &bollard::errors::Error) -> String {
     use bollard::errors::Error as E;
     match err {
-        E::DockerResponseServerError {
-            status_code,
-            message,
-        } => format!("{} (HTTP {status_code})", message.trim()),
+        E::DockerResponseServerError { status_code, message } => format!("{} (HTTP {status_code})", message.trim()),
         E::DockerStreamError { error } => error.trim().to_string(),
         E::DockerContainerWaitError { error, code } => format!("exit code {code} {error}"),
         E::RequestTimeoutError => "the engine did not answer in time".to_string(),
@@ -99,11 +82,5 @@ pub(crate) fn describe(err: &bollard::errors::Error) -> String {
 }
 
 pub(crate) fn is_not_found(err: &bollard::errors::Error) -> bool {
-    matches!(
-        err,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
+    matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
 }

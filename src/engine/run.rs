@@ -48,11 +48,7 @@ pub struct Mount {
 
 /// Parse `SRC:DST[:ro|rw]`; SRC must exist (made absolute), DST absolute.
 pub fn parse_mount(s: &str) -> Result<Mount, EngineError> {
-    let bad = |m: &str| {
-        EngineError::Invalid(format!(
-            "--mount `{s}`: {m}; expected SRC:DST or SRC:DST:ro"
-        ))
-    };
+    let bad = |m: &str| EngineError::Invalid(format!("--mount `{s}`: {m}; expected SRC:DST or SRC:DST:ro"));
     let parts: Vec<&str> = s.split(':').collect();
     let (src, dst, ro) = match parts.as_slice() {
         [src, dst] => (*src, *dst, false),
@@ -61,65 +57,46 @@ pub fn parse_mount(s: &str) -> Result<Mount, EngineError> {
         _ => return Err(bad("wrong number of `:`-separated parts")),
     };
     if src.is_empty() || !dst.starts_with('/') {
-        return Err(bad(
-            "SRC must be given and DST must be an absolute container path",
-        ));
+        return Err(bad("SRC must be given and DST must be an absolute container path"));
     }
-    let host = std::fs::canonicalize(src)
-        .map_err(|e| bad(&format!("the host path `{src}` cannot be used ({e})")))?;
-    Ok(Mount {
-        host,
-        container: dst.to_string(),
-        read_only: ro,
-    })
+    let host = std::fs::canonicalize(src).map_err(|e| bad(&format!("the host path `{src}` cannot be used ({e})")))?;
+    Ok(Mount { host, container: dst.to_string(), read_only: ro })
 }
 
 /// Parse `--env K=V`; a bare `K` takes quarry's own value (as `docker run -e K`).
 pub fn parse_env(s: &str) -> Result<String, EngineError> {
     let key = s.split_once('=').map(|(k, _)| k).unwrap_or(s);
     if key.is_empty() || key.contains(char::is_whitespace) {
-        return Err(EngineError::Invalid(format!(
-            "--env `{s}`: expected K=V with a non-empty name"
-        )));
+        return Err(EngineError::Invalid(format!("--env `{s}`: expected K=V with a non-empty name")));
     }
     if s.contains('=') {
         return Ok(s.to_string());
     }
     std::env::var(s).map(|v| format!("{s}={v}")).map_err(|_| {
-        EngineError::Invalid(format!(
-            "--env `{s}`: no value given and `{s}` is not set here; use --env {s}=VALUE"
-        ))
+        EngineError::Invalid(format!("--env `{s}`: no value given and `{s}` is not set here; use --env {s}=VALUE"))
     })
 }
 
 /// Parse `--copy-in SRC:DST` (SRC on the host, DST absolute in the container).
 pub fn parse_copy_in(s: &str) -> Result<CopyIn, EngineError> {
-    let (src, dst) = s.rsplit_once(':').ok_or_else(|| {
-        EngineError::Invalid(format!(
-            "--copy-in `{s}`: expected HOST_PATH:CONTAINER_PATH"
-        ))
-    })?;
+    let (src, dst) = s
+        .rsplit_once(':')
+        .ok_or_else(|| EngineError::Invalid(format!("--copy-in `{s}`: expected HOST_PATH:CONTAINER_PATH")))?;
     if src.is_empty() || !dst.starts_with('/') {
         return Err(EngineError::Invalid(format!(
             "--copy-in `{s}`: the container path must be absolute, e.g. ./data:/work/data"
         )));
     }
     let host = PathBuf::from(src);
-    std::fs::symlink_metadata(&host)
-        .map_err(|e| EngineError::io("--copy-in: cannot read", &host, e))?;
-    Ok(CopyIn {
-        host,
-        dest: dst.to_string(),
-    })
+    std::fs::symlink_metadata(&host).map_err(|e| EngineError::io("--copy-in: cannot read", &host, e))?;
+    Ok(CopyIn { host, dest: dst.to_string() })
 }
 
 /// Parse `--copy-out SRC:DST` (SRC absolute in the container, DST on the host).
 pub fn parse_copy_out(s: &str) -> Result<(String, PathBuf), EngineError> {
-    let (src, dst) = s.split_once(':').ok_or_else(|| {
-        EngineError::Invalid(format!(
-            "--copy-out `{s}`: expected CONTAINER_PATH:HOST_PATH"
-        ))
-    })?;
+    let (src, dst) = s
+        .split_once(':')
+        .ok_or_else(|| EngineError::Invalid(format!("--copy-out `{s}`: expected CONTAINER_PATH:HOST_PATH")))?;
     if !src.starts_with('/') || dst.is_empty() {
         return Err(EngineError::Invalid(format!(
             "--copy-out `{s}`: the container path must be absolute, e.g. /work/out:./out"
@@ -189,16 +166,12 @@ impl RunOptions {
         env.extend(self.env.iter().cloned());
         let ulimits = match memlock {
             Memlock::Unset => None,
-            Memlock::Unlimited => Some(vec![ResourcesUlimits {
-                name: Some("memlock".into()),
-                soft: Some(-1),
-                hard: Some(-1),
-            }]),
-            Memlock::Limit(s, h) => Some(vec![ResourcesUlimits {
-                name: Some("memlock".into()),
-                soft: Some(s),
-                hard: Some(h),
-            }]),
+            Memlock::Unlimited => {
+                Some(vec![ResourcesUlimits { name: Some("memlock".into()), soft: Some(-1), hard: Some(-1) }])
+            }
+            Memlock::Limit(s, h) => {
+                Some(vec![ResourcesUlimits { name: Some("memlock".into()), soft: Some(s), hard: Some(h) }])
+            }
         };
         let host = HostConfig {
             devices: (!g.devices.is_empty()).then(|| {
@@ -211,12 +184,9 @@ impl RunOptions {
                     })
                     .collect()
             }),
-            group_add: (!g.group_add.is_empty())
-                .then(|| g.group_add.iter().map(|x| x.to_string()).collect()),
+            group_add: (!g.group_add.is_empty()).then(|| g.group_add.iter().map(|x| x.to_string()).collect()),
             ipc_mode: g.ipc_host.then(|| "host".to_string()),
-            security_opt: g
-                .seccomp_unconfined
-                .then(|| vec!["seccomp=unconfined".to_string()]),
+            security_opt: g.seccomp_unconfined.then(|| vec!["seccomp=unconfined".to_string()]),
             cap_add: (!g.cap_add.is_empty()).then(|| g.cap_add.clone()),
             ulimits,
             network_mode: Some(self.network.mode().into()),
@@ -257,14 +227,7 @@ impl RunOptions {
         push("--network", self.network.mode().into());
         for d in &g.devices {
             let host = d.host_path.display().to_string();
-            push(
-                "--device",
-                if host == d.container_path {
-                    host
-                } else {
-                    format!("{host}:{}", d.container_path)
-                },
-            );
+            push("--device", if host == d.container_path { host } else { format!("{host}:{}", d.container_path) });
         }
         for gid in &g.group_add {
             push("--group-add", gid.to_string());
@@ -295,12 +258,7 @@ impl RunOptions {
         }
         let mut tail = vec![self.image.clone()];
         tail.extend(self.cmd.iter().cloned());
-        let q = |v: &[String]| {
-            v.iter()
-                .map(|a| shell_quote(a))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let q = |v: &[String]| v.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ");
         if self.copy_in.is_empty() && self.copy_out.is_empty() {
             return format!("docker run --rm {} {}", q(&flags), q(&tail));
         }
@@ -314,11 +272,7 @@ impl RunOptions {
         }
         lines.push("docker start --attach \"$id\"; status=$?".into());
         for (src, dst) in &self.copy_out {
-            lines.push(format!(
-                "docker cp \"$id\":{} {}",
-                shell_quote(src),
-                shell_quote(&dst.display().to_string())
-            ));
+            lines.push(format!("docker cp \"$id\":{} {}", shell_quote(src), shell_quote(&dst.display().to_string())));
         }
         lines.push("docker rm --force \"$id\" >/dev/null; exit $status".into());
         lines.join("\n")
@@ -326,20 +280,13 @@ impl RunOptions {
 }
 
 fn bind_spec(m: &Mount) -> String {
-    format!(
-        "{}:{}{}",
-        m.host.display(),
-        m.container,
-        if m.read_only { ":ro" } else { "" }
-    )
+    format!("{}:{}{}", m.host.display(), m.container, if m.read_only { ":ro" } else { "" })
 }
 
 /// POSIX shell quoting for display (a dozen lines; not worth a dependency):
 /// plain words stay as they are, anything else is single-quoted.
 fn shell_quote(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-./:=@%+,".contains(&b));
+    let plain = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./:=@%+,".contains(&b));
     if plain {
         s.to_string()
     } else {
@@ -380,19 +327,15 @@ impl Engine {
             let (mut int, mut term) = match self.signals.take() {
                 Some(s) => s,
                 None => {
-                    let sig_err =
-                        |e| EngineError::Invalid(format!("cannot watch for signals: {e}"));
+                    let sig_err = |e| EngineError::Invalid(format!("cannot watch for signals: {e}"));
                     (
                         signal(SignalKind::interrupt()).map_err(sig_err)?,
                         signal(SignalKind::terminate()).map_err(sig_err)?,
                     )
                 }
             };
-            let session = Session {
-                engine: self,
-                containers: RefCell::new(Vec::new()),
-                images: RefCell::new(Vec::new()),
-            };
+            let session =
+                Session { engine: self, containers: RefCell::new(Vec::new()), images: RefCell::new(Vec::new()) };
             let r = tokio::select! {
                 biased;
                 _ = int.recv() => Err(EngineError::Interrupted("SIGINT")),
@@ -412,6 +355,11 @@ impl Engine {
 }
 
 impl Session<'_> {
+    /// Remove this container when the session ends.
+    pub fn track_container(&self, id: &str) {
+        self.containers.borrow_mut().push(id.to_string());
+    }
+
     pub fn track_image(&self, id: &str) {
         self.images.borrow_mut().push(id.to_string());
     }
@@ -419,18 +367,13 @@ impl Session<'_> {
     /// Remove a container now (and stop tracking it).
     pub async fn remove_container(&self, id: &str) {
         let d = &self.engine.docker;
-        let opts = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(true)
-            .build();
+        let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         match d.remove_container(id, Some(opts)).await {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => eprintln!(
-                "quarry: warning: could not remove container {}: {}",
-                &id[..id.len().min(12)],
-                describe(&e)
-            ),
+            Err(e) => {
+                eprintln!("quarry: warning: could not remove container {}: {}", &id[..id.len().min(12)], describe(&e))
+            }
         }
         self.containers.borrow_mut().retain(|c| c != id);
     }
@@ -442,17 +385,11 @@ impl Session<'_> {
         }
         let images: Vec<String> = std::mem::take(&mut *self.images.borrow_mut());
         for id in images.into_iter().rev() {
-            let opts = RemoveImageOptionsBuilder::default()
-                .force(false)
-                .noprune(false)
-                .build();
+            let opts = RemoveImageOptionsBuilder::default().force(false).noprune(false).build();
             match self.engine.docker.remove_image(&id, Some(opts), None).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {}
-                Err(e) => eprintln!(
-                    "quarry: warning: could not remove temporary image {id}: {}",
-                    describe(&e)
-                ),
+                Err(e) => eprintln!("quarry: warning: could not remove temporary image {id}: {}", describe(&e)),
             }
         }
     }
@@ -480,10 +417,7 @@ impl Session<'_> {
         let id = loop {
             let name = format!("quarry-{}-{}", std::process::id(), unique_suffix());
             let created = d
-                .create_container(
-                    Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                    body(memlock),
-                )
+                .create_container(Some(CreateContainerOptionsBuilder::default().name(&name).build()), body(memlock))
                 .await
                 .map_err(|e| {
                     let image = body(memlock).image.unwrap_or_default();
@@ -517,9 +451,7 @@ impl Session<'_> {
                 }
                 Err(e) if memlock == Memlock::Unlimited && describe(&e).contains("rlimit") => {
                     let host = host_memlock();
-                    let Memlock::Limit(s, h) = host else {
-                        unreachable!()
-                    };
+                    let Memlock::Limit(s, h) = host else { unreachable!() };
                     eprintln!(
                         "quarry: note: the engine cannot raise RLIMIT_MEMLOCK (memlock=-1:-1 refused); using the host's limit {} instead",
                         if s < 0 { "unlimited".to_string() } else { format!("{s}:{h} bytes") }
@@ -535,43 +467,24 @@ impl Session<'_> {
     }
 
     async fn wait(&self, id: &str) -> Result<i32, EngineError> {
-        let mut w = self.engine.docker.wait_container(
-            id,
-            Some(
-                WaitContainerOptionsBuilder::default()
-                    .condition("not-running")
-                    .build(),
-            ),
-        );
+        let mut w = self
+            .engine
+            .docker
+            .wait_container(id, Some(WaitContainerOptionsBuilder::default().condition("not-running").build()));
         match w.next().await {
             Some(Ok(r)) => Ok(r.status_code as i32),
             // bollard reports a non-zero exit as an error carrying the code.
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
-                Ok(code as i32)
-            }
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code as i32),
             Some(Err(e)) => Err(EngineError::api("waiting for the container", e)),
-            None => Err(EngineError::Invalid(
-                "the engine closed the wait request without an exit code".into(),
-            )),
+            None => Err(EngineError::Invalid("the engine closed the wait request without an exit code".into())),
         }
     }
 
     async fn run(&self, opts: &RunOptions) -> Result<i32, EngineError> {
         self.require_image(&opts.image).await?;
-        let memlock = if opts.gpu.memlock_unlimited {
-            Memlock::Unlimited
-        } else {
-            Memlock::Unset
-        };
-        let (id, code) = self
-            .launch(
-                &|m| opts.body(m),
-                memlock,
-                &opts.copy_in,
-                opts.copy_stamp(),
-                Output::Passthrough,
-            )
-            .await?;
+        let memlock = if opts.gpu.memlock_unlimited { Memlock::Unlimited } else { Memlock::Unset };
+        let (id, code) =
+            self.launch(&|m| opts.body(m), memlock, &opts.copy_in, opts.copy_stamp(), Output::Passthrough).await?;
         for (src, dst) in &opts.copy_out {
             copy::copy_out(&self.engine.docker, &id, src, dst).await?;
         }
@@ -582,18 +495,14 @@ impl Session<'_> {
 
 /// Write the container's output as it arrives.
 async fn forward(
-    mut stream: std::pin::Pin<
-        Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
-    >,
+    mut stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
     output: Output,
 ) {
     while let Some(item) = stream.next().await {
         let Ok(item) = item else { break };
         let (to_err, bytes) = match item {
             LogOutput::StdErr { message } => (true, message),
-            LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                (output == Output::Stderr, message)
-            }
+            LogOutput::StdOut { message } | LogOutput::Console { message } => (output == Output::Stderr, message),
             LogOutput::StdIn { .. } => continue,
         };
         if to_err {
@@ -612,10 +521,7 @@ async fn forward(
 pub(crate) fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("{:x}{}", t, N.fetch_add(1, Ordering::Relaxed))
 }
 

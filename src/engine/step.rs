@@ -37,17 +37,9 @@ pub struct StepRequest<'a> {
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
     #[error("{file}: layer `{layer}`: the step script failed with exit code {code} (its output is above); no layer was made and its container was removed")]
-    Failed {
-        file: String,
-        layer: String,
-        code: i32,
-    },
+    Failed { file: String, layer: String, code: i32 },
     #[error("{file}: layer `{layer}`: {err}")]
-    Engine {
-        file: String,
-        layer: String,
-        err: EngineError,
-    },
+    Engine { file: String, layer: String, err: EngineError },
 }
 
 impl StepError {
@@ -63,58 +55,29 @@ impl StepError {
 impl Engine {
     /// Run a step; returns its diff as a tree whose contents live in `req.spool`.
     pub fn run_step(&self, req: StepRequest) -> Result<Tree, StepError> {
-        let wrap = |err| StepError::Engine {
-            file: req.file.display().to_string(),
-            layer: req.layer.to_string(),
-            err,
-        };
+        let wrap = |err| StepError::Engine { file: req.file.display().to_string(), layer: req.layer.to_string(), err };
         let mut code = 0;
-        let tar = self
-            .guarded(async |s| step(s, &req, &mut code).await)
-            .map_err(wrap)?;
+        let tar = self.guarded(async |s| step(s, &req, &mut code).await).map_err(wrap)?;
         let Some(tar) = tar else {
-            return Err(StepError::Failed {
-                file: req.file.display().to_string(),
-                layer: req.layer.to_string(),
-                code,
-            });
+            return Err(StepError::Failed { file: req.file.display().to_string(), layer: req.layer.to_string(), code });
         };
         let mut tree = Tree::new();
-        let place = Placement {
-            allow_devices: true,
-            ..Default::default()
-        };
-        read_into(&tar, &mut tree, &place, req.spool).map_err(|e| {
-            wrap(EngineError::Invalid(format!(
-                "reading the step's diff: {e}"
-            )))
-        })?;
+        let place = Placement { allow_devices: true, ..Default::default() };
+        read_into(&tar, &mut tree, &place, req.spool)
+            .map_err(|e| wrap(EngineError::Invalid(format!("reading the step's diff: {e}"))))?;
         Ok(tree)
     }
 }
 
 /// The step's lifecycle inside a guarded session. `None` when the script failed.
-async fn step(
-    s: &Session<'_>,
-    req: &StepRequest<'_>,
-    code: &mut i32,
-) -> Result<Option<PathBuf>, EngineError> {
+async fn step(s: &Session<'_>, req: &StepRequest<'_>, code: &mut i32) -> Result<Option<PathBuf>, EngineError> {
     let d = &s.engine.docker;
-    let tag = format!(
-        "quarry-step-{}-{}:partial",
-        std::process::id(),
-        unique_suffix()
-    );
+    let tag = format!("quarry-step-{}-{}:partial", std::process::id(), unique_suffix());
     s.track_image(&tag);
-    s.engine
-        .load_async(req.layout, None, &tag, req.spool)
-        .await?;
+    s.engine.load_async(req.layout, None, &tag, req.spool).await?;
 
     let run = req.run;
-    let shell = run
-        .shell
-        .clone()
-        .unwrap_or_else(|| vec!["/bin/sh".into(), "-ec".into()]);
+    let shell = run.shell.clone().unwrap_or_else(|| vec!["/bin/sh".into(), "-ec".into()]);
     let mut cmd = shell;
     cmd.push(run.script.clone());
     let env: Vec<String> = run.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -136,23 +99,15 @@ async fn step(
         }),
         ..Default::default()
     };
-    let stamp = Stamp {
-        owner: (0, 0),
-        mtime: Some(req.epoch),
-    };
-    let (id, exit) = s
-        .launch(&body, Memlock::Unset, &req.inputs, stamp, Output::Stderr)
-        .await?;
+    let stamp = Stamp { owner: (0, 0), mtime: Some(req.epoch) };
+    let (id, exit) = s.launch(&body, Memlock::Unset, &req.inputs, stamp, Output::Stderr).await?;
     if exit != 0 {
         *code = exit;
         return Ok(None);
     }
     let committed = d
         .commit_container(
-            CommitContainerOptionsBuilder::default()
-                .container(&id)
-                .pause(false)
-                .build(),
+            CommitContainerOptionsBuilder::default().container(&id).pause(false).build(),
             ContainerConfig::default(),
         )
         .await
@@ -160,10 +115,8 @@ async fn step(
     let image_id = committed.id;
     s.track_image(&image_id);
     s.remove_container(&id).await;
-    let inspect = d
-        .inspect_image(&image_id)
-        .await
-        .map_err(|e| EngineError::api("inspecting the committed step image", e))?;
+    let inspect =
+        d.inspect_image(&image_id).await.map_err(|e| EngineError::api("inspecting the committed step image", e))?;
     let target = inspect
         .root_fs
         .and_then(|r| r.layers)
@@ -173,11 +126,8 @@ async fn step(
     // The saved image holds every layer; keep the one whose digest is the
     // commit's diff_id (works for the legacy `ID/layer.tar` save format and
     // the OCI `blobs/sha256/` one alike).
-    let stream = d
-        .export_image(&image_id)
-        .map(|r| r.map_err(|e| io::Error::other(super::describe(&e))));
-    let reader =
-        tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(Box::pin(stream)));
+    let stream = d.export_image(&image_id).map(|r| r.map_err(|e| io::Error::other(super::describe(&e))));
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(Box::pin(stream)));
     let spool = req.spool.to_path_buf();
     let found = tokio::task::spawn_blocking(move || find_layer(reader, &target, &spool))
         .await
@@ -198,19 +148,15 @@ fn find_layer(r: impl Read, diff_id: &str, dir: &Path) -> Result<PathBuf, Engine
         if !entry.header().entry_type().is_file() || entry.size() < 1024 {
             continue;
         }
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)
-            .map_err(|e| EngineError::io("cannot create a file in", dir, e))?;
-        let mut w = crate::digest::HashingWriter::new(io::BufWriter::with_capacity(
-            1 << 20,
-            tmp.as_file_mut(),
-        ));
+        let mut tmp =
+            tempfile::NamedTempFile::new_in(dir).map_err(|e| EngineError::io("cannot create a file in", dir, e))?;
+        let mut w = crate::digest::HashingWriter::new(io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut()));
         io::copy(&mut entry, &mut w).map_err(bad)?;
         let (mut f, hex, _) = w.finish();
         f.flush().map_err(bad)?;
         drop(f);
         if hex == want {
-            tmp.persist(&out)
-                .map_err(|e| EngineError::io("cannot keep", &out, e.error))?;
+            tmp.persist(&out).map_err(|e| EngineError::io("cannot keep", &out, e.error))?;
             return Ok(out);
         }
     }
@@ -219,7 +165,5 @@ fn find_layer(r: impl Read, diff_id: &str, dir: &Path) -> Result<PathBuf, Engine
         std::fs::write(&out, &empty).map_err(|e| EngineError::io("cannot write", &out, e))?;
         return Ok(out);
     }
-    Err(EngineError::Invalid(format!(
-        "the saved step image has no layer with diff_id {diff_id}"
-    )))
+    Err(EngineError::Invalid(format!("the saved step image has no layer with diff_id {diff_id}")))
 }

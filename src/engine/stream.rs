@@ -23,12 +23,9 @@ impl ChannelWriter {
             return Ok(());
         }
         let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the engine stopped reading the stream",
-            )
-        })
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the engine stopped reading the stream"))
     }
 }
 
@@ -52,10 +49,7 @@ impl Write for ChannelWriter {
 /// with an error, so the engine sees a broken upload, never a short one.
 pub(crate) fn from_writer<T, E, F>(
     produce: F,
-) -> (
-    impl Stream<Item = io::Result<Bytes>> + Send + 'static,
-    tokio::task::JoinHandle<Result<T, E>>,
-)
+) -> (impl Stream<Item = io::Result<Bytes>> + Send + 'static, tokio::task::JoinHandle<Result<T, E>>)
 where
     F: FnOnce(&mut ChannelWriter) -> Result<T, E> + Send + 'static,
     T: Send + 'static,
@@ -63,10 +57,7 @@ where
 {
     let (tx, mut rx) = mpsc::channel::<io::Result<Bytes>>(4);
     let handle = tokio::task::spawn_blocking(move || {
-        let mut w = ChannelWriter {
-            tx: tx.clone(),
-            buf: Vec::with_capacity(CHUNK),
-        };
+        let mut w = ChannelWriter { tx: tx.clone(), buf: Vec::with_capacity(CHUNK) };
         let r = produce(&mut w);
         match &r {
             Ok(_) => {

@@ -21,10 +21,7 @@ pub enum ExportError {
 }
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> ExportError + '_ {
-    move |err| ExportError::Io {
-        path: path.display().to_string(),
-        err,
-    }
+    move |err| ExportError::Io { path: path.display().to_string(), err }
 }
 
 fn header(name: &str, size: u64, dir: bool) -> tar::Header {
@@ -35,11 +32,7 @@ fn header(name: &str, size: u64, dir: bool) -> tar::Header {
     h.set_mtime(0);
     h.set_uid(0);
     h.set_gid(0);
-    h.set_entry_type(if dir {
-        tar::EntryType::Directory
-    } else {
-        tar::EntryType::Regular
-    });
+    h.set_entry_type(if dir { tar::EntryType::Directory } else { tar::EntryType::Regular });
     h.set_cksum();
     h
 }
@@ -51,10 +44,7 @@ fn add_bytes<W: Write>(b: &mut tar::Builder<W>, name: &str, data: &[u8]) -> io::
 fn add_file<W: Write>(b: &mut tar::Builder<W>, name: &str, path: &Path) -> io::Result<()> {
     let f = File::open(path)?;
     let len = f.metadata()?.len();
-    b.append(
-        &header(name, len, false),
-        io::BufReader::with_capacity(1 << 20, f),
-    )
+    b.append(&header(name, len, false), io::BufReader::with_capacity(1 << 20, f))
 }
 
 /// The layout directory as an OCI archive (every file, sorted).
@@ -66,22 +56,15 @@ pub fn write_oci_archive(layout: &Path, out: impl Write) -> Result<(), ExportErr
     let err = io_at(layout);
     add_file(&mut b, "oci-layout", &layout.join("oci-layout")).map_err(&err)?;
     add_file(&mut b, "index.json", &layout.join("index.json")).map_err(&err)?;
-    b.append(&header("blobs/", 0, true), io::empty())
-        .map_err(&err)?;
-    b.append(&header("blobs/sha256/", 0, true), io::empty())
-        .map_err(&err)?;
+    b.append(&header("blobs/", 0, true), io::empty()).map_err(&err)?;
+    b.append(&header("blobs/sha256/", 0, true), io::empty()).map_err(&err)?;
     let mut blobs: Vec<String> = std::fs::read_dir(layout.join("blobs/sha256"))
         .map_err(&err)?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect();
     blobs.sort();
     for hex in blobs {
-        add_file(
-            &mut b,
-            &format!("blobs/sha256/{hex}"),
-            &layout.join("blobs/sha256").join(&hex),
-        )
-        .map_err(&err)?;
+        add_file(&mut b, &format!("blobs/sha256/{hex}"), &layout.join("blobs/sha256").join(&hex)).map_err(&err)?;
     }
     b.into_inner().map_err(&err)?.flush().map_err(&err)?;
     Ok(())
@@ -117,11 +100,8 @@ pub fn write_docker_archive(
     omit: &dyn Fn(&str) -> bool,
 ) -> Result<DockerExport, ExportError> {
     let img = open_image(layout, reference, None)?;
-    let blob_path = |d: &Descriptor| {
-        layout
-            .join("blobs/sha256")
-            .join(d.digest().to_string().trim_start_matches("sha256:"))
-    };
+    let blob_path =
+        |d: &Descriptor| layout.join("blobs/sha256").join(d.digest().to_string().trim_start_matches("sha256:"));
     let err = io_at(layout);
     let repo_tag = normalize_repo_tag(repo_tag);
     let diff_ids = img.config.rootfs().diff_ids().clone();
@@ -132,22 +112,13 @@ pub fn write_docker_archive(
         0,
         img.manifest_digest
             .parse::<ocidir::oci_spec::image::Digest>()
-            .map_err(|e| LayoutError::Bad {
-                path: layout.display().to_string(),
-                message: e.to_string(),
-            })?,
+            .map_err(|e| LayoutError::Bad { path: layout.display().to_string(), message: e.to_string() })?,
     );
-    let manifest_bytes = std::fs::read(
-        layout
-            .join("blobs/sha256")
-            .join(img.manifest_digest.trim_start_matches("sha256:")),
-    )
-    .map_err(&err)?;
+    let manifest_bytes =
+        std::fs::read(layout.join("blobs/sha256").join(img.manifest_digest.trim_start_matches("sha256:")))
+            .map_err(&err)?;
     mdesc.set_size(manifest_bytes.len() as u64);
-    let tag_only = repo_tag
-        .rsplit_once(':')
-        .map(|(_, t)| t.to_string())
-        .unwrap_or_else(|| "latest".into());
+    let tag_only = repo_tag.rsplit_once(':').map(|(_, t)| t.to_string()).unwrap_or_else(|| "latest".into());
     let annotations: HashMap<String, String> = [
         ("io.containerd.image.name".to_string(), repo_tag.clone()),
         ("org.opencontainers.image.ref.name".to_string(), tag_only),
@@ -159,10 +130,7 @@ pub fn write_docker_archive(
         .media_type(MediaType::ImageIndex)
         .manifests(vec![mdesc])
         .build()
-        .map_err(|e| LayoutError::Bad {
-            path: layout.display().to_string(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| LayoutError::Bad { path: layout.display().to_string(), message: e.to_string() })?;
     let index_json = serde_json::to_vec(&index).map_err(|e| err(e.into()))?;
 
     let mut export = DockerExport {
@@ -174,26 +142,15 @@ pub fn write_docker_archive(
     let mut layer_paths = Vec::new();
     let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
     files.push((
-        format!(
-            "blobs/sha256/{}",
-            img.config_digest.trim_start_matches("sha256:")
-        ),
+        format!("blobs/sha256/{}", img.config_digest.trim_start_matches("sha256:")),
         blob_path(img.manifest.config()),
     ));
     files.push((
-        format!(
-            "blobs/sha256/{}",
-            img.manifest_digest.trim_start_matches("sha256:")
-        ),
-        layout
-            .join("blobs/sha256")
-            .join(img.manifest_digest.trim_start_matches("sha256:")),
+        format!("blobs/sha256/{}", img.manifest_digest.trim_start_matches("sha256:")),
+        layout.join("blobs/sha256").join(img.manifest_digest.trim_start_matches("sha256:")),
     ));
     for (i, l) in img.manifest.layers().iter().enumerate() {
-        let name = format!(
-            "blobs/sha256/{}",
-            l.digest().to_string().trim_start_matches("sha256:")
-        );
+        let name = format!("blobs/sha256/{}", l.digest().to_string().trim_start_matches("sha256:"));
         layer_paths.push(name.clone());
         let diff = diff_ids.get(i).map(String::as_str).unwrap_or("");
         if omit(diff) {
@@ -212,20 +169,13 @@ pub fn write_docker_archive(
     }]);
 
     let mut b = tar::Builder::new(out);
-    b.append(&header("blobs/", 0, true), io::empty())
-        .map_err(&err)?;
-    b.append(&header("blobs/sha256/", 0, true), io::empty())
-        .map_err(&err)?;
+    b.append(&header("blobs/", 0, true), io::empty()).map_err(&err)?;
+    b.append(&header("blobs/sha256/", 0, true), io::empty()).map_err(&err)?;
     for (name, path) in &files {
         add_file(&mut b, name, path).map_err(&err)?;
     }
     add_bytes(&mut b, "index.json", &index_json).map_err(&err)?;
-    add_bytes(
-        &mut b,
-        "manifest.json",
-        manifest_json.to_string().as_bytes(),
-    )
-    .map_err(&err)?;
+    add_bytes(&mut b, "manifest.json", manifest_json.to_string().as_bytes()).map_err(&err)?;
     add_bytes(&mut b, "oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#).map_err(&err)?;
     b.into_inner().map_err(&err)?.flush().map_err(&err)?;
     Ok(export)

@@ -44,28 +44,15 @@ pub fn into_tree(
         devices: false,
     };
     for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
-        let label = art
-            .dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let label = art.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         for prefix in &art.prefixes {
-            let scan = crate::source::dir::scan(prefix, &as_source).map_err(|m| FlattenError {
-                artifact: label.clone(),
-                message: m,
-            })?;
+            let scan = crate::source::dir::scan(prefix, &as_source)
+                .map_err(|m| FlattenError { artifact: label.clone(), message: m })?;
             report.entries += scan.entries.len();
-            scan.into_tree(dest, &as_source, tree)
-                .map_err(|m| FlattenError {
-                    artifact: label.clone(),
-                    message: m,
-                })?;
+            scan.into_tree(dest, &as_source, tree).map_err(|m| FlattenError { artifact: label.clone(), message: m })?;
         }
         report.artifacts.push(label);
     }
-    tree.finalize_hardlinks().map_err(|e| FlattenError {
-        artifact: "(all)".into(),
-        message: e.to_string(),
-    })?;
+    tree.finalize_hardlinks().map_err(|e| FlattenError { artifact: "(all)".into(), message: e.to_string() })?;
     Ok(report)
 }

@@ -45,31 +45,21 @@ fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
 
 /// Walk `root` (stat only). Errors are messages for the `dir` field.
 pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
-    let meta = std::fs::metadata(root)
-        .map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
+    let meta = std::fs::metadata(root).map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
     if !meta.is_dir() {
         return Err(format!("`{}` is not a directory", root.display()));
     }
     let include = globs(&s.include)?;
     let exclude = globs(&s.exclude)?;
     let mut entries = Vec::new();
-    let walker = walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .into_iter()
-        .filter_entry(|e| {
-            let rel = e.path().strip_prefix(root).unwrap_or(Path::new(""));
-            rel.as_os_str().is_empty() || exclude.as_ref().map(|x| !x.is_match(rel)).unwrap_or(true)
-        });
+    let walker = walkdir::WalkDir::new(root).follow_links(false).into_iter().filter_entry(|e| {
+        let rel = e.path().strip_prefix(root).unwrap_or(Path::new(""));
+        rel.as_os_str().is_empty() || exclude.as_ref().map(|x| !x.is_match(rel)).unwrap_or(true)
+    });
     for e in walker {
         let e = e.map_err(|e| format!("walking `{}` failed: {e}", root.display()))?;
-        let rel = e
-            .path()
-            .strip_prefix(root)
-            .unwrap_or(Path::new(""))
-            .to_path_buf();
-        let meta = e
-            .metadata()
-            .map_err(|err| format!("cannot stat `{}`: {err}", e.path().display()))?;
+        let rel = e.path().strip_prefix(root).unwrap_or(Path::new("")).to_path_buf();
+        let meta = e.metadata().map_err(|err| format!("cannot stat `{}`: {err}", e.path().display()))?;
         if let Some(inc) = &include {
             if !rel.as_os_str().is_empty() && !meta.is_dir() && !inc.is_match(&rel) {
                 continue;
@@ -86,18 +76,10 @@ pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
         } else {
             None
         };
-        entries.push(DirEntry {
-            rel: rel.as_os_str().as_bytes().to_vec(),
-            path: e.path().to_path_buf(),
-            meta,
-            link,
-        });
+        entries.push(DirEntry { rel: rel.as_os_str().as_bytes().to_vec(), path: e.path().to_path_buf(), meta, link });
     }
     entries.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(DirScan {
-        root: root.to_path_buf(),
-        entries,
-    })
+    Ok(DirScan { root: root.to_path_buf(), entries })
 }
 
 pub(crate) fn capability(path: &Path) -> Option<Vec<u8>> {
@@ -106,14 +88,7 @@ pub(crate) fn capability(path: &Path) -> Option<Vec<u8>> {
     let name = c"security.capability";
     let mut buf = vec![0u8; 256];
     // SAFETY: both strings are NUL-terminated and buf is valid for its length.
-    let n = unsafe {
-        libc::lgetxattr(
-            c.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if n <= 0 {
         return None;
     }
@@ -129,7 +104,12 @@ impl DirScan {
     /// hardlink structure as `into_tree` will build it. File contents come
     /// from `hasher` (memoized by stat), so `touch` costs a rehash, not a
     /// rebuild.
-    pub fn fingerprint(&self, s: &Source, hasher: &mut ContentHasher, source_date_epoch: u64) -> Result<String, String> {
+    pub fn fingerprint(
+        &self,
+        s: &Source,
+        hasher: &mut ContentHasher,
+        source_date_epoch: u64,
+    ) -> Result<String, String> {
         // Regular files that carry content (the first of each hardlink group).
         let mut first_of_inode: HashMap<(u64, u64), &[u8]> = HashMap::new();
         let mut link_to: HashMap<usize, &[u8]> = HashMap::new();
@@ -207,16 +187,10 @@ impl DirScan {
                         Kind::Hardlink(first.clone())
                     } else {
                         first_of_inode.insert(key, target.clone());
-                        Kind::File {
-                            size: m.size(),
-                            content: Content::Host(e.path.clone()),
-                        }
+                        Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
                     }
                 } else {
-                    Kind::File {
-                        size: m.size(),
-                        content: Content::Host(e.path.clone()),
-                    }
+                    Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
                 }
             } else if ft.is_char_device() || ft.is_block_device() {
                 if !s.devices {
@@ -242,12 +216,8 @@ impl DirScan {
                     node.xattrs.push(("security.capability".into(), cap));
                 }
             }
-            tree.insert(target, node).map_err(|err| {
-                format!(
-                    "`{}`: {err}",
-                    Path::new(OsStr::from_bytes(&e.rel)).display()
-                )
-            })?;
+            tree.insert(target, node)
+                .map_err(|err| format!("`{}`: {err}", Path::new(OsStr::from_bytes(&e.rel)).display()))?;
         }
         Ok(report)
     }

@@ -116,22 +116,12 @@ impl ContentHasher {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(i64::MAX);
-        ContentHasher {
-            cache,
-            verify,
-            files_hashed: 0,
-            stale_entries: 0,
-            racy_from: now.saturating_sub(RACY_SECS),
-        }
+        ContentHasher { cache, verify, files_hashed: 0, stale_entries: 0, racy_from: now.saturating_sub(RACY_SECS) }
     }
 
     /// Content digests of `files`, in order. `source_id` names the memo: the
     /// same source (kind, path, filters) must give the same id.
-    pub fn hash_files(
-        &mut self,
-        source_id: &str,
-        files: &[FileToHash],
-    ) -> Result<Vec<FileDigest>, String> {
+    pub fn hash_files(&mut self, source_id: &str, files: &[FileToHash]) -> Result<Vec<FileDigest>, String> {
         let memo_name = memo_name(source_id);
         let memo = self.load(&memo_name);
         let mut out: Vec<Option<FileDigest>> = Vec::with_capacity(files.len());
@@ -168,10 +158,7 @@ impl ContentHasher {
             memoizable[i] = unchanged_while_read && !fp.is_racy(self.racy_from);
             out[i] = Some(d);
         }
-        let digests: Vec<FileDigest> = out
-            .into_iter()
-            .map(|d| d.expect("every file hashed or memoized"))
-            .collect();
+        let digests: Vec<FileDigest> = out.into_iter().map(|d| d.expect("every file hashed or memoized")).collect();
 
         // Rewrite the memo only when it would change.
         let mut changed = memo.len() != files.len();
@@ -183,30 +170,20 @@ impl ContentHasher {
             }
             let fp = StatFingerprint::of(f.meta);
             if !changed {
-                changed = memo
-                    .get(f.rel)
-                    .map(|(ofp, od)| *ofp != fp || od != d)
-                    .unwrap_or(true);
+                changed = memo.get(f.rel).map(|(ofp, od)| *ofp != fp || od != d).unwrap_or(true);
             }
             entries.push(MemoEntry {
                 path: std::str::from_utf8(f.rel).ok().map(str::to_string),
-                path_hex: std::str::from_utf8(f.rel)
-                    .is_err()
-                    .then(|| hex::encode(f.rel)),
+                path_hex: std::str::from_utf8(f.rel).is_err().then(|| hex::encode(f.rel)),
                 stat: fp,
                 sha256: hex::encode(d.sha256),
                 capability: d.capability.as_ref().map(hex::encode),
             });
         }
         if changed {
-            let doc = MemoFile {
-                version: MEMO_VERSION,
-                entries,
-            };
+            let doc = MemoFile { version: MEMO_VERSION, entries };
             let bytes = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
-            self.cache
-                .write_note(MEMO_KIND, &memo_name, &bytes)
-                .map_err(|e| e.to_string())?;
+            self.cache.write_note(MEMO_KIND, &memo_name, &bytes).map_err(|e| e.to_string())?;
         }
         Ok(digests)
     }
@@ -290,13 +267,7 @@ fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), Stri
     let after = f.metadata().map_err(err)?;
     let unchanged = StatFingerprint::of(&after) == StatFingerprint::of(scanned);
     let capability = crate::source::dir::capability(path);
-    Ok((
-        FileDigest {
-            sha256: h.finalize().into(),
-            capability,
-        },
-        unchanged,
-    ))
+    Ok((FileDigest { sha256: h.finalize().into(), capability }, unchanged))
 }
 
 #[cfg(test)]
@@ -314,19 +285,8 @@ mod tests {
             .collect()
     }
 
-    fn hash(
-        h: &mut ContentHasher,
-        id: &str,
-        files: &[(Vec<u8>, std::path::PathBuf, Metadata)],
-    ) -> Vec<FileDigest> {
-        let list: Vec<FileToHash> = files
-            .iter()
-            .map(|(r, p, m)| FileToHash {
-                rel: r,
-                path: p,
-                meta: m,
-            })
-            .collect();
+    fn hash(h: &mut ContentHasher, id: &str, files: &[(Vec<u8>, std::path::PathBuf, Metadata)]) -> Vec<FileDigest> {
+        let list: Vec<FileToHash> = files.iter().map(|(r, p, m)| FileToHash { rel: r, path: p, meta: m }).collect();
         h.hash_files(id, &list).unwrap()
     }
 
@@ -342,14 +302,8 @@ mod tests {
         // Files written just now are racy: hashed every time, never memoized.
         let mut h = ContentHasher::new(cache.clone(), false);
         let first = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
-        assert_eq!(
-            hex::encode(first[0].sha256),
-            crate::digest::sha256_hex(b"alpha")
-        );
-        assert_eq!(
-            hex::encode(first[1].sha256),
-            crate::digest::sha256_hex(b"beta")
-        );
+        assert_eq!(hex::encode(first[0].sha256), crate::digest::sha256_hex(b"alpha"));
+        assert_eq!(hex::encode(first[1].sha256), crate::digest::sha256_hex(b"beta"));
         assert_eq!(hash(&mut h, "s", &files_of(&src, &["a", "b"])), first);
         assert_eq!(h.files_hashed, 4);
 
@@ -364,22 +318,14 @@ mod tests {
         std::fs::write(src.join("b"), b"BETA!").unwrap();
         let changed = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
         assert_eq!(h.files_hashed, 3);
-        assert_eq!(
-            hex::encode(changed[1].sha256),
-            crate::digest::sha256_hex(b"BETA!")
-        );
+        assert_eq!(hex::encode(changed[1].sha256), crate::digest::sha256_hex(b"BETA!"));
         // ...and `verify` reads everything, reporting memo entries that lied.
         let name = memo_name("s");
         let text = String::from_utf8(cache.read_note(MEMO_KIND, &name).unwrap()).unwrap();
         let lying = text.replace(&crate::digest::sha256_hex(b"alpha"), &"11".repeat(32));
-        cache
-            .write_note(MEMO_KIND, &name, lying.as_bytes())
-            .unwrap();
+        cache.write_note(MEMO_KIND, &name, lying.as_bytes()).unwrap();
         let trusted = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
-        assert_eq!(
-            trusted[0].sha256, [0x11; 32],
-            "the memo is trusted without verify"
-        );
+        assert_eq!(trusted[0].sha256, [0x11; 32], "the memo is trusted without verify");
         let mut v = ContentHasher::new(cache.clone(), true);
         v.racy_from = i64::MAX;
         assert_eq!(hash(&mut v, "s", &files_of(&src, &["a", "b"])), changed);
@@ -394,16 +340,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cache = Cache::open(tmp.path()).unwrap();
         let h = ContentHasher::new(cache.clone(), false);
-        let fp = StatFingerprint {
-            size: 1,
-            mtime: 2,
-            mtime_nsec: 3,
-            ctime: 4,
-            ctime_nsec: 5,
-            ino: 6,
-            dev: 7,
-            mode: 8,
-        };
+        let fp = StatFingerprint { size: 1, mtime: 2, mtime_nsec: 3, ctime: 4, ctime_nsec: 5, ino: 6, dev: 7, mode: 8 };
         let doc = MemoFile {
             version: MEMO_VERSION,
             entries: vec![MemoEntry {
@@ -414,13 +351,7 @@ mod tests {
                 capability: Some("0102".into()),
             }],
         };
-        cache
-            .write_note(
-                MEMO_KIND,
-                &memo_name("x"),
-                &serde_json::to_vec(&doc).unwrap(),
-            )
-            .unwrap();
+        cache.write_note(MEMO_KIND, &memo_name("x"), &serde_json::to_vec(&doc).unwrap()).unwrap();
         let memo = h.load(&memo_name("x"));
         let (got_fp, d) = memo.get(&b"caf\xe9"[..]).unwrap();
         assert_eq!(*got_fp, fp);

@@ -6,11 +6,11 @@ pub mod dir;
 pub mod hashes;
 
 use crate::digest::KeyHasher;
-use hashes::{ContentHasher, FileToHash};
 use crate::spec::{Layer, Source, SourceKind};
 use crate::tarball::archive::{read_into, Placement};
 use crate::tarball::path::{display, normalize_dest, normalize_member};
 use crate::tarball::{Content, Kind, Node, Tree};
+use hashes::{ContentHasher, FileToHash};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -24,31 +24,17 @@ pub struct SourceError {
 
 impl SourceError {
     fn new(layer: &Layer, field: String, message: impl Into<String>) -> Self {
-        SourceError {
-            file: layer.file.display().to_string(),
-            field,
-            message: message.into(),
-        }
+        SourceError { file: layer.file.display().to_string(), field, message: message.into() }
     }
 }
 
 /// One source after scanning.
 enum Scanned {
     Dir(dir::DirScan),
-    File {
-        path: PathBuf,
-        meta: std::fs::Metadata,
-    },
-    Archive {
-        path: PathBuf,
-        meta: std::fs::Metadata,
-    },
+    File { path: PathBuf, meta: std::fs::Metadata },
+    Archive { path: PathBuf, meta: std::fs::Metadata },
     Remove,
-    Rocm(
-        crate::rocm::artifacts::Artifacts,
-        crate::rocm::artifacts::Selection,
-        Vec<dir::DirScan>,
-    ),
+    Rocm(crate::rocm::artifacts::Artifacts, crate::rocm::artifacts::Selection, Vec<dir::DirScan>),
 }
 
 /// A layer's sources, scanned.
@@ -72,16 +58,10 @@ pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, S
     for (i, s) in layer.sources.iter().enumerate() {
         let field = |what: &str| format!("{field_prefix}[{i}].{what}");
         let scanned = match &s.kind {
-            SourceKind::Dir(p) => {
-                Scanned::Dir(dir::scan(p, s).map_err(|m| SourceError::new(layer, field("dir"), m))?)
-            }
+            SourceKind::Dir(p) => Scanned::Dir(dir::scan(p, s).map_err(|m| SourceError::new(layer, field("dir"), m))?),
             SourceKind::File(p) => {
                 let meta = std::fs::metadata(p).map_err(|e| {
-                    SourceError::new(
-                        layer,
-                        field("file"),
-                        format!("cannot read `{}`: {e}", p.display()),
-                    )
+                    SourceError::new(layer, field("file"), format!("cannot read `{}`: {e}", p.display()))
                 })?;
                 if !meta.is_file() {
                     return Err(SourceError::new(
@@ -90,51 +70,28 @@ pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, S
                         format!("`{}` is not a regular file", p.display()),
                     ));
                 }
-                Scanned::File {
-                    path: p.clone(),
-                    meta,
-                }
+                Scanned::File { path: p.clone(), meta }
             }
             SourceKind::Archive(p) => {
                 let meta = std::fs::metadata(p).map_err(|e| {
-                    SourceError::new(
-                        layer,
-                        field("archive"),
-                        format!("cannot read `{}`: {e}", p.display()),
-                    )
+                    SourceError::new(layer, field("archive"), format!("cannot read `{}`: {e}", p.display()))
                 })?;
                 if !meta.is_file() {
-                    return Err(SourceError::new(
-                        layer,
-                        field("archive"),
-                        format!("`{}` is not a file", p.display()),
-                    ));
+                    return Err(SourceError::new(layer, field("archive"), format!("`{}` is not a file", p.display())));
                 }
-                Scanned::Archive {
-                    path: p.clone(),
-                    meta,
-                }
+                Scanned::Archive { path: p.clone(), meta }
             }
             SourceKind::Remove => Scanned::Remove,
-            SourceKind::RocmArtifacts {
-                dir: root,
-                components,
-                targets,
-            } => {
+            SourceKind::RocmArtifacts { dir: root, components, targets } => {
                 let a = crate::rocm::artifacts::read(root)
                     .map_err(|e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()))?;
-                let sel = crate::rocm::artifacts::Selection {
-                    components: components.clone(),
-                    targets: targets.clone(),
-                };
+                let sel =
+                    crate::rocm::artifacts::Selection { components: components.clone(), targets: targets.clone() };
                 // Scanned now for the fingerprint; flattened again on a miss.
                 let mut scans = Vec::new();
                 for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
                     for p in &art.prefixes {
-                        scans
-                            .push(dir::scan(p, s).map_err(|m| {
-                                SourceError::new(layer, field("rocm_artifacts"), m)
-                            })?);
+                        scans.push(dir::scan(p, s).map_err(|m| SourceError::new(layer, field("rocm_artifacts"), m))?);
                     }
                 }
                 Scanned::Rocm(a, sel, scans)
@@ -142,11 +99,7 @@ pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, S
         };
         scans.push((i, s, scanned));
     }
-    Ok(LayerScan {
-        layer,
-        field_prefix: field_prefix.to_string(),
-        scans,
-    })
+    Ok(LayerScan { layer, field_prefix: field_prefix.to_string(), scans })
 }
 
 impl LayerScan<'_> {
@@ -212,9 +165,7 @@ impl LayerScan<'_> {
                 .map_err(|p| SourceError::new(layer, field("dest"), format!("`{}` {p}", s.dest)))?;
             match scanned {
                 Scanned::Dir(d) => {
-                    let r = d
-                        .into_tree(&dest, s, &mut tree)
-                        .map_err(|m| SourceError::new(layer, field("dir"), m))?;
+                    let r = d.into_tree(&dest, s, &mut tree).map_err(|m| SourceError::new(layer, field("dir"), m))?;
                     report.dropped_devices += r.dropped_devices;
                     report.skipped_sockets += r.skipped_sockets;
                 }
@@ -223,26 +174,19 @@ impl LayerScan<'_> {
                         verify_pin(layer, &field("sha256"), &path, pin)?;
                     }
                     let target = if s.dest.ends_with('/') || dest.is_empty() {
-                        let name = path
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default();
+                        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                         crate::tarball::path::join(&dest, name.as_bytes())
                     } else {
                         dest.clone()
                     };
                     let (uid, gid) = s.owner.unwrap_or((0, 0));
                     let mut node = Node::new(
-                        Kind::File {
-                            size: meta.size(),
-                            content: Content::Host(path.clone()),
-                        },
+                        Kind::File { size: meta.size(), content: Content::Host(path.clone()) },
                         s.mode.unwrap_or(meta.mode() & 0o7777),
                     )
                     .owned(uid, gid);
                     node.mtime = meta.mtime().max(0) as u64;
-                    tree.insert(target, node)
-                        .map_err(|e| SourceError::new(layer, field("dest"), e.to_string()))?;
+                    tree.insert(target, node).map_err(|e| SourceError::new(layer, field("dest"), e.to_string()))?;
                 }
                 Scanned::Archive { path, .. } => {
                     if let Some(pin) = &s.sha256 {
@@ -250,8 +194,7 @@ impl LayerScan<'_> {
                     }
                     let mut map = Vec::new();
                     for (k, v) in &s.map {
-                        let key = normalize_member(k.trim_start_matches('/').as_bytes())
-                            .unwrap_or_default();
+                        let key = normalize_member(k.trim_start_matches('/').as_bytes()).unwrap_or_default();
                         let to = normalize_dest(v).unwrap_or_default();
                         map.push((key, to));
                     }
@@ -268,57 +211,34 @@ impl LayerScan<'_> {
                 }
                 Scanned::Remove => {}
                 Scanned::Rocm(a, sel, _) => {
-                    crate::rocm::flatten::into_tree(&a, &sel, &dest, s.owner, &mut tree).map_err(
-                        |e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()),
-                    )?;
+                    crate::rocm::flatten::into_tree(&a, &sel, &dest, s.owner, &mut tree)
+                        .map_err(|e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()))?;
                 }
             }
             for (j, r) in s.remove.iter().enumerate() {
-                whiteout(
-                    layer,
-                    &mut tree,
-                    &format!("{}[{i}].remove[{j}]", self.field_prefix),
-                    r,
-                )?;
+                whiteout(layer, &mut tree, &format!("{}[{i}].remove[{j}]", self.field_prefix), r)?;
             }
         }
         for (j, r) in layer.remove.iter().enumerate() {
             whiteout(layer, &mut tree, &format!("remove[{j}]"), r)?;
         }
-        tree.finalize_hardlinks()
-            .map_err(|e| SourceError::new(layer, self.field_prefix.clone(), e.to_string()))?;
+        tree.finalize_hardlinks().map_err(|e| SourceError::new(layer, self.field_prefix.clone(), e.to_string()))?;
         Ok((tree, report))
     }
 }
 
 fn whiteout(layer: &Layer, tree: &mut Tree, field: &str, path: &str) -> Result<(), SourceError> {
-    let p = normalize_dest(path)
-        .map_err(|e| SourceError::new(layer, field.to_string(), format!("`{path}` {e}")))?;
+    let p = normalize_dest(path).map_err(|e| SourceError::new(layer, field.to_string(), format!("`{path}` {e}")))?;
     if p.is_empty() {
-        return Err(SourceError::new(
-            layer,
-            field.to_string(),
-            "cannot remove `/`",
-        ));
+        return Err(SourceError::new(layer, field.to_string(), "cannot remove `/`"));
     }
-    tree.whiteout(&p)
-        .map_err(|e| SourceError::new(layer, field.to_string(), format!("`{}`: {e}", display(&p))))
+    tree.whiteout(&p).map_err(|e| SourceError::new(layer, field.to_string(), format!("`{}`: {e}", display(&p))))
 }
 
 /// Check a file against its sha256 pin; a mismatch names file, expected, actual.
-pub fn verify_pin(
-    layer: &Layer,
-    field: &str,
-    path: &Path,
-    expected: &str,
-) -> Result<(), SourceError> {
-    let actual = crate::digest::sha256_file(path).map_err(|e| {
-        SourceError::new(
-            layer,
-            field.to_string(),
-            format!("cannot read `{}`: {e}", path.display()),
-        )
-    })?;
+pub fn verify_pin(layer: &Layer, field: &str, path: &Path, expected: &str) -> Result<(), SourceError> {
+    let actual = crate::digest::sha256_file(path)
+        .map_err(|e| SourceError::new(layer, field.to_string(), format!("cannot read `{}`: {e}", path.display())))?;
     if actual != expected {
         return Err(SourceError::new(
             layer,

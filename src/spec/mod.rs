@@ -15,27 +15,15 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("cannot read {what} `{file}`: {err}")]
-    Read {
-        what: &'static str,
-        file: String,
-        err: std::io::Error,
-    },
+    Read { what: &'static str, file: String, err: std::io::Error },
     #[error("{file}: {message}")]
     Parse { file: String, message: String },
     #[error("{file}: field `{field}`: {message}")]
-    Field {
-        file: String,
-        field: String,
-        message: String,
-    },
+    Field { file: String, field: String, message: String },
 }
 
 fn field_err(file: &Path, field: impl Into<String>, message: impl Into<String>) -> SpecError {
-    SpecError::Field {
-        file: file.display().to_string(),
-        field: field.into(),
-        message: message.into(),
-    }
+    SpecError::Field { file: file.display().to_string(), field: field.into(), message: message.into() }
 }
 
 /// Where an image's base comes from.
@@ -150,18 +138,11 @@ pub fn host_platform() -> String {
 }
 
 fn read(what: &'static str, file: &Path) -> Result<String, SpecError> {
-    std::fs::read_to_string(file).map_err(|err| SpecError::Read {
-        what,
-        file: file.display().to_string(),
-        err,
-    })
+    std::fs::read_to_string(file).map_err(|err| SpecError::Read { what, file: file.display().to_string(), err })
 }
 
 fn parse_err(file: &Path, e: impl std::fmt::Display) -> SpecError {
-    SpecError::Parse {
-        file: file.display().to_string(),
-        message: e.to_string().trim_end().to_string(),
-    }
+    SpecError::Parse { file: file.display().to_string(), message: e.to_string().trim_end().to_string() }
 }
 
 fn subst_err(file: &Path, e: SubstError) -> SpecError {
@@ -169,7 +150,10 @@ fn subst_err(file: &Path, e: SubstError) -> SpecError {
         SubstError::Unset(u) => field_err(
             file,
             u.field,
-            format!("parameter `${{{}}}` is not set; pass `--set {}=VALUE` or declare a default under [params]", u.name, u.name),
+            format!(
+                "parameter `${{{}}}` is not set; pass `--set {}=VALUE` or declare a default under [params]",
+                u.name, u.name
+            ),
         ),
         SubstError::Syntax(s) => field_err(file, s.field, s.message),
     }
@@ -200,9 +184,7 @@ fn resolve_path(base_file: &Path, p: &str) -> PathBuf {
 pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
     let mut m = BTreeMap::new();
     for s in sets {
-        let (k, v) = s
-            .split_once('=')
-            .ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        let (k, v) = s.split_once('=').ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
         if k.is_empty() {
             return Err(format!("`--set {s}`: the key is empty"));
         }
@@ -233,11 +215,7 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
         let ltext = read("layer definition", &lf)?;
         let lparsed: LayerBody = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         if lparsed.name != *name {
-            return Err(field_err(
-                &lf,
-                "name",
-                format!("is `{}` but the file is named for `{name}`", lparsed.name),
-            ));
+            return Err(field_err(&lf, "name", format!("is `{}` but the file is named for `{name}`", lparsed.name)));
         }
         let ldoc: toml::Value = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         layer_docs.push((lf, lparsed.params.clone().unwrap_or_default(), ldoc));
@@ -276,10 +254,7 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
             return Err(field_err(
                 file,
                 "layers",
-                format!(
-                    "layer `{}` appears twice; layer names must be unique",
-                    l.name
-                ),
+                format!("layer `{}` appears twice; layer names must be unique", l.name),
             ));
         }
     }
@@ -362,28 +337,14 @@ fn validate_base(file: &Path, b: BaseDef) -> Result<Base, SpecError> {
 }
 
 fn check_sha256(file: &Path, field: &str, s: &str) -> Result<(), SpecError> {
-    if s.len() != 64
-        || !s
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
-        return Err(field_err(
-            file,
-            field,
-            format!("`{s}` is not a sha256 (64 lowercase hex digits)"),
-        ));
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        return Err(field_err(file, field, format!("`{s}` is not a sha256 (64 lowercase hex digits)")));
     }
     Ok(())
 }
 
 fn parse_owner(file: &Path, field: &str, s: &str) -> Result<(u64, u64), SpecError> {
-    let bad = || {
-        field_err(
-            file,
-            field,
-            format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""),
-        )
-    };
+    let bad = || field_err(file, field, format!("`{s}` is not a numeric owner like \"0:0\" or \"1000:1000\""));
     let (u, g) = s.split_once(':').ok_or_else(bad)?;
     Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
@@ -398,21 +359,13 @@ fn parse_mode(file: &Path, field: &str, m: &raw::Mode) -> Result<u32, SpecError>
     };
     match v {
         Some(v) if v <= 0o7777 => Ok(v),
-        _ => Err(field_err(
-            file,
-            field,
-            "is not a file mode like \"0644\" or \"4755\"",
-        )),
+        _ => Err(field_err(file, field, "is not a file mode like \"0644\" or \"4755\"")),
     }
 }
 
 fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, SpecError> {
     if body.name.is_empty() {
-        return Err(field_err(
-            file,
-            format!("{prefix}name"),
-            "must not be empty",
-        ));
+        return Err(field_err(file, format!("{prefix}name"), "must not be empty"));
     }
     let mut sources = Vec::new();
     for (i, s) in body.source.into_iter().enumerate() {
@@ -429,11 +382,7 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
         if let Some(s) = &inp.sha256 {
             check_sha256(file, &format!("{f}.sha256"), s)?;
         }
-        inputs.push(Input {
-            kind,
-            sha256: inp.sha256,
-            dest: inp.dest,
-        });
+        inputs.push(Input { kind, sha256: inp.sha256, dest: inp.dest });
     }
     if !inputs.is_empty() && body.run.is_none() {
         return Err(field_err(
@@ -454,14 +403,7 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
             format!("layer `{}` has no sources, removals or run step", body.name),
         ));
     }
-    Ok(Layer {
-        name: body.name,
-        file: file.to_path_buf(),
-        sources,
-        remove: body.remove,
-        run: body.run,
-        inputs,
-    })
+    Ok(Layer { name: body.name, file: file.to_path_buf(), sources, remove: body.remove, run: body.run, inputs })
 }
 
 fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecError> {
@@ -479,10 +421,7 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
         return Err(field_err(
             file,
             f,
-            format!(
-                "give one of `dir`, `file`, `archive` or `rocm_artifacts`, not {}",
-                given.join(" and ")
-            ),
+            format!("give one of `dir`, `file`, `archive` or `rocm_artifacts`, not {}", given.join(" and ")),
         ));
     }
     let kind = if let Some(d) = &s.dir {
@@ -500,21 +439,13 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     } else if !s.remove.is_empty() {
         SourceKind::Remove
     } else {
-        return Err(field_err(
-            file,
-            f,
-            "give one of `dir`, `file`, `archive`, `rocm_artifacts` or `remove`",
-        ));
+        return Err(field_err(file, f, "give one of `dir`, `file`, `archive`, `rocm_artifacts` or `remove`"));
     };
     let only = |field: &str, ok: bool, what: &str| -> Result<(), SpecError> {
         if ok {
             Ok(())
         } else {
-            Err(field_err(
-                file,
-                format!("{f}.{field}"),
-                format!("applies only to {what} sources"),
-            ))
+            Err(field_err(file, format!("{f}.{field}"), format!("applies only to {what} sources")))
         }
     };
     let is_dir = matches!(kind, SourceKind::Dir(_));
@@ -522,67 +453,35 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
     let is_archive = matches!(kind, SourceKind::Archive(_));
     let is_rocm = matches!(kind, SourceKind::RocmArtifacts { .. });
     only("mode", s.mode.is_none() || is_file, "`file`")?;
-    only(
-        "components",
-        s.components.is_empty() || is_rocm,
-        "`rocm_artifacts`",
-    )?;
-    only(
-        "targets",
-        s.targets.is_empty() || is_rocm,
-        "`rocm_artifacts`",
-    )?;
+    only("components", s.components.is_empty() || is_rocm, "`rocm_artifacts`")?;
+    only("targets", s.targets.is_empty() || is_rocm, "`rocm_artifacts`")?;
     only("include", s.include.is_empty() || is_dir, "`dir`")?;
     only("exclude", s.exclude.is_empty() || is_dir, "`dir`")?;
-    only(
-        "strip_components",
-        s.strip_components.is_none() || is_archive,
-        "`archive`",
-    )?;
+    only("strip_components", s.strip_components.is_none() || is_archive, "`archive`")?;
     only("map", s.map.is_empty() || is_archive, "`archive`")?;
-    only(
-        "sha256",
-        s.sha256.is_none() || is_archive || is_file,
-        "`archive` and `file`",
-    )?;
-    only(
-        "devices",
-        s.devices.is_none() || is_archive || is_dir,
-        "`archive` and `dir`",
-    )?;
+    only("sha256", s.sha256.is_none() || is_archive || is_file, "`archive` and `file`")?;
+    only("devices", s.devices.is_none() || is_archive || is_dir, "`archive` and `dir`")?;
     if matches!(kind, SourceKind::Remove) && (s.dest.is_some() || s.owner.is_some()) {
-        return Err(field_err(
-            file,
-            f,
-            "a `remove` source takes no `dest` or `owner`",
-        ));
+        return Err(field_err(file, f, "a `remove` source takes no `dest` or `owner`"));
     }
-    let owner = s
-        .owner
-        .as_deref()
-        .map(|o| parse_owner(file, &format!("{f}.owner"), o))
-        .transpose()?;
-    let mode = s
-        .mode
-        .as_ref()
-        .map(|m| parse_mode(file, &format!("{f}.mode"), m))
-        .transpose()?;
+    let owner = s.owner.as_deref().map(|o| parse_owner(file, &format!("{f}.owner"), o)).transpose()?;
+    let mode = s.mode.as_ref().map(|m| parse_mode(file, &format!("{f}.mode"), m)).transpose()?;
     if let Some(h) = &s.sha256 {
         check_sha256(file, &format!("{f}.sha256"), h)?;
     }
     let dest = s.dest.unwrap_or_else(|| "/".into());
     if crate::tarball::path::normalize_dest(&dest).is_err() {
-        return Err(field_err(
-            file,
-            format!("{f}.dest"),
-            format!("`{dest}` must not contain `..`"),
-        ));
+        return Err(field_err(file, format!("{f}.dest"), format!("`{dest}` must not contain `..`")));
     }
     for (k, v) in &s.map {
         if crate::tarball::path::normalize_member(k.trim_start_matches("./").as_bytes()).is_err()
             || crate::tarball::path::normalize_dest(v).is_err()
         {
-            return Err(field_err(file, format!("{f}.map"), format!("`{k}` = `{v}`: keys are paths inside the archive, values destinations, neither with `..`")));
+            return Err(field_err(
+                file,
+                format!("{f}.map"),
+                format!("`{k}` = `{v}`: keys are paths inside the archive, values destinations, neither with `..`"),
+            ));
         }
     }
     for (i, g) in s.include.iter().chain(s.exclude.iter()).enumerate() {

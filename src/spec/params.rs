@@ -31,11 +31,7 @@ fn valid_name(n: &str) -> bool {
 }
 
 /// Substitute parameters in one string.
-pub fn subst_str(
-    s: &str,
-    field: &str,
-    params: &BTreeMap<String, String>,
-) -> Result<String, SubstError> {
+pub fn subst_str(s: &str, field: &str, params: &BTreeMap<String, String>) -> Result<String, SubstError> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find('$') {
@@ -55,19 +51,12 @@ pub fn subst_str(
             if !valid_name(name) {
                 return Err(SubstError::Syntax(BadSyntax {
                     field: field.into(),
-                    message: format!(
-                        "`${{{name}}}` is not a valid parameter name (letters, digits, `_`)"
-                    ),
+                    message: format!("`${{{name}}}` is not a valid parameter name (letters, digits, `_`)"),
                 }));
             }
             match params.get(name) {
                 Some(v) => out.push_str(v),
-                None => {
-                    return Err(SubstError::Unset(Unset {
-                        field: field.into(),
-                        name: name.into(),
-                    }))
-                }
+                None => return Err(SubstError::Unset(Unset { field: field.into(), name: name.into() })),
             }
             rest = &body[end + 1..];
         } else {
@@ -120,11 +109,7 @@ pub fn subst_value(
                 if skip.contains(&k.as_str()) {
                     continue;
                 }
-                let f = if field.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{field}.{k}")
-                };
+                let f = if field.is_empty() { k.clone() } else { format!("{field}.{k}") };
                 subst_value(item, &f, params, &[])?;
             }
         }
@@ -140,10 +125,7 @@ mod tests {
     #[test]
     fn substitutes_and_escapes() {
         let p: BTreeMap<String, String> = [("A".to_string(), "x".to_string())].into();
-        assert_eq!(
-            subst_str("${A}/b/$${A}/$5", "f", &p).unwrap(),
-            "x/b/${A}/$5"
-        );
+        assert_eq!(subst_str("${A}/b/$${A}/$5", "f", &p).unwrap(), "x/b/${A}/$5");
         match subst_str("${B}", "source[0].dir", &p) {
             Err(SubstError::Unset(u)) => {
                 assert_eq!(u.name, "B");
@@ -151,10 +133,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            subst_str("${A", "f", &p),
-            Err(SubstError::Syntax(_))
-        ));
+        assert!(matches!(subst_str("${A", "f", &p), Err(SubstError::Syntax(_))));
         assert_eq!(referenced("${A}-$${B}-${C}"), ["A", "C"]);
     }
 }

@@ -25,19 +25,14 @@ pub fn default_dir() -> PathBuf {
     if let Some(p) = std::env::var_os("QUARRY_CACHE").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    dirs::cache_dir()
-        .unwrap_or_else(std::env::temp_dir)
-        .join("quarry")
+    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("quarry")
 }
 
 impl Cache {
     pub fn open(root: &Path) -> Result<Cache, CacheError> {
-        let c = Cache {
-            root: root.to_path_buf(),
-        };
+        let c = Cache { root: root.to_path_buf() };
         for sub in ["blobs/sha256", "layers", "tmp"] {
-            std::fs::create_dir_all(root.join(sub))
-                .map_err(|err| c.err(format!("cannot create `{sub}`"), err))?;
+            std::fs::create_dir_all(root.join(sub)).map_err(|err| c.err(format!("cannot create `{sub}`"), err))?;
         }
         c.sweep_tmp();
         Ok(c)
@@ -59,21 +54,13 @@ impl Cache {
                 .is_some_and(|age| age > day);
             if old {
                 let p = e.path();
-                let _ = if p.is_dir() {
-                    std::fs::remove_dir_all(&p)
-                } else {
-                    std::fs::remove_file(&p)
-                };
+                let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
             }
         }
     }
 
     fn err(&self, what: impl Into<String>, err: io::Error) -> CacheError {
-        CacheError {
-            dir: self.root.display().to_string(),
-            what: what.into(),
-            err,
-        }
+        CacheError { dir: self.root.display().to_string(), what: what.into(), err }
     }
 
     pub fn root(&self) -> &Path {
@@ -86,15 +73,11 @@ impl Cache {
 
     /// Path of a blob by `sha256:<hex>` or bare hex.
     pub fn blob_path(&self, digest: &str) -> PathBuf {
-        self.root
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"))
+        self.root.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))
     }
 
     pub fn has_blob(&self, digest: &str, size: u64) -> bool {
-        std::fs::metadata(self.blob_path(digest))
-            .map(|m| m.len() == size)
-            .unwrap_or(false)
+        std::fs::metadata(self.blob_path(digest)).map(|m| m.len() == size).unwrap_or(false)
     }
 
     /// A temporary file in the cache, to be committed as a blob.
@@ -106,17 +89,12 @@ impl Cache {
     }
 
     /// Move a finished temporary file to its digest's name.
-    pub fn commit_blob(
-        &self,
-        tmp: tempfile::NamedTempFile,
-        hex: &str,
-    ) -> Result<PathBuf, CacheError> {
+    pub fn commit_blob(&self, tmp: tempfile::NamedTempFile, hex: &str) -> Result<PathBuf, CacheError> {
         let dest = self.blob_path(hex);
         // Blobs are content, not secrets: readable like any other file.
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
-        tmp.persist(&dest)
-            .map_err(|e| self.err(format!("cannot store blob {hex}"), e.error))?;
+        tmp.persist(&dest).map_err(|e| self.err(format!("cannot store blob {hex}"), e.error))?;
         Ok(dest)
     }
 
@@ -136,12 +114,9 @@ impl Cache {
             .prefix("record-")
             .tempfile_in(self.tmp_dir())
             .map_err(|e| self.err("cannot create a temporary file", e))?;
-        serde_json::to_writer(&mut tmp, blob)
-            .map_err(|e| self.err("cannot write a record", e.into()))?;
-        tmp.flush()
-            .map_err(|e| self.err("cannot write a record", e))?;
-        tmp.persist(self.record_path(key))
-            .map_err(|e| self.err("cannot store a record", e.error))?;
+        serde_json::to_writer(&mut tmp, blob).map_err(|e| self.err("cannot write a record", e.into()))?;
+        tmp.flush().map_err(|e| self.err("cannot write a record", e))?;
+        tmp.persist(self.record_path(key)).map_err(|e| self.err("cannot store a record", e.error))?;
         Ok(())
     }
 
@@ -152,16 +127,13 @@ impl Cache {
 
     pub fn write_note(&self, kind: &str, key: &str, data: &[u8]) -> Result<(), CacheError> {
         let dir = self.root.join(kind);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| self.err(format!("cannot create `{kind}`"), e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| self.err(format!("cannot create `{kind}`"), e))?;
         let mut tmp = tempfile::Builder::new()
             .prefix("note-")
             .tempfile_in(self.tmp_dir())
             .map_err(|e| self.err("cannot create a temporary file", e))?;
-        tmp.write_all(data)
-            .map_err(|e| self.err("cannot write", e))?;
-        tmp.persist(dir.join(key))
-            .map_err(|e| self.err("cannot store", e.error))?;
+        tmp.write_all(data).map_err(|e| self.err("cannot write", e))?;
+        tmp.persist(dir.join(key)).map_err(|e| self.err("cannot store", e.error))?;
         Ok(())
     }
 }

@@ -5,8 +5,8 @@
 use super::LayerBlob;
 use ocidir::cap_std::{ambient_authority, fs::Dir};
 use ocidir::oci_spec::image::{
-    Descriptor, DescriptorBuilder, ImageConfiguration, ImageIndex, ImageManifest,
-    ImageManifestBuilder, MediaType, Platform, SCHEMA_VERSION,
+    Descriptor, DescriptorBuilder, ImageConfiguration, ImageIndex, ImageManifest, ImageManifestBuilder, MediaType,
+    Platform, SCHEMA_VERSION,
 };
 use ocidir::{OciArchive, OciDir, OciRead};
 use std::io::{self, Read};
@@ -16,11 +16,7 @@ use std::str::FromStr;
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     #[error("`{path}`: {what}: {err}")]
-    Io {
-        path: String,
-        what: String,
-        err: io::Error,
-    },
+    Io { path: String, what: String, err: io::Error },
     #[error("`{path}`: {message}")]
     Bad { path: String, message: String },
 }
@@ -32,10 +28,7 @@ fn io_err(path: &Path, what: impl Into<String>) -> impl FnOnce(io::Error) -> Lay
 }
 
 fn bad(path: &Path, message: impl std::fmt::Display) -> LayoutError {
-    LayoutError::Bad {
-        path: path.display().to_string(),
-        message: message.to_string(),
-    }
+    LayoutError::Bad { path: path.display().to_string(), message: message.to_string() }
 }
 
 /// What `write_image` produced.
@@ -82,27 +75,19 @@ pub fn write_image(
 ) -> Result<Written, LayoutError> {
     if out.exists() {
         let is_layout = out.join("oci-layout").is_file();
-        let is_empty = std::fs::read_dir(out)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(false);
+        let is_empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
         if !is_layout && !is_empty {
-            return Err(bad(
-                out,
-                "exists and is not an OCI layout; choose another output with -o or remove it",
-            ));
+            return Err(bad(out, "exists and is not an OCI layout; choose another output with -o or remove it"));
         }
     }
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io_err(parent, "cannot create the output's parent"))?;
     let staging = tempfile::Builder::new()
         .prefix(".quarry-out-")
         .tempdir_in(parent)
         .map_err(io_err(parent, "cannot create a staging directory"))?;
-    let dir = Dir::open_ambient_dir(staging.path(), ambient_authority())
-        .map_err(io_err(staging.path(), "cannot open"))?;
+    let dir =
+        Dir::open_ambient_dir(staging.path(), ambient_authority()).map_err(io_err(staging.path(), "cannot open"))?;
     let oci = OciDir::ensure(dir).map_err(|e| bad(staging.path(), e))?;
 
     let blobs = staging.path().join("blobs/sha256");
@@ -126,26 +111,19 @@ pub fn write_image(
         .layers(descs)
         .build()
         .map_err(|e| bad(out, e))?;
-    let mdesc = oci
-        .insert_manifest(manifest, Some(tag), platform)
-        .map_err(|e| bad(out, e))?;
+    let mdesc = oci.insert_manifest(manifest, Some(tag), platform).map_err(|e| bad(out, e))?;
 
     // Swap the staging directory in.
     let staged = staging.keep();
     if out.exists() {
         let old = parent.join(format!(".quarry-old-{}", std::process::id()));
         std::fs::rename(out, &old).map_err(io_err(out, "cannot move the previous output aside"))?;
-        std::fs::rename(&staged, out)
-            .map_err(io_err(out, "cannot move the new output in place"))?;
+        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
         let _ = std::fs::remove_dir_all(&old);
     } else {
-        std::fs::rename(&staged, out)
-            .map_err(io_err(out, "cannot move the new output in place"))?;
+        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
     }
-    Ok(Written {
-        manifest_digest: mdesc.digest().to_string(),
-        config_digest: config_desc.digest().to_string(),
-    })
+    Ok(Written { manifest_digest: mdesc.digest().to_string(), config_digest: config_desc.digest().to_string() })
 }
 
 /// Blob access to an image source, a layout directory or an OCI archive.
@@ -172,14 +150,11 @@ impl ImageSource {
             if !path.join("index.json").is_file() {
                 return Err(bad(path, "is not an OCI image layout (no index.json)"));
             }
-            let dir = Dir::open_ambient_dir(path, ambient_authority())
-                .map_err(io_err(path, "cannot open"))?;
-            let oci =
-                OciDir::open(dir).map_err(|e| bad(path, format!("not an OCI layout: {e}")))?;
+            let dir = Dir::open_ambient_dir(path, ambient_authority()).map_err(io_err(path, "cannot open"))?;
+            let oci = OciDir::open(dir).map_err(|e| bad(path, format!("not an OCI layout: {e}")))?;
             Ok(ImageSource::Dir(oci, path.to_path_buf()))
         } else {
-            let a = OciArchive::open(path)
-                .map_err(|e| bad(path, format!("not an OCI archive: {e}")))?;
+            let a = OciArchive::open(path).map_err(|e| bad(path, format!("not an OCI archive: {e}")))?;
             Ok(ImageSource::Archive(a, path.to_path_buf()))
         }
     }
@@ -200,20 +175,13 @@ impl ImageSource {
 
     pub fn blob_reader(&self, desc: &Descriptor) -> Result<Box<dyn Read + Send>, LayoutError> {
         let r: Result<Box<dyn Read + Send>, ocidir::Error> = match self {
-            ImageSource::Dir(o, _) => o
-                .read_blob(desc)
-                .map(|f| Box::new(f) as Box<dyn Read + Send>),
-            ImageSource::Archive(a, _) => a
-                .read_blob(desc)
-                .map(|f| Box::new(f) as Box<dyn Read + Send>),
+            ImageSource::Dir(o, _) => o.read_blob(desc).map(|f| Box::new(f) as Box<dyn Read + Send>),
+            ImageSource::Archive(a, _) => a.read_blob(desc).map(|f| Box::new(f) as Box<dyn Read + Send>),
         };
         r.map_err(|e| bad(self.path(), format!("blob {}: {e}", desc.digest())))
     }
 
-    pub fn read_json<T: serde::de::DeserializeOwned>(
-        &self,
-        desc: &Descriptor,
-    ) -> Result<T, LayoutError> {
+    pub fn read_json<T: serde::de::DeserializeOwned>(&self, desc: &Descriptor) -> Result<T, LayoutError> {
         let r = self.blob_reader(desc)?;
         serde_json::from_reader(io::BufReader::new(r))
             .map_err(|e| bad(self.path(), format!("blob {}: {e}", desc.digest())))
@@ -222,20 +190,14 @@ impl ImageSource {
     /// For a layout directory, the file holding a blob (to hardlink it).
     pub fn blob_file(&self, digest: &str) -> Option<PathBuf> {
         match self {
-            ImageSource::Dir(_, p) => Some(
-                p.join("blobs/sha256")
-                    .join(digest.trim_start_matches("sha256:")),
-            ),
+            ImageSource::Dir(_, p) => Some(p.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))),
             ImageSource::Archive(..) => None,
         }
     }
 }
 
 fn tag_of(d: &Descriptor) -> Option<String> {
-    d.annotations()
-        .as_ref()
-        .and_then(|a| a.get("org.opencontainers.image.ref.name"))
-        .cloned()
+    d.annotations().as_ref().and_then(|a| a.get("org.opencontainers.image.ref.name")).cloned()
 }
 
 /// Open the image `reference` (a tag or `sha256:` digest; optional when the
@@ -249,13 +211,8 @@ pub fn open_image(
     let index = source.read_index()?;
     let all = index.manifests();
     let chosen: Vec<&Descriptor> = match reference {
-        Some(r) if r.starts_with("sha256:") => {
-            all.iter().filter(|d| d.digest().to_string() == r).collect()
-        }
-        Some(r) => all
-            .iter()
-            .filter(|d| tag_of(d).as_deref() == Some(r))
-            .collect(),
+        Some(r) if r.starts_with("sha256:") => all.iter().filter(|d| d.digest().to_string() == r).collect(),
+        Some(r) => all.iter().filter(|d| tag_of(d).as_deref() == Some(r)).collect(),
         None => all.iter().collect(),
     };
     let tags: Vec<String> = all.iter().filter_map(tag_of).collect();
@@ -266,24 +223,13 @@ pub fn open_image(
                 format!(
                     "no image `{}` here; tags present: {}",
                     reference.unwrap_or("(any)"),
-                    if tags.is_empty() {
-                        "none".to_string()
-                    } else {
-                        tags.join(", ")
-                    }
+                    if tags.is_empty() { "none".to_string() } else { tags.join(", ") }
                 ),
             ))
         }
         [one] => (*one).clone(),
         many if reference.is_none() => {
-            return Err(bad(
-                path,
-                format!(
-                    "holds {} images; name one with a tag ({})",
-                    many.len(),
-                    tags.join(", ")
-                ),
-            ))
+            return Err(bad(path, format!("holds {} images; name one with a tag ({})", many.len(), tags.join(", "))))
         }
         many => many[0].clone(),
     };
@@ -301,12 +247,7 @@ pub fn open_image(
                     .unwrap_or(false)
             })
             .cloned()
-            .ok_or_else(|| {
-                bad(
-                    path,
-                    format!("the image index has no manifest for {os}/{arch}"),
-                )
-            })?
+            .ok_or_else(|| bad(path, format!("the image index has no manifest for {os}/{arch}")))?
     } else {
         desc
     };

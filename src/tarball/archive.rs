@@ -17,25 +17,13 @@ pub enum ArchiveError {
     #[error("cannot read archive `{archive}`: {err}")]
     Io { archive: String, err: io::Error },
     #[error("archive `{archive}`: member `{member}` {problem}; archives must hold relative paths inside their root")]
-    BadPath {
-        archive: String,
-        member: String,
-        problem: PathProblem,
-    },
+    BadPath { archive: String, member: String, problem: PathProblem },
     #[error("archive `{archive}`: {err}")]
     Tree { archive: String, err: TreeError },
     #[error("archive `{archive}`: hardlink `{member}` points to `{target}`, outside the archive's extracted tree")]
-    HardlinkOut {
-        archive: String,
-        member: String,
-        target: String,
-    },
+    HardlinkOut { archive: String, member: String, target: String },
     #[error("archive `{archive}`: member `{member}` has an unsupported type ({kind})")]
-    Unsupported {
-        archive: String,
-        member: String,
-        kind: String,
-    },
+    Unsupported { archive: String, member: String, kind: String },
     #[error("archive `{archive}` is not a readable zip file ({err}); is it truncated?")]
     Zip { archive: String, err: String },
 }
@@ -87,11 +75,8 @@ pub struct Placement {
 impl Placement {
     /// Where a normalized member path lands, or None when it is dropped.
     pub fn place(&self, member: &[u8]) -> Option<Vec<u8>> {
-        let rel: &[u8] = if self.strip_components > 0 {
-            strip_components(member, self.strip_components)?
-        } else {
-            member
-        };
+        let rel: &[u8] =
+            if self.strip_components > 0 { strip_components(member, self.strip_components)? } else { member };
         if self.map.is_empty() {
             return Some(join(&self.dest, rel));
         }
@@ -121,11 +106,7 @@ impl Spool {
     fn create(dir: &Path) -> io::Result<Spool> {
         let tmp = tempfile::Builder::new().prefix("spool-").tempfile_in(dir)?;
         let (file, path) = tmp.keep().map_err(|e| e.error)?;
-        Ok(Spool {
-            path: Arc::new(path),
-            file: io::BufWriter::with_capacity(1 << 20, file),
-            len: 0,
-        })
+        Ok(Spool { path: Arc::new(path), file: io::BufWriter::with_capacity(1 << 20, file), len: 0 })
     }
 
     fn add(&mut self, mut r: impl Read) -> io::Result<(u64, u64)> {
@@ -150,10 +131,7 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn io(&self, err: io::Error) -> ArchiveError {
-        ArchiveError::Io {
-            archive: self.archive.clone(),
-            err,
-        }
+        ArchiveError::Io { archive: self.archive.clone(), err }
     }
 
     fn member_path(&self, raw: &[u8]) -> Result<Option<Vec<u8>>, ArchiveError> {
@@ -181,12 +159,7 @@ impl Ctx<'_> {
             self.seen_files.insert(path.clone());
         }
         self.report.members += 1;
-        self.tree
-            .insert(path, node)
-            .map_err(|err| ArchiveError::Tree {
-                archive: self.archive.clone(),
-                err,
-            })
+        self.tree.insert(path, node).map_err(|err| ArchiveError::Tree { archive: self.archive.clone(), err })
     }
 }
 
@@ -198,18 +171,9 @@ pub fn read_into(
     spool_dir: &Path,
 ) -> Result<ReadReport, ArchiveError> {
     let name = archive.display().to_string();
-    let io_err = |err| ArchiveError::Io {
-        archive: name.clone(),
-        err,
-    };
+    let io_err = |err| ArchiveError::Io { archive: name.clone(), err };
     let format = sniff(archive).map_err(io_err)?;
-    let mut ctx = Ctx {
-        archive: name.clone(),
-        tree,
-        place,
-        seen_files: HashSet::new(),
-        report: ReadReport::default(),
-    };
+    let mut ctx = Ctx { archive: name.clone(), tree, place, seen_files: HashSet::new(), report: ReadReport::default() };
     let file = File::open(archive).map_err(io_err)?;
     match format {
         Format::Zip => read_zip(file, &mut ctx, spool_dir)?,
@@ -218,16 +182,8 @@ pub fn read_into(
             &mut ctx,
             TarContent::InPlace(Arc::new(archive.to_path_buf())),
         )?,
-        Format::Gzip => read_spooled(
-            flate2::read::MultiGzDecoder::new(BufReader::new(file)),
-            &mut ctx,
-            spool_dir,
-        )?,
-        Format::Xz => read_spooled(
-            xz2::read::XzDecoder::new_multi_decoder(BufReader::new(file)),
-            &mut ctx,
-            spool_dir,
-        )?,
+        Format::Gzip => read_spooled(flate2::read::MultiGzDecoder::new(BufReader::new(file)), &mut ctx, spool_dir)?,
+        Format::Xz => read_spooled(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(file)), &mut ctx, spool_dir)?,
         Format::Zstd => {
             let d = zstd::stream::read::Decoder::new(file).map_err(io_err)?;
             read_spooled(d, &mut ctx, spool_dir)?
@@ -263,10 +219,7 @@ fn read_tar(r: impl Read, ctx: &mut Ctx, mut content: TarContent) -> Result<(), 
         node.uid = h.uid().unwrap_or(0);
         node.gid = h.gid().unwrap_or(0);
         node.mtime = h.mtime().unwrap_or(0);
-        let dev = (
-            h.device_major().ok().flatten().unwrap_or(0),
-            h.device_minor().ok().flatten().unwrap_or(0),
-        );
+        let dev = (h.device_major().ok().flatten().unwrap_or(0), h.device_minor().ok().flatten().unwrap_or(0));
         if let Ok(Some(exts)) = entry.pax_extensions() {
             for ext in exts.flatten() {
                 let key = ext.key().unwrap_or("");
@@ -274,9 +227,9 @@ fn read_tar(r: impl Read, ctx: &mut Ctx, mut content: TarContent) -> Result<(), 
                 match key {
                     "uid" => node.uid = num().unwrap_or(node.uid),
                     "gid" => node.gid = num().unwrap_or(node.gid),
-                    "SCHILY.xattr.security.capability" => node
-                        .xattrs
-                        .push(("security.capability".into(), ext.value_bytes().to_vec())),
+                    "SCHILY.xattr.security.capability" => {
+                        node.xattrs.push(("security.capability".into(), ext.value_bytes().to_vec()))
+                    }
                     _ => {}
                 }
             }
@@ -287,22 +240,15 @@ fn read_tar(r: impl Read, ctx: &mut Ctx, mut content: TarContent) -> Result<(), 
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = entry.size();
                 let content = match &mut content {
-                    TarContent::InPlace(file) => Content::Slice {
-                        file: file.clone(),
-                        offset: entry.raw_file_position(),
-                    },
+                    TarContent::InPlace(file) => {
+                        Content::Slice { file: file.clone(), offset: entry.raw_file_position() }
+                    }
                     TarContent::Spool(spool) => {
                         let (offset, n) = spool.add(&mut entry).map_err(|e| ctx.io(e))?;
                         if n != size {
-                            return Err(ctx.io(io::Error::new(
-                                io::ErrorKind::UnexpectedEof,
-                                "member is truncated",
-                            )));
+                            return Err(ctx.io(io::Error::new(io::ErrorKind::UnexpectedEof, "member is truncated")));
                         }
-                        Content::Slice {
-                            file: spool.path.clone(),
-                            offset,
-                        }
+                        Content::Slice { file: spool.path.clone(), offset }
                     }
                 };
                 Kind::File { size, content }
@@ -356,10 +302,8 @@ fn read_tar(r: impl Read, ctx: &mut Ctx, mut content: TarContent) -> Result<(), 
 }
 
 fn read_zip(file: File, ctx: &mut Ctx, spool_dir: &Path) -> Result<(), ArchiveError> {
-    let zip_err = |ctx: &Ctx, e: zip::result::ZipError| ArchiveError::Zip {
-        archive: ctx.archive.clone(),
-        err: e.to_string(),
-    };
+    let zip_err =
+        |ctx: &Ctx, e: zip::result::ZipError| ArchiveError::Zip { archive: ctx.archive.clone(), err: e.to_string() };
     let mut z = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| zip_err(ctx, e))?;
     let mut spool = Spool::create(spool_dir).map_err(|e| ctx.io(e))?;
     for i in 0..z.len() {
@@ -371,31 +315,15 @@ fn read_zip(file: File, ctx: &mut Ctx, spool_dir: &Path) -> Result<(), ArchiveEr
         let unix = f.unix_mode();
         let is_link = unix.map(|m| m & 0o170000 == 0o120000).unwrap_or(false);
         let node = if f.is_dir() {
-            Node::dir(
-                unix.map(|m| m & 0o7777)
-                    .filter(|m| *m != 0)
-                    .unwrap_or(0o755),
-            )
+            Node::dir(unix.map(|m| m & 0o7777).filter(|m| *m != 0).unwrap_or(0o755))
         } else if is_link {
             let mut target = Vec::new();
             f.read_to_end(&mut target).map_err(|e| ctx.io(e))?;
             Node::new(Kind::Symlink(target), 0o777)
         } else {
-            let mode = unix
-                .map(|m| m & 0o7777)
-                .filter(|m| *m != 0)
-                .unwrap_or(0o644);
+            let mode = unix.map(|m| m & 0o7777).filter(|m| *m != 0).unwrap_or(0o644);
             let (offset, size) = spool.add(&mut f).map_err(|e| ctx.io(e))?;
-            Node::new(
-                Kind::File {
-                    size,
-                    content: Content::Slice {
-                        file: spool.path.clone(),
-                        offset,
-                    },
-                },
-                mode,
-            )
+            Node::new(Kind::File { size, content: Content::Slice { file: spool.path.clone(), offset } }, mode)
         };
         drop(f);
         ctx.insert(path, node)?;

@@ -17,11 +17,7 @@ pub enum ExtractError {
     #[error("extraction target `{0}` exists and is not empty; choose an empty or new directory")]
     NotEmpty(String),
     #[error("extracting `{entry}` into `{dest}` failed: {err}")]
-    Io {
-        entry: String,
-        dest: String,
-        err: io::Error,
-    },
+    Io { entry: String, dest: String, err: io::Error },
     #[error(transparent)]
     Content(#[from] WriteError),
 }
@@ -33,19 +29,11 @@ fn rel(path: &[u8]) -> &Path {
 /// Extract `tree` below `dest`. Ownership is not applied (an unprivileged
 /// caller could not); modes are, directories last so read-only ones work.
 pub fn extract_tree(tree: &Tree, dest: &Path) -> Result<(), ExtractError> {
-    if dest.exists()
-        && fs::read_dir(dest)
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(true)
-    {
+    if dest.exists() && fs::read_dir(dest).map(|mut d| d.next().is_some()).unwrap_or(true) {
         return Err(ExtractError::NotEmpty(dest.display().to_string()));
     }
     let d = dest.display().to_string();
-    let err = |entry: &[u8], e: io::Error| ExtractError::Io {
-        entry: display(entry),
-        dest: d.clone(),
-        err: e,
-    };
+    let err = |entry: &[u8], e: io::Error| ExtractError::Io { entry: display(entry), dest: d.clone(), err: e };
     fs::create_dir_all(dest).map_err(|e| err(b"", e))?;
     let mut dirs: Vec<(PathBuf, u32)> = Vec::new();
     for (path, node) in tree.iter() {
@@ -63,8 +51,7 @@ pub fn extract_tree(tree: &Tree, dest: &Path) -> Result<(), ExtractError> {
                     .open(&full)
                     .map_err(|e| err(path, e))?;
                 copy_content(node, &mut f).map_err(|e| err(path, e))?;
-                fs::set_permissions(&full, fs::Permissions::from_mode(node.mode))
-                    .map_err(|e| err(path, e))?;
+                fs::set_permissions(&full, fs::Permissions::from_mode(node.mode)).map_err(|e| err(path, e))?;
             }
             Kind::Symlink(target) => {
                 std::os::unix::fs::symlink(rel(target), &full).map_err(|e| err(path, e))?;
@@ -77,8 +64,7 @@ pub fn extract_tree(tree: &Tree, dest: &Path) -> Result<(), ExtractError> {
         }
     }
     for (dir, mode) in dirs.into_iter().rev() {
-        fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
-            .map_err(|e| err(dir.as_os_str().as_bytes(), e))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(|e| err(dir.as_os_str().as_bytes(), e))?;
     }
     Ok(())
 }
@@ -99,10 +85,7 @@ fn copy_content(node: &super::tree::Node, out: &mut fs::File) -> io::Result<()> 
         Content::Bytes(b) => io::copy(&mut &b[..], out)?,
     };
     if copied != *size {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "content is shorter than recorded",
-        ));
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "content is shorter than recorded"));
     }
     Ok(())
 }

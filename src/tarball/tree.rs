@@ -60,28 +60,14 @@ pub struct Node {
 
 impl Node {
     pub fn new(kind: Kind, mode: u32) -> Node {
-        Node {
-            kind,
-            mode: mode & 0o7777,
-            uid: 0,
-            gid: 0,
-            mtime: 0,
-            xattrs: Vec::new(),
-            implicit: false,
-        }
+        Node { kind, mode: mode & 0o7777, uid: 0, gid: 0, mtime: 0, xattrs: Vec::new(), implicit: false }
     }
     pub fn dir(mode: u32) -> Node {
         Node::new(Kind::Dir, mode)
     }
     pub fn bytes(data: impl Into<Arc<[u8]>>, mode: u32) -> Node {
         let data: Arc<[u8]> = data.into();
-        Node::new(
-            Kind::File {
-                size: data.len() as u64,
-                content: Content::Bytes(data),
-            },
-            mode,
-        )
+        Node::new(Kind::File { size: data.len() as u64, content: Content::Bytes(data) }, mode)
     }
     pub fn owned(mut self, uid: u64, gid: u64) -> Node {
         self.uid = uid;
@@ -165,17 +151,9 @@ impl Tree {
                 Some(n) => match n.kind {
                     Kind::Dir => {}
                     Kind::Symlink(_) => {
-                        return Err(TreeError::ThroughSymlink {
-                            path: display(path),
-                            link: display(&a),
-                        })
+                        return Err(TreeError::ThroughSymlink { path: display(path), link: display(&a) })
                     }
-                    _ => {
-                        return Err(TreeError::NotADirectory {
-                            path: display(path),
-                            ancestor: display(&a),
-                        })
-                    }
+                    _ => return Err(TreeError::NotADirectory { path: display(path), ancestor: display(&a) }),
                 },
                 None => {
                     let mut d = Node::dir(0o755);
@@ -221,11 +199,7 @@ impl Tree {
     /// Record the deletion of a lower layer's `path` as an OCI whiteout file.
     pub fn whiteout(&mut self, path: &[u8]) -> Result<(), TreeError> {
         let parent_dir = parent(path).ok_or(TreeError::WhiteoutRoot)?;
-        let base = &path[if parent_dir.is_empty() {
-            0
-        } else {
-            parent_dir.len() + 1
-        }..];
+        let base = &path[if parent_dir.is_empty() { 0 } else { parent_dir.len() + 1 }..];
         let mut name = b".wh.".to_vec();
         name.extend_from_slice(base);
         self.insert(join(parent_dir, &name), Node::bytes(Vec::new(), 0o644))
@@ -258,10 +232,7 @@ impl Tree {
                         hops += 1;
                     }
                     Some(Kind::Hardlink(_)) | Some(Kind::Dir) | None => {
-                        return Err(TreeError::BadHardlink {
-                            path: display(&path),
-                            target: display(&target),
-                        })
+                        return Err(TreeError::BadHardlink { path: display(&path), target: display(&target) })
                     }
                     Some(_) => break,
                 }
@@ -270,11 +241,7 @@ impl Tree {
         }
         for (holder, members) in groups {
             let first = members.iter().min().cloned().expect("group has a member");
-            let canonical = if first < holder {
-                first
-            } else {
-                holder.clone()
-            };
+            let canonical = if first < holder { first } else { holder.clone() };
             if canonical != holder {
                 let data_node = self.entries.get(&holder).cloned().expect("holder exists");
                 let mut link_node = data_node.clone();
@@ -315,11 +282,7 @@ mod tests {
     #[test]
     fn refuses_writes_through_symlinks() {
         let mut t = Tree::new();
-        t.insert(
-            b"etc".to_vec(),
-            Node::new(Kind::Symlink(b"/tmp".to_vec()), 0o777),
-        )
-        .unwrap();
+        t.insert(b"etc".to_vec(), Node::new(Kind::Symlink(b"/tmp".to_vec()), 0o777)).unwrap();
         let e = t.insert(b"etc/passwd".to_vec(), file("root")).unwrap_err();
         assert!(matches!(e, TreeError::ThroughSymlink { .. }), "{e}");
     }
@@ -337,11 +300,7 @@ mod tests {
     fn hardlink_holder_moves_to_first_path() {
         let mut t = Tree::new();
         t.insert(b"z/data".to_vec(), file("d")).unwrap();
-        t.insert(
-            b"a/link".to_vec(),
-            Node::new(Kind::Hardlink(b"z/data".to_vec()), 0o644),
-        )
-        .unwrap();
+        t.insert(b"a/link".to_vec(), Node::new(Kind::Hardlink(b"z/data".to_vec()), 0o644)).unwrap();
         t.finalize_hardlinks().unwrap();
         assert!(matches!(t.get(b"a/link").unwrap().kind, Kind::File { .. }));
         match &t.get(b"z/data").unwrap().kind {
@@ -353,11 +312,7 @@ mod tests {
     #[test]
     fn dangling_hardlink_is_an_error() {
         let mut t = Tree::new();
-        t.insert(
-            b"a".to_vec(),
-            Node::new(Kind::Hardlink(b"nowhere".to_vec()), 0o644),
-        )
-        .unwrap();
+        t.insert(b"a".to_vec(), Node::new(Kind::Hardlink(b"nowhere".to_vec()), 0o644)).unwrap();
         assert!(t.finalize_hardlinks().is_err());
     }
 

@@ -15,11 +15,7 @@ const USTAR_ID_MAX: u64 = 0o7777777;
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     #[error("cannot read `{source_path}` for layer entry `{entry}`: {err}")]
-    Read {
-        entry: String,
-        source_path: String,
-        err: io::Error,
-    },
+    Read { entry: String, source_path: String, err: io::Error },
     #[error("`{source_path}` changed while the layer was written (expected {expected} bytes); re-run the build")]
     Changed { source_path: String, expected: u64 },
     #[error("writing the layer failed: {0}")]
@@ -69,11 +65,7 @@ fn pax_record(key: &str, value: &[u8], out: &mut Vec<(String, Vec<u8>)>) {
 }
 
 /// Build the ustar header and the PAX records an entry needs.
-fn header_for(
-    path: &[u8],
-    node: &Node,
-    opts: &WriteOptions,
-) -> (tar::Header, Vec<(String, Vec<u8>)>) {
+fn header_for(path: &[u8], node: &Node, opts: &WriteOptions) -> (tar::Header, Vec<(String, Vec<u8>)>) {
     let mut h = tar::Header::new_ustar();
     let mut pax = Vec::new();
 
@@ -136,38 +128,22 @@ fn header_for(
 }
 
 fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Box<dyn Read>, WriteError> {
-    let read_err = |src: &str, err| WriteError::Read {
-        entry: display(path),
-        source_path: src.to_string(),
-        err,
-    };
+    let read_err = |src: &str, err| WriteError::Read { entry: display(path), source_path: src.to_string(), err };
     match content {
         Content::Host(p) => {
             let src = p.display().to_string();
             let f = File::open(p).map_err(|e| read_err(&src, e))?;
             let len = f.metadata().map_err(|e| read_err(&src, e))?.len();
             if len != size {
-                return Err(WriteError::Changed {
-                    source_path: src,
-                    expected: size,
-                });
+                return Err(WriteError::Changed { source_path: src, expected: size });
             }
-            Ok(Box::new(Exact {
-                inner: io::BufReader::with_capacity(256 << 10, f),
-                left: size,
-                what: src,
-            }))
+            Ok(Box::new(Exact { inner: io::BufReader::with_capacity(256 << 10, f), left: size, what: src }))
         }
         Content::Slice { file, offset } => {
             let src = file.display().to_string();
             let mut f = File::open(file.as_ref()).map_err(|e| read_err(&src, e))?;
-            f.seek(SeekFrom::Start(*offset))
-                .map_err(|e| read_err(&src, e))?;
-            Ok(Box::new(Exact {
-                inner: io::BufReader::with_capacity(256 << 10, f),
-                left: size,
-                what: src,
-            }))
+            f.seek(SeekFrom::Start(*offset)).map_err(|e| read_err(&src, e))?;
+            Ok(Box::new(Exact { inner: io::BufReader::with_capacity(256 << 10, f), left: size, what: src }))
         }
         Content::Bytes(b) => Ok(Box::new(io::Cursor::new(b.clone()))),
     }
@@ -191,10 +167,7 @@ pub fn write_tar<W: Write>(
             Kind::File { size, content } => {
                 let reader = open_content(path, content, *size)?;
                 b.append(&header, reader).map_err(|e| match e.kind() {
-                    io::ErrorKind::UnexpectedEof => WriteError::Changed {
-                        source_path: display(path),
-                        expected: *size,
-                    },
+                    io::ErrorKind::UnexpectedEof => WriteError::Changed { source_path: display(path), expected: *size },
                     _ => WriteError::Io(e),
                 })?;
                 on_bytes(*size);
@@ -220,8 +193,7 @@ mod tests {
                     String::from_utf8(e.path_bytes().to_vec()).unwrap(),
                     h.mode().unwrap(),
                     h.mtime().unwrap(),
-                    e.link_name_bytes()
-                        .map(|l| String::from_utf8(l.to_vec()).unwrap()),
+                    e.link_name_bytes().map(|l| String::from_utf8(l.to_vec()).unwrap()),
                 )
             })
             .collect()
@@ -234,25 +206,9 @@ mod tests {
         let mut f = Node::bytes(b"hello".to_vec(), 0o4755);
         f.mtime = 1_700_000_000;
         t.insert(b"b/file".to_vec(), f).unwrap();
-        t.insert(
-            long.clone().into_bytes(),
-            Node::bytes(b"long".to_vec(), 0o644),
-        )
-        .unwrap();
-        t.insert(
-            b"a".to_vec(),
-            Node::new(Kind::Symlink(b"b/file".to_vec()), 0o777),
-        )
-        .unwrap();
-        let out = write_tar(
-            &t,
-            Vec::new(),
-            &WriteOptions {
-                source_date_epoch: 100,
-            },
-            &mut |_| {},
-        )
-        .unwrap();
+        t.insert(long.clone().into_bytes(), Node::bytes(b"long".to_vec(), 0o644)).unwrap();
+        t.insert(b"a".to_vec(), Node::new(Kind::Symlink(b"b/file".to_vec()), 0o777)).unwrap();
+        let out = write_tar(&t, Vec::new(), &WriteOptions { source_date_epoch: 100 }, &mut |_| {}).unwrap();
         let got = entries(&out);
         let names: Vec<&str> = got.iter().map(|e| e.0.as_str()).collect();
         assert_eq!(names, ["a", "b/", "b/file", "d/", long.as_str()]);
@@ -266,10 +222,8 @@ mod tests {
     fn same_tree_same_bytes() {
         let build = || {
             let mut t = Tree::new();
-            t.insert(b"x/y".to_vec(), Node::bytes(b"1".to_vec(), 0o644))
-                .unwrap();
-            t.insert(b"x/a".to_vec(), Node::bytes(b"2".to_vec(), 0o600))
-                .unwrap();
+            t.insert(b"x/y".to_vec(), Node::bytes(b"1".to_vec(), 0o644)).unwrap();
+            t.insert(b"x/a".to_vec(), Node::bytes(b"2".to_vec(), 0o600)).unwrap();
             write_tar(&t, Vec::new(), &WriteOptions::default(), &mut |_| {}).unwrap()
         };
         assert_eq!(build(), build());

@@ -64,10 +64,7 @@ impl Analysis {
 
     /// The policy the wheel can reach once external libraries are bundled.
     pub fn graftable_policy(&self) -> usize {
-        self.symbol_policy
-            .min(self.pyfpe_policy)
-            .min(self.blacklist_policy)
-            .min(self.machine_policy)
+        self.symbol_policy.min(self.pyfpe_policy).min(self.blacklist_policy).min(self.machine_policy)
     }
 
     /// The external libraries relative to policy `index`.
@@ -95,32 +92,17 @@ pub fn analyze(
     arch_hint: Option<Architecture>,
     options: &Options,
 ) -> Result<Analysis, WheelError> {
-    let root = root.canonicalize().map_err(|source| WheelError::Io {
-        path: root.to_path_buf(),
-        source,
-    })?;
-    let system = options
-        .system_paths
-        .clone()
-        .unwrap_or_else(SystemPaths::from_host);
+    let root = root.canonicalize().map_err(|source| WheelError::Io { path: root.to_path_buf(), source })?;
+    let system = options.system_paths.clone().unwrap_or_else(SystemPaths::from_host);
     let mut resolver = Resolver::new(system, &options.exclude)?;
-    let unsupported = |why: String| WheelError::Unsupported {
-        wheel: wheel.to_path_buf(),
-        why,
-    };
+    let unsupported = |why: String| WheelError::Unsupported { wheel: wheel.to_path_buf(), why };
 
-    let in_purelib: Vec<&String> = elf_files
-        .iter()
-        .filter(|f| f.split('/').rev().skip(1).any(|c| c == "purelib"))
-        .collect();
+    let in_purelib: Vec<&String> =
+        elf_files.iter().filter(|f| f.split('/').rev().skip(1).any(|c| c == "purelib")).collect();
     if !in_purelib.is_empty() {
         return Err(unsupported(format!(
             "shared libraries in purelib ({}); a binary wheel must put them in platlib",
-            in_purelib
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            in_purelib.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
         )));
     }
 
@@ -143,19 +125,14 @@ pub fn analyze(
             _ => {}
         }
         if tree.libc == Some(Libc::Musl) {
-            return Err(unsupported(format!(
-                "`{rel}` links musl libc; quarry checks manylinux (glibc) wheels only"
-            )));
+            return Err(unsupported(format!("`{rel}` links musl libc; quarry checks manylinux (glibc) wheels only")));
         }
         if policies.is_none() {
             policies = Some(Policies::for_arch(elf_arch)?);
         }
         let own_versions = tree.info.required_versions();
         for (lib, vs) in &own_versions {
-            versioned_symbols
-                .entry(lib.clone())
-                .or_default()
-                .extend(vs.iter().cloned());
+            versioned_symbols.entry(lib.clone()).or_default().extend(vs.iter().cloned());
         }
         let python_extension = is_python_extension(rel, &tree.info);
         elfs.push(ElfEntry {
@@ -168,9 +145,8 @@ pub fn analyze(
             python_extension,
         });
         if python_extension {
-            uses_pyfpe |= ["PyFPE_jbuf", "PyFPE_dummy", "PyFPE_counter"]
-                .iter()
-                .any(|s| tree.info.undefined_symbols.contains(*s));
+            uses_pyfpe |=
+                ["PyFPE_jbuf", "PyFPE_dummy", "PyFPE_counter"].iter().any(|s| tree.info.undefined_symbols.contains(*s));
             py_trees.insert(rel.clone(), tree);
         } else {
             nonpy_trees.insert(rel.clone(), tree);
@@ -191,11 +167,8 @@ pub fn analyze(
     for (rel, tree) in &py_trees {
         external_refs_by_file.insert(rel.clone(), external_references(&policies, tree, &root));
     }
-    let needed_by_any: BTreeSet<&str> = py_trees
-        .values()
-        .chain(nonpy_trees.values())
-        .flat_map(|t| t.needed.iter().map(String::as_str))
-        .collect();
+    let needed_by_any: BTreeSet<&str> =
+        py_trees.values().chain(nonpy_trees.values()).flat_map(|t| t.needed.iter().map(String::as_str)).collect();
     for (rel, tree) in &nonpy_trees {
         let file_name = rel.rsplit('/').next().unwrap_or(rel);
         if !needed_by_any.contains(file_name) {
@@ -208,11 +181,7 @@ pub fn analyze(
     for rel in &counted {
         for (i, refs) in external_refs_by_file[rel].iter().enumerate() {
             for (lib, syms) in &refs.blacklist {
-                external_refs[i]
-                    .blacklist
-                    .entry(lib.clone())
-                    .or_default()
-                    .extend(syms.iter().cloned());
+                external_refs[i].blacklist.entry(lib.clone()).or_default().extend(syms.iter().cloned());
             }
             for (lib, path) in &refs.libs {
                 external_refs[i].libs.insert(lib.clone(), path.clone());
@@ -222,8 +191,7 @@ pub fn analyze(
 
     // The symbol versions of each external library, for policies that
     // would have to bundle it.
-    let mut external_versions: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> =
-        BTreeMap::new();
+    let mut external_versions: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for refs in external_refs.iter().skip(1) {
         for (soname, path) in &refs.libs {
             let Some(path) = path else { continue };
@@ -241,10 +209,7 @@ pub fn analyze(
         for soname in refs.libs.keys() {
             if let Some(ext) = external_versions.get(soname) {
                 for (k, vs) in ext {
-                    symbols
-                        .entry(k.clone())
-                        .or_default()
-                        .extend(vs.iter().cloned());
+                    symbols.entry(k.clone()).or_default().extend(vs.iter().cloned());
                 }
             }
         }
@@ -253,37 +218,20 @@ pub fn analyze(
             symbol_policy = Some(found);
         }
     }
-    let symbol_policy =
-        symbol_policy.unwrap_or_else(|| policies.versioned_symbols_policy(&versioned_symbols));
-    let ref_policy = (0..policies.len())
-        .rev()
-        .find(|&i| external_refs[i].libs.is_empty())
-        .unwrap_or(Policies::LINUX);
-    let blacklist_policy = (0..policies.len())
-        .rev()
-        .find(|&i| external_refs[i].blacklist.is_empty())
-        .unwrap_or(Policies::LINUX);
+    let symbol_policy = symbol_policy.unwrap_or_else(|| policies.versioned_symbols_policy(&versioned_symbols));
+    let ref_policy = (0..policies.len()).rev().find(|&i| external_refs[i].libs.is_empty()).unwrap_or(Policies::LINUX);
+    let blacklist_policy =
+        (0..policies.len()).rev().find(|&i| external_refs[i].blacklist.is_empty()).unwrap_or(Policies::LINUX);
 
     let external_sonames: BTreeSet<String> = external_refs
         .iter()
         .skip(1)
-        .flat_map(|r| {
-            r.libs
-                .iter()
-                .filter(|(_, p)| p.is_some())
-                .map(|(s, _)| s.clone())
-        })
+        .flat_map(|r| r.libs.iter().filter(|(_, p)| p.is_some()).map(|(s, _)| s.clone()))
         .collect();
-    let counted_trees: Vec<&Tree> = counted
-        .iter()
-        .filter_map(|rel| py_trees.get(rel).or_else(|| nonpy_trees.get(rel)))
-        .collect();
+    let counted_trees: Vec<&Tree> =
+        counted.iter().filter_map(|rel| py_trees.get(rel).or_else(|| nonpy_trees.get(rel))).collect();
     let machine_policy = machine_policy(&policies, &counted_trees, &external_sonames);
-    let pyfpe_policy = if uses_pyfpe {
-        Policies::LINUX
-    } else {
-        policies.highest()
-    };
+    let pyfpe_policy = if uses_pyfpe { Policies::LINUX } else { policies.highest() };
 
     Ok(Analysis {
         policies,
@@ -305,11 +253,7 @@ pub fn analyze(
 fn is_python_extension(rel: &str, info: &ElfInfo) -> bool {
     let file = rel.rsplit('/').next().unwrap_or(rel);
     let module = file.split('.').next().unwrap_or(file);
-    let names = [
-        format!("PyInit_{module}"),
-        format!("init{module}"),
-        format!("_cffi_pypyinit_{module}"),
-    ];
+    let names = [format!("PyInit_{module}"), format!("init{module}"), format!("_cffi_pypyinit_{module}")];
     info.module_init_functions.iter().any(|f| names.contains(f))
 }
 
@@ -317,22 +261,16 @@ fn is_python_extension(rel: &str, info: &ElfInfo) -> bool {
 /// dependencies borrows them from a fully resolved tree that loads it (a
 /// bundled library finds its siblings through the extension's RPATH).
 fn fixup_trees(py: &BTreeMap<String, Tree>, nonpy: &mut BTreeMap<String, Tree>) {
-    let resolved: Vec<Tree> = py
-        .values()
-        .chain(nonpy.values())
-        .filter(|t| t.fully_resolved())
-        .cloned()
-        .collect();
+    let resolved: Vec<Tree> = py.values().chain(nonpy.values()).filter(|t| t.fully_resolved()).cloned().collect();
     for tree in nonpy.values_mut() {
         if tree.fully_resolved() {
             continue;
         }
         let own = super::ldd::follow_links(&tree.path);
-        let Some(reference) = resolved.iter().find(|r| {
-            r.libraries
-                .values()
-                .any(|l| l.realpath.as_deref().is_some_and(|p| same_file(p, &own)))
-        }) else {
+        let Some(reference) = resolved
+            .iter()
+            .find(|r| r.libraries.values().any(|l| l.realpath.as_deref().is_some_and(|p| same_file(p, &own))))
+        else {
             continue;
         };
         let mut new_libs = BTreeMap::new();
@@ -341,12 +279,8 @@ fn fixup_trees(py: &BTreeMap<String, Tree>, nonpy: &mut BTreeMap<String, Tree>) 
             if lib.realpath.is_none() {
                 if let Some(found) = reference.libraries.get(soname) {
                     new_libs.insert(soname.clone(), found.clone());
-                    let mut pending: BTreeSet<String> = found
-                        .needed
-                        .iter()
-                        .filter(|n| !all.contains(*n))
-                        .cloned()
-                        .collect();
+                    let mut pending: BTreeSet<String> =
+                        found.needed.iter().filter(|n| !all.contains(*n)).cloned().collect();
                     while !pending.is_empty() {
                         all.extend(pending.iter().cloned());
                         let mut next = BTreeSet::new();
@@ -383,14 +317,8 @@ fn external_references(policies: &Policies, tree: &Tree, root: &Path) -> Vec<Ext
     for (i, policy) in policies.iter() {
         let mut refs = ExternalRefs::default();
         if i != Policies::LINUX {
-            let keep = |lib: &String| {
-                !crate::elf::is_dynamic_loader(lib) && !policy.whitelist.contains(lib)
-            };
-            for lib in tree
-                .needed
-                .iter()
-                .filter(|l| policy.blacklist.contains_key(*l))
-            {
+            let keep = |lib: &String| !crate::elf::is_dynamic_loader(lib) && !policy.whitelist.contains(lib);
+            for lib in tree.needed.iter().filter(|l| policy.blacklist.contains_key(*l)) {
                 let bad: BTreeSet<String> = policy.blacklist[lib]
                     .iter()
                     .filter(|s| *s == "*" || tree.info.undefined_symbols.contains(*s))
@@ -400,20 +328,14 @@ fn external_references(policies: &Policies, tree: &Tree, root: &Path) -> Vec<Ext
                     refs.blacklist.insert(lib.clone(), bad);
                 }
             }
-            let mut pending: Vec<String> =
-                tree.needed.iter().filter(|l| keep(l)).cloned().collect();
+            let mut pending: Vec<String> = tree.needed.iter().filter(|l| keep(l)).cloned().collect();
             let mut reached: BTreeSet<String> = BTreeSet::new();
             while let Some(lib) = pending.pop() {
                 if !reached.insert(lib.clone()) {
                     continue;
                 }
                 if let Some(l) = tree.libraries.get(&lib) {
-                    pending.extend(
-                        l.needed
-                            .iter()
-                            .filter(|d| keep(d) && !reached.contains(*d))
-                            .cloned(),
-                    );
+                    pending.extend(l.needed.iter().filter(|d| keep(d) && !reached.contains(*d)).cloned());
                 }
             }
             for lib in reached {
@@ -432,11 +354,7 @@ fn external_references(policies: &Policies, tree: &Tree, root: &Path) -> Vec<Ext
 /// The highest policy every counted file's CPU level allows: an x86-64-v2+
 /// file gives plain linux, unless it is an external library some policy
 /// whitelists.
-fn machine_policy(
-    policies: &Policies,
-    trees: &[&Tree],
-    external_sonames: &BTreeSet<String>,
-) -> usize {
+fn machine_policy(policies: &Policies, trees: &[&Tree], external_sonames: &BTreeSet<String>) -> usize {
     let mut result = policies.highest();
     let mut checked: BTreeSet<PathBuf> = BTreeSet::new();
     let mut candidates: Vec<(Option<String>, Arc<ElfInfo>)> = Vec::new();
@@ -458,11 +376,7 @@ fn machine_policy(
             continue;
         }
         if let Some(soname) = soname {
-            let whitelisted = policies
-                .iter()
-                .filter(|(_, p)| p.whitelist.contains(&soname))
-                .map(|(i, _)| i)
-                .max();
+            let whitelisted = policies.iter().filter(|(_, p)| p.whitelist.contains(&soname)).map(|(i, _)| i).max();
             if let Some(i) = whitelisted.filter(|&i| i > Policies::LINUX) {
                 result = result.min(i);
                 continue;

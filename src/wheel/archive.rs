@@ -40,18 +40,12 @@ pub struct Scan {
 
 impl WheelZip {
     pub fn open(path: &Path) -> Result<WheelZip, WheelError> {
-        let file = File::open(path).map_err(|source| WheelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file = File::open(path).map_err(|source| WheelError::Io { path: path.to_path_buf(), source })?;
         let zip = ZipArchive::new(BufReader::new(file)).map_err(|e| WheelError::Zip {
             wheel: path.to_path_buf(),
             why: format!("{e}; the file is not a readable zip (is it truncated or not a wheel?)"),
         })?;
-        Ok(WheelZip {
-            path: path.to_path_buf(),
-            zip,
-        })
+        Ok(WheelZip { path: path.to_path_buf(), zip })
     }
 
     pub fn path(&self) -> &Path {
@@ -82,16 +76,10 @@ impl WheelZip {
         dirs.dedup();
         match dirs.len() {
             1 => Ok(dirs.remove(0)),
-            0 => Err(WheelError::Layout {
-                wheel: self.path.clone(),
-                why: "it has no `.dist-info` directory".into(),
-            }),
+            0 => Err(WheelError::Layout { wheel: self.path.clone(), why: "it has no `.dist-info` directory".into() }),
             _ => Err(WheelError::Layout {
                 wheel: self.path.clone(),
-                why: format!(
-                    "it has several `.dist-info` directories: {}",
-                    dirs.join(", ")
-                ),
+                why: format!("it has several `.dist-info` directories: {}", dirs.join(", ")),
             }),
         }
     }
@@ -100,22 +88,15 @@ impl WheelZip {
     pub fn read_file(&mut self, name: &str) -> Result<Vec<u8>, WheelError> {
         let path = self.path.clone();
         let mut entry = self.zip.by_name(name).map_err(|e| match e {
-            zip::result::ZipError::FileNotFound => WheelError::Layout {
-                wheel: path.clone(),
-                why: format!("it has no `{name}`"),
-            },
-            e => WheelError::Zip {
-                wheel: path.clone(),
-                why: format!("member `{name}`: {e}"),
-            },
+            zip::result::ZipError::FileNotFound => {
+                WheelError::Layout { wheel: path.clone(), why: format!("it has no `{name}`") }
+            }
+            e => WheelError::Zip { wheel: path.clone(), why: format!("member `{name}`: {e}") },
         })?;
         if entry.size() > MAX_METADATA_BYTES {
             return Err(WheelError::Layout {
                 wheel: path,
-                why: format!(
-                    "`{name}` is {} bytes, too large for a metadata file",
-                    entry.size()
-                ),
+                why: format!("`{name}` is {} bytes, too large for a metadata file", entry.size()),
             });
         }
         let mut buf = Vec::with_capacity(entry.size() as usize);
@@ -129,11 +110,7 @@ impl WheelZip {
     /// One pass over every entry: hash and size each file; write to `dest`
     /// those `want(name, first_bytes)` accepts (nothing is written outside
     /// `dest`: paths with `..` or a leading `/` are refused).
-    pub fn scan(
-        &mut self,
-        dest: Option<&Path>,
-        want: impl Fn(&str, &[u8]) -> bool,
-    ) -> Result<Scan, WheelError> {
+    pub fn scan(&mut self, dest: Option<&Path>, want: impl Fn(&str, &[u8]) -> bool) -> Result<Scan, WheelError> {
         let mut scan = Scan::default();
         let mut buf = vec![0u8; 1 << 16];
         for i in 0..self.zip.len() {
@@ -149,9 +126,7 @@ impl WheelZip {
             if entry.is_symlink() {
                 return Err(WheelError::Layout {
                     wheel: self.path.clone(),
-                    why: format!(
-                        "member `{name}` is a symbolic link; wheels hold regular files only"
-                    ),
+                    why: format!("member `{name}` is a symbolic link; wheels hold regular files only"),
                 });
             }
             if scan.files.contains_key(&name) {
@@ -180,9 +155,7 @@ impl WheelZip {
                 }
             }
             let mut out = match dest {
-                Some(dest) if want(&name, &buf[..head_len]) => {
-                    Some(create_file(dest, &name, executable)?)
-                }
+                Some(dest) if want(&name, &buf[..head_len]) => Some(create_file(dest, &name, executable)?),
                 _ => None,
             };
             let mut hasher = Sha256::new();
@@ -195,11 +168,7 @@ impl WheelZip {
                 hasher.update(&buf[..chunk]);
                 size += chunk as u64;
                 if let Some((path, f)) = out.as_mut() {
-                    f.write_all(&buf[..chunk])
-                        .map_err(|source| WheelError::Io {
-                            path: path.clone(),
-                            source,
-                        })?;
+                    f.write_all(&buf[..chunk]).map_err(|source| WheelError::Io { path: path.clone(), source })?;
                 }
                 chunk = loop {
                     match entry.read(&mut buf) {
@@ -210,27 +179,16 @@ impl WheelZip {
                 };
             }
             if size != declared {
-                return Err(damaged(io::Error::other(format!(
-                    "holds {size} bytes, its header says {declared}"
-                ))));
+                return Err(damaged(io::Error::other(format!("holds {size} bytes, its header says {declared}"))));
             }
             if let Some((path, f)) = out {
                 f.into_inner()
-                    .map_err(|e| WheelError::Io {
-                        path: path.clone(),
-                        source: e.into_error(),
-                    })?
+                    .map_err(|e| WheelError::Io { path: path.clone(), source: e.into_error() })?
                     .sync_all()
                     .ok();
                 scan.extracted.push(name.clone());
             }
-            scan.files.insert(
-                name,
-                Measured {
-                    sha256: hasher.finalize().into(),
-                    size,
-                },
-            );
+            scan.files.insert(name, Measured { sha256: hasher.finalize().into(), size });
         }
         Ok(scan)
     }
@@ -249,39 +207,27 @@ fn safe_name(wheel: &Path, raw: &[u8]) -> Result<String, WheelError> {
     })
 }
 
-fn create_file(
-    dest: &Path,
-    name: &str,
-    executable: bool,
-) -> Result<(PathBuf, BufWriter<File>), WheelError> {
+fn create_file(dest: &Path, name: &str, executable: bool) -> Result<(PathBuf, BufWriter<File>), WheelError> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = dest.join(name);
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| WheelError::Io {
-            path: parent.to_path_buf(),
-            source,
-        })?;
+        std::fs::create_dir_all(parent).map_err(|source| WheelError::Io { path: parent.to_path_buf(), source })?;
     }
     let f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(if executable { 0o755 } else { 0o644 })
         .open(&path)
-        .map_err(|source| WheelError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        .map_err(|source| WheelError::Io { path: path.clone(), source })?;
     Ok((path, BufWriter::with_capacity(1 << 16, f)))
 }
 
 /// SOURCE_DATE_EPOCH from the environment, when set.
 pub fn source_date_epoch() -> Result<Option<i64>, WheelError> {
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| WheelError::BadEpoch { value: v.clone() }),
+        Ok(v) if !v.trim().is_empty() => {
+            v.trim().parse::<i64>().map(Some).map_err(|_| WheelError::BadEpoch { value: v.clone() })
+        }
         _ => Ok(None),
     }
 }
@@ -292,9 +238,7 @@ pub fn zip_time(epoch: i64) -> DateTime {
     use chrono::{Datelike, Timelike};
     let min = 315_532_800; // 1980-01-01T00:00:00Z
     let max = 4_354_819_198; // 2107-12-31T23:59:58Z
-    let t = chrono::DateTime::from_timestamp(epoch.clamp(min, max), 0)
-        .unwrap_or_default()
-        .naive_utc();
+    let t = chrono::DateTime::from_timestamp(epoch.clamp(min, max), 0).unwrap_or_default().naive_utc();
     DateTime::from_date_and_time(
         t.year() as u16,
         t.month() as u8,
@@ -309,47 +253,27 @@ pub fn zip_time(epoch: i64) -> DateTime {
 /// Sort key of a wheel member: package files first, then the `.dist-info`
 /// directory, RECORD (and its signatures) at the very end.
 fn member_order(name: &str, dist_info: &str) -> (u8, u8, String) {
-    let in_dist_info = name
-        .split('/')
-        .next()
-        .is_some_and(|top| top.ends_with(".dist-info"));
+    let in_dist_info = name.split('/').next().is_some_and(|top| top.ends_with(".dist-info"));
     let is_record = name == format!("{dist_info}/RECORD");
-    (
-        u8::from(in_dist_info),
-        u8::from(is_record),
-        name.to_string(),
-    )
+    (u8::from(in_dist_info), u8::from(is_record), name.to_string())
 }
 
 /// Turn the unpacked wheel under `root` into a wheel at `out`: RECORD is
 /// regenerated (signatures dropped), members are sorted and stamped with
 /// `time`; the zip is written to a temporary name and renamed, so a failure
 /// never leaves a partial wheel at `out`.
-pub fn pack_dir(
-    root: &Path,
-    dist_info: &str,
-    out: &Path,
-    time: DateTime,
-) -> Result<(), WheelError> {
+pub fn pack_dir(root: &Path, dist_info: &str, out: &Path, time: DateTime) -> Result<(), WheelError> {
     let mut names = Vec::new();
     for entry in walkdir::WalkDir::new(root).follow_links(false) {
         let entry = entry.map_err(|e| WheelError::Io {
-            path: e
-                .path()
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| root.to_path_buf()),
-            source: e
-                .into_io_error()
-                .unwrap_or_else(|| io::Error::other("walk failed")),
+            path: e.path().map(Path::to_path_buf).unwrap_or_else(|| root.to_path_buf()),
+            source: e.into_io_error().unwrap_or_else(|| io::Error::other("walk failed")),
         })?;
         let ft = entry.file_type();
         if ft.is_dir() {
             continue;
         }
-        let rel = entry
-            .path()
-            .strip_prefix(root)
-            .expect("walkdir stays under its root");
+        let rel = entry.path().strip_prefix(root).expect("walkdir stays under its root");
         let rel = rel.to_str().ok_or_else(|| WheelError::Layout {
             wheel: root.to_path_buf(),
             why: format!("`{}` is not a UTF-8 path", rel.display()),
@@ -363,18 +287,11 @@ pub fn pack_dir(
         names.push(rel.to_string());
     }
     let record_name = format!("{dist_info}/RECORD");
-    names.retain(|n| {
-        n != &record_name
-            && *n != format!("{record_name}.jws")
-            && *n != format!("{record_name}.p7s")
-    });
+    names.retain(|n| n != &record_name && *n != format!("{record_name}.jws") && *n != format!("{record_name}.p7s"));
     for sig in ["RECORD.jws", "RECORD.p7s"] {
         let p = root.join(dist_info).join(sig);
         if p.exists() {
-            std::fs::remove_file(&p).map_err(|source| WheelError::Io {
-                path: p.clone(),
-                source,
-            })?;
+            std::fs::remove_file(&p).map_err(|source| WheelError::Io { path: p.clone(), source })?;
         }
     }
     names.push(record_name.clone());
@@ -383,25 +300,14 @@ pub fn pack_dir(
     let mut rows = Vec::with_capacity(names.len());
     for n in &names {
         if *n == record_name {
-            rows.push(RecordRow {
-                path: n.clone(),
-                hash: None,
-                size: None,
-            });
+            rows.push(RecordRow { path: n.clone(), hash: None, size: None });
             continue;
         }
         let path = root.join(n);
-        let f = File::open(&path).map_err(|source| WheelError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let f = File::open(&path).map_err(|source| WheelError::Io { path: path.clone(), source })?;
         let mut hasher = HashCount::default();
-        io::copy(&mut BufReader::with_capacity(1 << 16, f), &mut hasher).map_err(|source| {
-            WheelError::Io {
-                path: path.clone(),
-                source,
-            }
-        })?;
+        io::copy(&mut BufReader::with_capacity(1 << 16, f), &mut hasher)
+            .map_err(|source| WheelError::Io { path: path.clone(), source })?;
         let field = record::sha256_field(&hasher.hasher.finalize());
         rows.push(RecordRow {
             path: n.clone(),
@@ -410,44 +316,24 @@ pub fn pack_dir(
         });
     }
     let record_path = root.join(&record_name);
-    std::fs::write(&record_path, record::write(&rows)).map_err(|source| WheelError::Io {
-        path: record_path,
-        source,
-    })?;
+    std::fs::write(&record_path, record::write(&rows))
+        .map_err(|source| WheelError::Io { path: record_path, source })?;
 
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = tempfile::Builder::new()
         .prefix(".quarry-wheel-")
         .suffix(".tmp")
         .tempfile_in(parent)
-        .map_err(|source| WheelError::Io {
-            path: parent.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| WheelError::Io { path: parent.to_path_buf(), source })?;
     let entries: Vec<(String, PathBuf)> = names.iter().map(|n| (n.clone(), root.join(n))).collect();
     write_zip(&entries, time, tmp.as_file()).map_err(|e| match e {
         WriteError::Io(path, source) => WheelError::Io { path, source },
-        WriteError::Zip(why) => WheelError::Zip {
-            wheel: out.to_path_buf(),
-            why,
-        },
+        WriteError::Zip(why) => WheelError::Zip { wheel: out.to_path_buf(), why },
     })?;
     // Wheels are ordinary files (tempfile creates 0600).
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .map_err(|source| WheelError::Io {
-        path: tmp.path().to_path_buf(),
-        source,
-    })?;
-    tmp.persist(out).map_err(|e| WheelError::Io {
-        path: out.to_path_buf(),
-        source: e.error,
-    })?;
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|source| WheelError::Io { path: tmp.path().to_path_buf(), source })?;
+    tmp.persist(out).map_err(|e| WheelError::Io { path: out.to_path_buf(), source: e.error })?;
     Ok(())
 }
 
@@ -479,11 +365,7 @@ fn write_zip(entries: &[(String, PathBuf)], time: DateTime, out: &File) -> Resul
     let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, out));
     for (name, path) in entries {
         let meta = std::fs::metadata(path).map_err(|e| WriteError::Io(path.clone(), e))?;
-        let mode = if meta.permissions().mode() & 0o111 != 0 {
-            0o755
-        } else {
-            0o644
-        };
+        let mode = if meta.permissions().mode() & 0o111 != 0 { 0o755 } else { 0o644 };
         // Deflating nothing only adds a two-byte stream: store empty files.
         let (method, level) = if meta.len() == 0 {
             (CompressionMethod::Stored, None)
@@ -496,17 +378,12 @@ fn write_zip(entries: &[(String, PathBuf)], time: DateTime, out: &File) -> Resul
             .last_modified_time(time)
             .unix_permissions(mode)
             .large_file(meta.len() >= ZIP64_FILE_THRESHOLD);
-        zip.start_file(name.as_str(), options)
-            .map_err(|e| WriteError::Zip(format!("writing `{name}`: {e}")))?;
+        zip.start_file(name.as_str(), options).map_err(|e| WriteError::Zip(format!("writing `{name}`: {e}")))?;
         let f = File::open(path).map_err(|e| WriteError::Io(path.clone(), e))?;
-        io::copy(&mut BufReader::with_capacity(1 << 16, f), &mut zip)
-            .map_err(|e| WriteError::Io(path.clone(), e))?;
+        io::copy(&mut BufReader::with_capacity(1 << 16, f), &mut zip).map_err(|e| WriteError::Io(path.clone(), e))?;
     }
-    let mut w = zip
-        .finish()
-        .map_err(|e| WriteError::Zip(format!("finishing the archive: {e}")))?;
-    w.flush()
-        .map_err(|e| WriteError::Io(PathBuf::from("<output wheel>"), e))?;
+    let mut w = zip.finish().map_err(|e| WriteError::Zip(format!("finishing the archive: {e}")))?;
+    w.flush().map_err(|e| WriteError::Io(PathBuf::from("<output wheel>"), e))?;
     Ok(())
 }
 
@@ -516,15 +393,9 @@ mod tests {
 
     #[test]
     fn zip_times_clip() {
-        assert_eq!(
-            zip_time(0),
-            DateTime::from_date_and_time(1980, 1, 1, 0, 0, 0).unwrap()
-        );
+        assert_eq!(zip_time(0), DateTime::from_date_and_time(1980, 1, 1, 0, 0, 0).unwrap());
         // 2023-11-14T22:13:21Z -> seconds rounded down to even.
-        assert_eq!(
-            zip_time(1_700_000_001),
-            DateTime::from_date_and_time(2023, 11, 14, 22, 13, 20).unwrap()
-        );
+        assert_eq!(zip_time(1_700_000_001), DateTime::from_date_and_time(2023, 11, 14, 22, 13, 20).unwrap());
         assert_eq!(zip_time(i64::MAX).year(), 2107);
     }
 
@@ -535,10 +406,7 @@ mod tests {
         for (name, data) in [
             ("pkg/b.py", "b"),
             ("pkg/a.py", "a"),
-            (
-                "pkg-1.0.dist-info/WHEEL",
-                "Wheel-Version: 1.0\nTag: py3-none-any\n",
-            ),
+            ("pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n"),
             ("pkg-1.0.dist-info/METADATA", "Name: pkg\nVersion: 1.0\n"),
             ("pkg-1.0.dist-info/RECORD", "stale"),
             ("zzz.py", "z"),
@@ -566,8 +434,7 @@ mod tests {
             ]
         );
         let scan = w.scan(None, |_, _| false).unwrap();
-        let rows =
-            record::parse(&w.read_file("pkg-1.0.dist-info/RECORD").unwrap(), "RECORD").unwrap();
+        let rows = record::parse(&w.read_file("pkg-1.0.dist-info/RECORD").unwrap(), "RECORD").unwrap();
         assert!(record::verify(&rows, &scan.files, "pkg-1.0.dist-info/RECORD").is_empty());
         assert_eq!(scan.latest_time, Some(zip_time(1_700_000_000)));
     }
@@ -583,10 +450,7 @@ mod tests {
         let data = std::fs::read(&out).unwrap();
         std::fs::write(&out, &data[..data.len() / 2]).unwrap();
         let err = WheelZip::open(&out).err().unwrap().to_string();
-        assert!(
-            err.contains("p-1-py3-none-any.whl") && err.contains("truncated"),
-            "{err}"
-        );
+        assert!(err.contains("p-1-py3-none-any.whl") && err.contains("truncated"), "{err}");
     }
 }
 
@@ -601,19 +465,14 @@ mod zip64_tests {
         let dir = tempfile::tempdir().unwrap();
         let one = dir.path().join("one");
         std::fs::write(&one, b"").unwrap(); // empty: stored, so the test stays fast
-        let entries: Vec<(String, PathBuf)> = (0..70_000)
-            .map(|i| (format!("p/{i:05}"), one.clone()))
-            .collect();
+        let entries: Vec<(String, PathBuf)> = (0..70_000).map(|i| (format!("p/{i:05}"), one.clone())).collect();
         let out = dir.path().join("many.zip");
         let f = File::create(&out).unwrap();
         assert!(write_zip(&entries, zip_time(0), &f).is_ok());
         drop(f);
         let data = std::fs::read(&out).unwrap();
         // The ZIP64 end-of-central-directory record and locator are present.
-        assert!(
-            data.windows(4).any(|w| w == b"PK\x06\x06")
-                && data.windows(4).any(|w| w == b"PK\x06\x07")
-        );
+        assert!(data.windows(4).any(|w| w == b"PK\x06\x06") && data.windows(4).any(|w| w == b"PK\x06\x07"));
         let mut w = WheelZip::open(&out).unwrap();
         assert_eq!(w.file_names().unwrap().len(), 70_000);
         let scan = w.scan(None, |_, _| false).unwrap();

@@ -48,11 +48,8 @@ pub struct CheckSummary {
 
 /// The architecture a wheel's platform tags name, when they agree.
 pub fn arch_from_name(name: &WheelName) -> Option<Architecture> {
-    let archs: BTreeSet<Architecture> = name
-        .platform_tags
-        .iter()
-        .filter_map(|t| Architecture::from_platform_tag(t))
-        .collect();
+    let archs: BTreeSet<Architecture> =
+        name.platform_tags.iter().filter_map(|t| Architecture::from_platform_tag(t)).collect();
     (archs.len() == 1).then(|| *archs.iter().next().expect("one element"))
 }
 
@@ -62,11 +59,7 @@ pub fn is_elf_member(name: &str, head: &[u8]) -> bool {
 }
 
 /// Verify RECORD against what the scan measured.
-pub fn record_problems(
-    zip: &mut WheelZip,
-    dist_info: &str,
-    scan: &Scan,
-) -> Result<Vec<String>, WheelError> {
+pub fn record_problems(zip: &mut WheelZip, dist_info: &str, scan: &Scan) -> Result<Vec<String>, WheelError> {
     let record_name = format!("{dist_info}/RECORD");
     if !scan.files.contains_key(&record_name) {
         return Ok(vec![format!("`{record_name}` is missing")]);
@@ -80,40 +73,22 @@ pub fn record_problems(
 
 /// Check one wheel.
 pub fn check(wheel: &Path, options: &Options) -> Result<CheckReport, WheelError> {
-    let file_name = wheel
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let file_name = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name = WheelName::parse(&file_name)?;
     let mut zip = WheelZip::open(wheel)?;
     let dist_info = zip.dist_info_dir()?;
     let work = tempfile::Builder::new()
         .prefix("quarry-check-")
         .tempdir()
-        .map_err(|source| WheelError::Io {
-            path: std::env::temp_dir(),
-            source,
-        })?;
+        .map_err(|source| WheelError::Io { path: std::env::temp_dir(), source })?;
     let scan = zip.scan(Some(work.path()), is_elf_member)?;
     let record_problems = record_problems(&mut zip, &dist_info, &scan)?;
     let analysis = if scan.extracted.is_empty() {
         None
     } else {
-        Some(analyze::analyze(
-            wheel,
-            work.path(),
-            &scan.extracted,
-            arch_from_name(&name),
-            options,
-        )?)
+        Some(analyze::analyze(wheel, work.path(), &scan.extracted, arch_from_name(&name), options)?)
     };
-    Ok(CheckReport {
-        wheel: wheel.to_path_buf(),
-        name,
-        dist_info,
-        record_problems,
-        analysis,
-    })
+    Ok(CheckReport { wheel: wheel.to_path_buf(), name, dist_info, record_problems, analysis })
 }
 
 impl CheckReport {
@@ -123,9 +98,7 @@ impl CheckReport {
 
     /// The policy the wheel satisfies as it is.
     pub fn policy_name(&self) -> Option<String> {
-        self.analysis
-            .as_ref()
-            .map(|a| a.policies.get(a.policy()).name.clone())
+        self.analysis.as_ref().map(|a| a.policies.get(a.policy()).name.clone())
     }
 
     /// The policy repair aims at by default: the reachable one, or the
@@ -138,11 +111,7 @@ impl CheckReport {
     }
 
     pub fn summary(&self) -> CheckSummary {
-        let wheel = self
-            .wheel
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let wheel = self.wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let (symbol_versions, external_libs, excluded_libs, symbol_policy, repairable_policy, elfs) =
             match &self.analysis {
                 Some(a) => (

@@ -63,9 +63,7 @@ pub struct SystemPaths {
 impl SystemPaths {
     /// This machine's paths.
     pub fn from_host() -> SystemPaths {
-        let env = std::env::var("LD_LIBRARY_PATH")
-            .map(|v| parse_ld_paths(&v, None))
-            .unwrap_or_default();
+        let env = std::env::var("LD_LIBRARY_PATH").map(|v| parse_ld_paths(&v, None)).unwrap_or_default();
         let mut conf = dedupe(parse_ld_so_conf(Path::new("/etc/ld.so.conf"), 0));
         conf.retain(|p| p.is_dir());
         conf.extend(["/lib", "/lib64", "/usr/lib", "/usr/lib64"].map(PathBuf::from));
@@ -97,17 +95,12 @@ impl Resolver {
         let exclude = exclude
             .iter()
             .map(|p| {
-                Glob::new(p).map(|g| g.compile_matcher()).map_err(|e| {
-                    WheelError::Policy(format!("--exclude `{p}` is not a valid glob: {e}"))
-                })
+                Glob::new(p)
+                    .map(|g| g.compile_matcher())
+                    .map_err(|e| WheelError::Policy(format!("--exclude `{p}` is not a valid glob: {e}")))
             })
             .collect::<Result<_, _>>()?;
-        Ok(Resolver {
-            system,
-            exclude,
-            cache: HashMap::new(),
-            excluded: BTreeSet::new(),
-        })
+        Ok(Resolver { system, exclude, cache: HashMap::new(), excluded: BTreeSet::new() })
     }
 
     fn is_excluded(&self, s: &str) -> bool {
@@ -117,10 +110,7 @@ impl Resolver {
     /// Read (once) the ELF facts of a library candidate; None when it is not
     /// a readable ELF file (it is then skipped, like a missing file).
     fn library_info(&mut self, path: &Path) -> Option<Arc<ElfInfo>> {
-        self.cache
-            .entry(path.to_path_buf())
-            .or_insert_with(|| elf::read(path).ok().map(Arc::new))
-            .clone()
+        self.cache.entry(path.to_path_buf()).or_insert_with(|| elf::read(path).ok().map(Arc::new)).clone()
     }
 
     /// The dependency tree of the ELF file at `path` (an absolute path).
@@ -131,20 +121,11 @@ impl Resolver {
         let mut interp_dirs = Vec::new();
         if let Some(interp) = &info.interpreter {
             let interp_path = normpath(Path::new(interp));
-            let soname = interp_path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            libc = Some(if soname.starts_with("ld-musl-") {
-                Libc::Musl
-            } else {
-                Libc::Glibc
-            });
+            let soname = interp_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            libc = Some(if soname.starts_with("ld-musl-") { Libc::Musl } else { Libc::Glibc });
             let dir = interp_path.parent().unwrap_or(Path::new("/")).to_path_buf();
-            interp_dirs = vec![
-                normpath(&dir),
-                normpath(&Path::new("/usr").join(dir.strip_prefix("/").unwrap_or(&dir))),
-            ];
+            interp_dirs =
+                vec![normpath(&dir), normpath(&Path::new("/usr").join(dir.strip_prefix("/").unwrap_or(&dir)))];
             libraries.insert(
                 soname.clone(),
                 Library {
@@ -159,27 +140,14 @@ impl Resolver {
         for soname in &info.needed {
             if soname.starts_with("libc.musl-") || soname.starts_with("ld-musl-") {
                 libc.get_or_insert(Libc::Musl);
-            } else if soname == "libc.so.6"
-                || soname.starts_with("ld-linux-")
-                || soname.starts_with("ld64.so.")
-            {
+            } else if soname == "libc.so.6" || soname.starts_with("ld-linux-") || soname.starts_with("ld64.so.") {
                 libc.get_or_insert(Libc::Glibc);
             }
         }
         let (rpath, runpath) = search_paths(&info, path);
-        let main = MainPaths {
-            rpath: rpath.clone(),
-            runpath: runpath.clone(),
-            interp: interp_dirs,
-        };
+        let main = MainPaths { rpath: rpath.clone(), runpath: runpath.clone(), interp: interp_dirs };
         let needed = self.resolve_needed(&info, &rpath, &runpath, &main, &mut libraries)?;
-        Ok(Tree {
-            path: path.to_path_buf(),
-            info,
-            libc,
-            needed,
-            libraries,
-        })
+        Ok(Tree { path: path.to_path_buf(), info, libc, needed, libraries })
     }
 
     fn resolve_needed(
@@ -211,13 +179,8 @@ impl Resolver {
                 self.excluded.insert(soname.clone());
                 continue;
             }
-            let unresolved = Library {
-                soname: soname.clone(),
-                path: None,
-                realpath: None,
-                info: None,
-                needed: Vec::new(),
-            };
+            let unresolved =
+                Library { soname: soname.clone(), path: None, realpath: None, info: None, needed: Vec::new() };
             if is_libpython(soname) {
                 // Never analysed: repair removes the dependency instead.
                 libraries.insert(soname.clone(), unresolved);
@@ -243,18 +206,12 @@ impl Resolver {
                 },
             );
             let (dep_rpath, dep_runpath) = search_paths(&dep, &realpath);
-            let dep_needed =
-                self.resolve_needed(&dep, &dep_rpath, &dep_runpath, main, libraries)?;
+            let dep_needed = self.resolve_needed(&dep, &dep_rpath, &dep_runpath, main, libraries)?;
             if let Some(lib) = libraries.get_mut(soname) {
                 lib.needed = dep_needed;
             }
         }
-        Ok(info
-            .needed
-            .iter()
-            .filter(|n| !excluded_here.contains(*n))
-            .cloned()
-            .collect())
+        Ok(info.needed.iter().filter(|n| !excluded_here.contains(*n)).cloned().collect())
     }
 
     /// The first library named `soname` in `search` that this file can load.
@@ -283,16 +240,8 @@ impl Resolver {
 /// RPATH and RUNPATH of a file, parsed; RPATH is dropped when RUNPATH
 /// names an existing directory (the loader ignores RPATH then).
 fn search_paths(info: &ElfInfo, path: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let mut rpath = info
-        .rpath
-        .as_deref()
-        .map(|r| parse_ld_paths(r, Some(path)))
-        .unwrap_or_default();
-    let runpath = info
-        .runpath
-        .as_deref()
-        .map(|r| parse_ld_paths(r, Some(path)))
-        .unwrap_or_default();
+    let mut rpath = info.rpath.as_deref().map(|r| parse_ld_paths(r, Some(path))).unwrap_or_default();
+    let runpath = info.runpath.as_deref().map(|r| parse_ld_paths(r, Some(path))).unwrap_or_default();
     if !runpath.is_empty() {
         rpath.clear();
     }
@@ -340,11 +289,7 @@ pub fn parse_ld_paths(value: &str, origin_of: Option<&Path>) -> Vec<PathBuf> {
             } else {
                 std::env::current_dir().unwrap_or_default().join(file)
             };
-            let dir = abs
-                .parent()
-                .unwrap_or(Path::new("/"))
-                .to_string_lossy()
-                .into_owned();
+            let dir = abs.parent().unwrap_or(Path::new("/")).to_string_lossy().into_owned();
             PathBuf::from(entry.replace("${ORIGIN}", &dir).replace("$ORIGIN", &dir))
         } else {
             PathBuf::from(entry)
@@ -399,21 +344,15 @@ fn glob_files(pattern: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut out: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| matcher.is_match(e.file_name()))
-        .map(|e| e.path())
-        .collect();
+    let mut out: Vec<PathBuf> =
+        entries.filter_map(Result::ok).filter(|e| matcher.is_match(e.file_name())).map(|e| e.path()).collect();
     out.sort();
     out
 }
 
 fn dedupe(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     let mut seen = std::collections::HashSet::new();
-    paths
-        .into_iter()
-        .filter(|p| seen.insert(p.clone()))
-        .collect()
+    paths.into_iter().filter(|p| seen.insert(p.clone())).collect()
 }
 
 /// Lexical normalization (`a/./b/../c` -> `a/c`), as Python's normpath.
@@ -466,27 +405,18 @@ mod tests {
 
     #[test]
     fn paths() {
-        assert_eq!(
-            normpath(Path::new("/a/./b/../c//d")),
-            PathBuf::from("/a/c/d")
-        );
+        assert_eq!(normpath(Path::new("/a/./b/../c//d")), PathBuf::from("/a/c/d"));
         assert_eq!(normpath(Path::new("/../a")), PathBuf::from("/a"));
         let dir = tempfile::tempdir().unwrap();
         let lib = dir.path().join("pkg/mod.so");
         std::fs::create_dir_all(dir.path().join("pkg.libs")).unwrap();
         std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
-        let got = parse_ld_paths(
-            "$ORIGIN/../pkg.libs:${ORIGIN}/missing:/nonexistent",
-            Some(&lib),
-        );
+        let got = parse_ld_paths("$ORIGIN/../pkg.libs:${ORIGIN}/missing:/nonexistent", Some(&lib));
         assert_eq!(got, vec![dir.path().join("pkg.libs")]);
         assert!(parse_ld_paths("$ORIGIN", None).is_empty());
 
         std::fs::write(dir.path().join("real.so.1.2"), b"x").unwrap();
         std::os::unix::fs::symlink("real.so.1.2", dir.path().join("real.so.1")).unwrap();
-        assert_eq!(
-            follow_links(&dir.path().join("real.so.1")),
-            dir.path().join("real.so.1.2")
-        );
+        assert_eq!(follow_links(&dir.path().join("real.so.1")), dir.path().join("real.so.1.2"));
     }
 }

@@ -14,23 +14,14 @@ use std::path::{Path, PathBuf};
 /// template, e.g. by [`super::version::expand_template`]) appended to its
 /// version. Returns the new wheel's path.
 pub fn add_local_version(wheel: &Path, label: &str, out_dir: &Path) -> Result<PathBuf, WheelError> {
-    let file_name = wheel
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let file_name = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name = WheelName::parse(&file_name)?;
     let new_version = with_local_label(&name.version, label)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| WheelError::Io {
-        path: out_dir.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(out_dir).map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
     let work = tempfile::Builder::new()
         .prefix(".quarry-relabel-")
         .tempdir_in(out_dir)
-        .map_err(|source| WheelError::Io {
-            path: out_dir.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
     let root = work.path().join("wheel");
 
     let mut zip = WheelZip::open(wheel)?;
@@ -38,16 +29,11 @@ pub fn add_local_version(wheel: &Path, label: &str, out_dir: &Path) -> Result<Pa
     let scan = zip.scan(Some(&root), |_, _| true)?;
     let problems = record_problems(&mut zip, &dist_info, &scan)?;
     if !problems.is_empty() {
-        return Err(WheelError::Record {
-            wheel: wheel.to_path_buf(),
-            problems,
-        });
+        return Err(WheelError::Record { wheel: wheel.to_path_buf(), problems });
     }
 
     // `{name}-{version}.dist-info`: the name part has no `-` in a valid wheel.
-    let stem = dist_info
-        .strip_suffix(".dist-info")
-        .expect("found by suffix");
+    let stem = dist_info.strip_suffix(".dist-info").expect("found by suffix");
     let (dist_name, _) = stem.split_once('-').ok_or_else(|| WheelError::Layout {
         wheel: wheel.to_path_buf(),
         why: format!("`{dist_info}` is not `{{name}}-{{version}}.dist-info`"),
@@ -56,34 +42,20 @@ pub fn add_local_version(wheel: &Path, label: &str, out_dir: &Path) -> Result<Pa
     let rename = |from: &str, to: &str| -> Result<(), WheelError> {
         let (a, b) = (root.join(from), root.join(to));
         if a.exists() && from != to {
-            std::fs::rename(&a, &b).map_err(|source| WheelError::Io {
-                path: a.clone(),
-                source,
-            })?;
+            std::fs::rename(&a, &b).map_err(|source| WheelError::Io { path: a.clone(), source })?;
         }
         Ok(())
     };
     rename(&dist_info, &new_dist_info)?;
-    rename(
-        &format!("{stem}.data"),
-        &format!("{dist_name}-{new_version}.data"),
-    )?;
+    rename(&format!("{stem}.data"), &format!("{dist_name}-{new_version}.data"))?;
 
     let metadata_path = root.join(&new_dist_info).join("METADATA");
-    let text = std::fs::read_to_string(&metadata_path).map_err(|source| WheelError::Io {
-        path: metadata_path.clone(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(&metadata_path)
+        .map_err(|source| WheelError::Io { path: metadata_path.clone(), source })?;
     let text = metadata::set_metadata_version(&text, &new_version)?;
-    std::fs::write(&metadata_path, text).map_err(|source| WheelError::Io {
-        path: metadata_path.clone(),
-        source,
-    })?;
+    std::fs::write(&metadata_path, text).map_err(|source| WheelError::Io { path: metadata_path.clone(), source })?;
 
-    let new_name = WheelName {
-        version: new_version,
-        ..name
-    };
+    let new_name = WheelName { version: new_version, ..name };
     let time = match archive::source_date_epoch()? {
         Some(epoch) => archive::zip_time(epoch),
         None => scan.latest_time.unwrap_or_default(),
@@ -109,50 +81,24 @@ mod tests {
                 "flash_attn-2.8.3.dist-info/METADATA",
                 "Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n\nbody\n",
             ),
-            (
-                "flash_attn-2.8.3.dist-info/WHEEL",
-                "Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n",
-            ),
+            ("flash_attn-2.8.3.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n"),
         ] {
             let p = root.join(name);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, data).unwrap();
         }
-        let wheel = dir
-            .path()
-            .join("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl");
-        archive::pack_dir(
-            &root,
-            "flash_attn-2.8.3.dist-info",
-            &wheel,
-            archive::zip_time(1_700_000_000),
-        )
-        .unwrap();
+        let wheel = dir.path().join("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl");
+        archive::pack_dir(&root, "flash_attn-2.8.3.dist-info", &wheel, archive::zip_time(1_700_000_000)).unwrap();
 
         let out = add_local_version(&wheel, "rocm6.2torch2.5", &dir.path().join("out")).unwrap();
-        assert_eq!(
-            out.file_name().unwrap(),
-            "flash_attn-2.8.3+rocm6.2torch2.5-cp311-cp311-linux_x86_64.whl"
-        );
+        assert_eq!(out.file_name().unwrap(), "flash_attn-2.8.3+rocm6.2torch2.5-cp311-cp311-linux_x86_64.whl");
         let mut zip = WheelZip::open(&out).unwrap();
         let names = zip.file_names().unwrap();
-        assert!(
-            names.contains(&"flash_attn-2.8.3+rocm6.2torch2.5.dist-info/METADATA".to_string()),
-            "{names:?}"
-        );
-        assert!(
-            names.contains(&"flash_attn-2.8.3+rocm6.2torch2.5.data/scripts/tool".to_string()),
-            "{names:?}"
-        );
-        let meta = String::from_utf8(
-            zip.read_file("flash_attn-2.8.3+rocm6.2torch2.5.dist-info/METADATA")
-                .unwrap(),
-        )
-        .unwrap();
-        assert!(
-            meta.contains("\nVersion: 2.8.3+rocm6.2torch2.5\n"),
-            "{meta}"
-        );
+        assert!(names.contains(&"flash_attn-2.8.3+rocm6.2torch2.5.dist-info/METADATA".to_string()), "{names:?}");
+        assert!(names.contains(&"flash_attn-2.8.3+rocm6.2torch2.5.data/scripts/tool".to_string()), "{names:?}");
+        let meta =
+            String::from_utf8(zip.read_file("flash_attn-2.8.3+rocm6.2torch2.5.dist-info/METADATA").unwrap()).unwrap();
+        assert!(meta.contains("\nVersion: 2.8.3+rocm6.2torch2.5\n"), "{meta}");
         let scan = zip.scan(None, |_, _| false).unwrap();
         let rec = "flash_attn-2.8.3+rocm6.2torch2.5.dist-info/RECORD";
         let rows = record::parse(&zip.read_file(rec).unwrap(), rec).unwrap();

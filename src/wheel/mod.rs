@@ -9,6 +9,7 @@
 
 pub mod analyze;
 pub mod archive;
+pub mod build;
 pub mod check;
 pub mod ldd;
 pub mod local_version;
@@ -24,10 +25,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum WheelError {
     #[error("`{path}`: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("wheel `{wheel}`: {why}")]
     Zip { wheel: PathBuf, why: String },
     #[error("wheel `{wheel}`: {why}")]
@@ -37,11 +35,7 @@ pub enum WheelError {
     #[error("local version `{label}` is not valid: {why} (PEP 440: letters and digits in segments separated by `.`)")]
     BadLocalVersion { label: String, why: String },
     #[error("`{record}` line {line}: {why}")]
-    BadRecord {
-        record: String,
-        line: u64,
-        why: String,
-    },
+    BadRecord { record: String, line: u64, why: String },
     #[error("{file}: {why}")]
     BadMetadata { file: String, why: String },
     #[error("SOURCE_DATE_EPOCH=`{value}` is not a whole number of seconds")]
@@ -49,10 +43,7 @@ pub enum WheelError {
     #[error("manylinux policy data: {0}")]
     Policy(String),
     #[error("wheel `{wheel}`: RECORD is wrong:\n  {}", problems.join("\n  "))]
-    Record {
-        wheel: PathBuf,
-        problems: Vec<String>,
-    },
+    Record { wheel: PathBuf, problems: Vec<String> },
     #[error("wheel `{wheel}`: {why}")]
     Unsupported { wheel: PathBuf, why: String },
     #[error("cannot repair `{wheel}`: {why}")]

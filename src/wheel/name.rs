@@ -18,29 +18,15 @@ pub struct WheelName {
 impl WheelName {
     /// Parse a wheel file name (the final component only).
     pub fn parse(file_name: &str) -> Result<WheelName, WheelError> {
-        let bad = |why: &str| WheelError::BadName {
-            name: file_name.to_string(),
-            why: why.to_string(),
-        };
-        let stem = file_name
-            .strip_suffix(".whl")
-            .ok_or_else(|| bad("it does not end with `.whl`"))?;
+        let bad = |why: &str| WheelError::BadName { name: file_name.to_string(), why: why.to_string() };
+        let stem = file_name.strip_suffix(".whl").ok_or_else(|| bad("it does not end with `.whl`"))?;
         let parts: Vec<&str> = stem.split('-').collect();
         let (name, version, build, py, abi, plat) = match parts.as_slice() {
             [n, v, p, a, pl] => (*n, *v, None, *p, *a, *pl),
             [n, v, b, p, a, pl] => (*n, *v, Some(*b), *p, *a, *pl),
-            _ => {
-                return Err(bad(
-                    "expected `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`",
-                ))
-            }
+            _ => return Err(bad("expected `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`")),
         };
-        if name.is_empty()
-            || version.is_empty()
-            || py.is_empty()
-            || abi.is_empty()
-            || plat.is_empty()
-        {
+        if name.is_empty() || version.is_empty() || py.is_empty() || abi.is_empty() || plat.is_empty() {
             return Err(bad("a field is empty"));
         }
         if let Some(b) = build {
@@ -89,13 +75,7 @@ impl std::fmt::Display for WheelName {
         if let Some(b) = &self.build {
             write!(f, "-{b}")?;
         }
-        write!(
-            f,
-            "-{}-{}-{}.whl",
-            self.python_tags.join("."),
-            self.abi_tags.join("."),
-            self.platform_tags.join(".")
-        )
+        write!(f, "-{}-{}-{}.whl", self.python_tags.join("."), self.abi_tags.join("."), self.platform_tags.join("."))
     }
 }
 
@@ -124,37 +104,22 @@ mod tests {
 
     #[test]
     fn parse_and_format() {
-        let n = WheelName::parse("flash_attn-2.8.3+rocm6.2torch2.5-cp311-cp311-linux_x86_64.whl")
-            .unwrap();
+        let n = WheelName::parse("flash_attn-2.8.3+rocm6.2torch2.5-cp311-cp311-linux_x86_64.whl").unwrap();
         assert_eq!(n.name, "flash_attn");
         assert_eq!(n.version, "2.8.3+rocm6.2torch2.5");
         assert_eq!(n.platform_tags, ["linux_x86_64"]);
-        assert_eq!(
-            n.to_string(),
-            "flash_attn-2.8.3+rocm6.2torch2.5-cp311-cp311-linux_x86_64.whl"
-        );
+        assert_eq!(n.to_string(), "flash_attn-2.8.3+rocm6.2torch2.5-cp311-cp311-linux_x86_64.whl");
 
-        let n = WheelName::parse(
-            "msgpack-1.1.0-1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
-        )
-        .unwrap();
+        let n = WheelName::parse("msgpack-1.1.0-1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl").unwrap();
         assert_eq!(n.build.as_deref(), Some("1"));
-        assert_eq!(
-            n.platform_tags,
-            ["manylinux2014_x86_64", "manylinux_2_17_x86_64"]
-        );
+        assert_eq!(n.platform_tags, ["manylinux2014_x86_64", "manylinux_2_17_x86_64"]);
         assert_eq!(n.expanded_tags().len(), 2);
-        assert_eq!(
-            n.to_string(),
-            "msgpack-1.1.0-1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
-        );
+        assert_eq!(n.to_string(), "msgpack-1.1.0-1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl");
 
         assert!(WheelName::parse("foo-1.0.tar.gz").is_err());
         assert!(WheelName::parse("foo-1.0-cp311.whl").is_err());
         assert!(WheelName::parse("foo-1.0-x-cp311-cp311-any.whl").is_err());
-        assert!(WheelName::parse("six-1.16.0-py2.py3-none-any.whl")
-            .unwrap()
-            .is_pure());
+        assert!(WheelName::parse("six-1.16.0-py2.py3-none-any.whl").unwrap().is_pure());
     }
 
     #[test]

@@ -51,9 +51,8 @@ pub struct Policies {
 impl Policies {
     /// The manylinux policies for `arch`.
     pub fn for_arch(arch: Architecture) -> Result<Policies, WheelError> {
-        let raw: Vec<RawPolicy> = serde_json::from_str(POLICY_JSON).map_err(|e| {
-            WheelError::Policy(format!("the vendored policy file does not parse: {e}"))
-        })?;
+        let raw: Vec<RawPolicy> = serde_json::from_str(POLICY_JSON)
+            .map_err(|e| WheelError::Policy(format!("the vendored policy file does not parse: {e}")))?;
         let a = arch.as_str();
         let mut list: Vec<Policy> = raw
             .into_iter()
@@ -65,9 +64,7 @@ impl Policies {
                     .filter(|_| p.name != "linux")
                     .map(|m| {
                         m.iter()
-                            .map(|(ns, vs)| {
-                                (ns.clone(), vs.iter().map(|v| format!("{ns}_{v}")).collect())
-                            })
+                            .map(|(ns, vs)| (ns.clone(), vs.iter().map(|v| format!("{ns}_{v}")).collect()))
                             .collect()
                     })
                     .unwrap_or_default();
@@ -78,19 +75,13 @@ impl Policies {
                     priority: p.priority,
                     symbol_versions,
                     whitelist: p.lib_whitelist.into_iter().collect(),
-                    blacklist: p
-                        .blacklist
-                        .into_iter()
-                        .map(|(k, v)| (k, v.into_iter().collect()))
-                        .collect(),
+                    blacklist: p.blacklist.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect(),
                 }
             })
             .collect();
         list.sort_by_key(|p| p.priority);
         if list.first().map(|p| p.base.as_str()) != Some("linux") || list.len() < 2 {
-            return Err(WheelError::Policy(format!(
-                "the policy file has no manylinux policies for {a}"
-            )));
+            return Err(WheelError::Policy(format!("the policy file has no manylinux policies for {a}")));
         }
         Ok(Policies { arch, list })
     }
@@ -129,10 +120,7 @@ impl Policies {
     pub fn find(&self, name: &str) -> Option<usize> {
         let suffixed = format!("{name}_{}", self.arch.as_str());
         self.list.iter().position(|p| {
-            p.name == name
-                || p.aliases.iter().any(|a| a == name)
-                || p.name == suffixed
-                || p.aliases.contains(&suffixed)
+            p.name == name || p.aliases.iter().any(|a| a == name) || p.name == suffixed || p.aliases.contains(&suffixed)
         })
     }
 
@@ -157,12 +145,10 @@ impl Policies {
             .rev()
             .find(|&i| {
                 let allowed = &self.list[i].symbol_versions;
-                by_namespace
-                    .iter()
-                    .all(|(ns, needed)| match allowed.get(*ns) {
-                        None => true,
-                        Some(set) => needed.iter().all(|v| set.contains(*v)),
-                    })
+                by_namespace.iter().all(|(ns, needed)| match allowed.get(*ns) {
+                    None => true,
+                    Some(set) => needed.iter().all(|v| set.contains(*v)),
+                })
             })
             .unwrap_or(Self::LINUX)
     }
@@ -173,10 +159,7 @@ mod tests {
     use super::*;
 
     fn req(pairs: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {
-        pairs
-            .iter()
-            .map(|(k, vs)| (k.to_string(), vs.iter().map(|v| v.to_string()).collect()))
-            .collect()
+        pairs.iter().map(|(k, vs)| (k.to_string(), vs.iter().map(|v| v.to_string()).collect())).collect()
     }
 
     #[test]
@@ -187,62 +170,24 @@ mod tests {
         assert_eq!(p.get(p.highest()).name, "manylinux_2_5_x86_64");
         assert_eq!(p.get(p.lowest()).name, "manylinux_2_41_x86_64");
         assert_eq!(
-            p.find("manylinux2014_x86_64")
-                .map(|i| p.get(i).name.clone())
-                .as_deref(),
+            p.find("manylinux2014_x86_64").map(|i| p.get(i).name.clone()).as_deref(),
             Some("manylinux_2_17_x86_64")
         );
-        assert_eq!(
-            p.find("manylinux_2_28")
-                .map(|i| p.get(i).name.clone())
-                .as_deref(),
-            Some("manylinux_2_28_x86_64")
-        );
+        assert_eq!(p.find("manylinux_2_28").map(|i| p.get(i).name.clone()).as_deref(), Some("manylinux_2_28_x86_64"));
         // Highest allowed versions from the reference table (GLIBC, GLIBCXX, CXXABI, GCC).
         let table = [
-            (
-                "manylinux_2_5",
-                "GLIBC_2.5",
-                "GLIBCXX_3.4.8",
-                "CXXABI_1.3.1",
-                "GCC_4.2.0",
-            ),
-            (
-                "manylinux_2_17",
-                "GLIBC_2.17",
-                "GLIBCXX_3.4.19",
-                "CXXABI_1.3.7",
-                "GCC_4.8.0",
-            ),
-            (
-                "manylinux_2_28",
-                "GLIBC_2.28",
-                "GLIBCXX_3.4.24",
-                "CXXABI_1.3.11",
-                "GCC_7.0.0",
-            ),
-            (
-                "manylinux_2_34",
-                "GLIBC_2.34",
-                "GLIBCXX_3.4.29",
-                "CXXABI_1.3.13",
-                "GCC_7.0.0",
-            ),
+            ("manylinux_2_5", "GLIBC_2.5", "GLIBCXX_3.4.8", "CXXABI_1.3.1", "GCC_4.2.0"),
+            ("manylinux_2_17", "GLIBC_2.17", "GLIBCXX_3.4.19", "CXXABI_1.3.7", "GCC_4.8.0"),
+            ("manylinux_2_28", "GLIBC_2.28", "GLIBCXX_3.4.24", "CXXABI_1.3.11", "GCC_7.0.0"),
+            ("manylinux_2_34", "GLIBC_2.34", "GLIBCXX_3.4.29", "CXXABI_1.3.13", "GCC_7.0.0"),
         ];
         for (name, glibc, glibcxx, cxxabi, gcc) in table {
             let i = p.find(name).unwrap();
-            let r = req(&[
-                ("libc.so.6", &[glibc]),
-                ("libstdc++.so.6", &[glibcxx, cxxabi]),
-                ("libgcc_s.so.1", &[gcc]),
-            ]);
+            let r = req(&[("libc.so.6", &[glibc]), ("libstdc++.so.6", &[glibcxx, cxxabi]), ("libgcc_s.so.1", &[gcc])]);
             assert_eq!(p.versioned_symbols_policy(&r), i, "{name}");
         }
         let r = req(&[("libc.so.6", &["GLIBC_2.14", "GLIBC_2.2.5"])]);
-        assert_eq!(
-            p.get(p.versioned_symbols_policy(&r)).name,
-            "manylinux_2_17_x86_64"
-        );
+        assert_eq!(p.get(p.versioned_symbols_policy(&r)).name, "manylinux_2_17_x86_64");
         let m217 = p.get(p.find("manylinux_2_17").unwrap());
         assert!(m217.symbol_versions["GLIBC"].contains("GLIBC_2.17"));
         assert!(!m217.symbol_versions["GLIBC"].contains("GLIBC_2.18"));
@@ -250,21 +195,11 @@ mod tests {
         let r = req(&[("libc.so.6", &["GLIBC_2.99"])]);
         assert_eq!(p.versioned_symbols_policy(&r), Policies::LINUX);
         // Namespaces no policy lists are ignored.
-        let r = req(&[
-            ("libamdhip64.so.6", &["hip_6.0"]),
-            ("libc.so.6", &["GLIBC_2.2.5"]),
-        ]);
+        let r = req(&[("libamdhip64.so.6", &["hip_6.0"]), ("libc.so.6", &["GLIBC_2.2.5"])]);
         assert_eq!(p.versioned_symbols_policy(&r), p.highest());
         // The whitelist from the reference notes.
         let m228 = p.get(p.find("manylinux_2_28").unwrap());
-        for lib in [
-            "libc.so.6",
-            "libm.so.6",
-            "libstdc++.so.6",
-            "libgcc_s.so.1",
-            "libz.so.1",
-            "libGL.so.1",
-        ] {
+        for lib in ["libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1", "libGL.so.1"] {
             assert!(m228.whitelist.contains(lib), "{lib}");
         }
         assert!(!m228.whitelist.contains("libffi.so.8"));
@@ -272,12 +207,7 @@ mod tests {
 
     #[test]
     fn other_architectures_come_from_the_same_data() {
-        for arch in [
-            Architecture::Aarch64,
-            Architecture::Ppc64le,
-            Architecture::I686,
-            Architecture::S390x,
-        ] {
+        for arch in [Architecture::Aarch64, Architecture::Ppc64le, Architecture::I686, Architecture::S390x] {
             let p = Policies::for_arch(arch).unwrap();
             assert!(p.len() > 5, "{arch}");
             assert!(p.get(p.lowest()).name.ends_with(arch.as_str()));

@@ -51,31 +51,15 @@ pub struct RepairReport {
 }
 
 /// Repair `wheel` into `out_dir`.
-pub fn repair(
-    wheel: &Path,
-    out_dir: &Path,
-    options: &RepairOptions,
-) -> Result<RepairReport, WheelError> {
-    let fail = |why: String| WheelError::Repair {
-        wheel: wheel.to_path_buf(),
-        why,
-    };
-    let file_name = wheel
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
+    let fail = |why: String| WheelError::Repair { wheel: wheel.to_path_buf(), why };
+    let file_name = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name = WheelName::parse(&file_name)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| WheelError::Io {
-        path: out_dir.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(out_dir).map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
     let work = tempfile::Builder::new()
         .prefix(".quarry-repair-")
         .tempdir_in(out_dir)
-        .map_err(|source| WheelError::Io {
-            path: out_dir.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
     let root = work.path().join("wheel");
 
     let mut zip = WheelZip::open(wheel)?;
@@ -83,42 +67,18 @@ pub fn repair(
     let scan = zip.scan(Some(&root), |_, _| true)?;
     let problems = record_problems(&mut zip, &dist_info, &scan)?;
     if !problems.is_empty() {
-        return Err(WheelError::Record {
-            wheel: wheel.to_path_buf(),
-            problems,
-        });
+        return Err(WheelError::Record { wheel: wheel.to_path_buf(), problems });
     }
-    let elf_files: Vec<String> = scan
-        .extracted
-        .iter()
-        .filter(|f| !f.ends_with(".py") && elf::is_elf(&root.join(f)))
-        .cloned()
-        .collect();
+    let elf_files: Vec<String> =
+        scan.extracted.iter().filter(|f| !f.ends_with(".py") && elf::is_elf(&root.join(f))).cloned().collect();
     if elf_files.is_empty() {
-        return Err(fail(
-            "it holds no ELF file: a pure wheel needs no repair".into(),
-        ));
+        return Err(fail("it holds no ELF file: a pure wheel needs no repair".into()));
     }
-    let analyze_options = Options {
-        exclude: options.exclude.clone(),
-        system_paths: options.system_paths.clone(),
-    };
-    let analysis = analyze::analyze(
-        wheel,
-        &root,
-        &elf_files,
-        arch_from_name(&name),
-        &analyze_options,
-    )?;
-    let root = root.canonicalize().map_err(|source| WheelError::Io {
-        path: root.clone(),
-        source,
-    })?;
+    let analyze_options = Options { exclude: options.exclude.clone(), system_paths: options.system_paths.clone() };
+    let analysis = analyze::analyze(wheel, &root, &elf_files, arch_from_name(&name), &analyze_options)?;
+    let root = root.canonicalize().map_err(|source| WheelError::Io { path: root.clone(), source })?;
     let abis = choose_tags(&analysis, options.plat.as_deref()).map_err(fail)?;
-    let target = analysis
-        .policies
-        .find(&abis[0])
-        .expect("chosen from the policies");
+    let target = analysis.policies.find(&abis[0]).expect("chosen from the policies");
 
     // Bundle, rename, point every file at its bundled libraries.
     let libs_dir = format!("{}.libs", name.name);
@@ -147,11 +107,7 @@ pub fn repair(
                 None => {
                     let (new_soname, new_rel, copied) = copy_library(src, &root, &libs_dir, pe)?;
                     if copied {
-                        bundled.push(Bundled {
-                            soname: soname.clone(),
-                            source: src.clone(),
-                            path: new_rel.clone(),
-                        });
+                        bundled.push(Bundled { soname: soname.clone(), source: src.clone(), path: new_rel.clone() });
                     }
                     soname_map.insert(soname.clone(), (new_soname.clone(), new_rel.clone()));
                     (new_soname, new_rel)
@@ -196,11 +152,8 @@ pub fn repair(
     for (new_soname, rel) in soname_map.values() {
         let file = root.join(rel);
         let info = elf::read(&file)?;
-        let replacements: Vec<(String, String)> = info
-            .needed
-            .iter()
-            .filter_map(|n| soname_map.get(n).map(|(new, _)| (n.clone(), new.clone())))
-            .collect();
+        let replacements: Vec<(String, String)> =
+            info.needed.iter().filter_map(|n| soname_map.get(n).map(|(new, _)| (n.clone(), new.clone()))).collect();
         if replacements.is_empty() {
             pe.remove_rpath(&file)?;
         } else {
@@ -214,12 +167,8 @@ pub fn repair(
     // Every patched file must be sound and say what was asked.
     for rel in &patched {
         let file = root.join(rel);
-        let info = elf::verify(&file).map_err(|e| {
-            fail(format!(
-                "patchelf {} produced a broken file: {e}",
-                pe.version()
-            ))
-        })?;
+        let info =
+            elf::verify(&file).map_err(|e| fail(format!("patchelf {} produced a broken file: {e}", pe.version())))?;
         if let Some(old) = info.needed.iter().find(|n| soname_map.contains_key(*n)) {
             return Err(fail(format!("`{rel}` still needs `{old}` after patching")));
         }
@@ -238,16 +187,11 @@ pub fn repair(
     let remove = metadata::replaced_platforms(&abis[0]);
     let new_name = metadata::retag_name(&name, &abis, &remove);
     let wheel_file = root.join(&dist_info).join("WHEEL");
-    let text = std::fs::read_to_string(&wheel_file).map_err(|source| WheelError::Io {
-        path: wheel_file.clone(),
-        source,
-    })?;
-    let text = metadata::retag_wheel_file(&text, &abis, &remove)
-        .map_err(|e| fail(format!("{dist_info}/WHEEL: {e}")))?;
-    std::fs::write(&wheel_file, text).map_err(|source| WheelError::Io {
-        path: wheel_file.clone(),
-        source,
-    })?;
+    let text =
+        std::fs::read_to_string(&wheel_file).map_err(|source| WheelError::Io { path: wheel_file.clone(), source })?;
+    let text =
+        metadata::retag_wheel_file(&text, &abis, &remove).map_err(|e| fail(format!("{dist_info}/WHEEL: {e}")))?;
+    std::fs::write(&wheel_file, text).map_err(|source| WheelError::Io { path: wheel_file.clone(), source })?;
 
     let time = match archive::source_date_epoch()? {
         Some(epoch) => archive::zip_time(epoch),
@@ -275,19 +219,12 @@ fn choose_tags(a: &Analysis, plat: Option<&str>) -> Result<Vec<String>, String> 
     // Do not pick a higher policy that would bundle more libraries than the
     // requested one needs.
     let graft_count = |filter: &dyn Fn(usize) -> bool| {
-        (1..p.len())
-            .filter(|&i| filter(i))
-            .map(|i| a.external_refs[i].libs.len())
-            .min()
-            .unwrap_or(0)
+        (1..p.len()).filter(|&i| filter(i)).map(|i| a.external_refs[i].libs.len()).min().unwrap_or(0)
     };
     let requested = match requested_base {
         None => {
             let count = graft_count(&|_| true);
-            let graft = (0..p.len())
-                .rev()
-                .find(|&i| a.external_refs[i].libs.len() <= count)
-                .unwrap_or(Policies::LINUX);
+            let graft = (0..p.len()).rev().find(|&i| a.external_refs[i].libs.len() <= count).unwrap_or(Policies::LINUX);
             overall = overall.min(graft);
             if overall == Policies::LINUX {
                 p.lowest()
@@ -296,29 +233,22 @@ fn choose_tags(a: &Analysis, plat: Option<&str>) -> Result<Vec<String>, String> 
             }
         }
         Some(name) => {
-            let idx = p
-                .find(name)
-                .filter(|&i| i != Policies::LINUX)
-                .ok_or_else(|| {
-                    format!(
-                        "--plat `{name}` names no manylinux policy for {}; known: {}",
-                        p.arch,
-                        p.names().join(", ")
-                    )
-                })?;
+            let idx = p.find(name).filter(|&i| i != Policies::LINUX).ok_or_else(|| {
+                format!("--plat `{name}` names no manylinux policy for {}; known: {}", p.arch, p.names().join(", "))
+            })?;
             let base = format!("{}_", p.get(idx).base);
             let count = graft_count(&|i| p.get(i).name.starts_with(&base));
-            let graft = (0..p.len())
-                .rev()
-                .find(|&i| a.external_refs[i].libs.len() <= count)
-                .unwrap_or(Policies::LINUX);
+            let graft = (0..p.len()).rev().find(|&i| a.external_refs[i].libs.len() <= count).unwrap_or(Policies::LINUX);
             overall = overall.min(graft);
             idx
         }
     };
     let name = &p.get(requested).name;
     let limits = [
-        (a.symbol_policy, "it uses symbol versions too recent for it (rebuild on an older toolchain, e.g. a manylinux image)"),
+        (
+            a.symbol_policy,
+            "it uses symbol versions too recent for it (rebuild on an older toolchain, e.g. a manylinux image)",
+        ),
         (a.blacklist_policy, "it uses blacklisted symbols"),
         (a.machine_policy, "it needs CPU instructions above the x86-64 baseline"),
         (a.pyfpe_policy, "it uses the PyFPE_jbuf function"),
@@ -326,25 +256,15 @@ fn choose_tags(a: &Analysis, plat: Option<&str>) -> Result<Vec<String>, String> 
     for (limit, why) in limits {
         if requested > limit {
             let best = a.graftable_policy();
-            let reachable = if best == Policies::LINUX {
-                "none".to_string()
-            } else {
-                format!("`{}`", p.get(best).name)
-            };
-            return Err(format!(
-                "cannot reach `{name}`: {why}; the highest reachable policy is {reachable}"
-            ));
+            let reachable =
+                if best == Policies::LINUX { "none".to_string() } else { format!("`{}`", p.get(best).name) };
+            return Err(format!("cannot reach `{name}`: {why}; the highest reachable policy is {reachable}"));
         }
     }
-    let mut abis: Vec<String> = std::iter::once(name.clone())
-        .chain(p.get(requested).aliases.iter().cloned())
-        .collect();
+    let mut abis: Vec<String> = std::iter::once(name.clone()).chain(p.get(requested).aliases.iter().cloned()).collect();
     if requested < overall {
         let higher = p.get(overall);
-        abis = std::iter::once(higher.name.clone())
-            .chain(higher.aliases.iter().cloned())
-            .chain(abis)
-            .collect();
+        abis = std::iter::once(higher.name.clone()).chain(higher.aliases.iter().cloned()).chain(abis).collect();
     }
     Ok(abis)
 }
@@ -352,21 +272,10 @@ fn choose_tags(a: &Analysis, plat: Option<&str>) -> Result<Vec<String>, String> 
 /// Copy a library into `<root>/<libs_dir>/` as `{stem}-{sha256[..8]}.{rest}`
 /// and set its SONAME to that name. Returns (new soname, path inside the
 /// wheel, whether it was copied now).
-fn copy_library(
-    src: &Path,
-    root: &Path,
-    libs_dir: &str,
-    pe: &Patchelf,
-) -> Result<(String, String, bool), WheelError> {
-    let hash = crate::digest::sha256_file(src).map_err(|source| WheelError::Io {
-        path: src.to_path_buf(),
-        source,
-    })?;
+fn copy_library(src: &Path, root: &Path, libs_dir: &str, pe: &Patchelf) -> Result<(String, String, bool), WheelError> {
+    let hash = crate::digest::sha256_file(src).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
     let short = &hash[..8];
-    let src_name = src
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let src_name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let new_name = match src_name.split_once('.') {
         Some((stem, _)) if stem.ends_with(&format!("-{short}")) => src_name.clone(),
         Some((stem, rest)) => format!("{stem}-{short}.{rest}"),
@@ -377,42 +286,23 @@ fn copy_library(
     if dest.exists() {
         return Ok((new_name, rel, false));
     }
-    std::fs::create_dir_all(root.join(libs_dir)).map_err(|source| WheelError::Io {
-        path: root.join(libs_dir),
-        source,
-    })?;
-    std::fs::copy(src, &dest).map_err(|source| WheelError::Io {
-        path: src.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(root.join(libs_dir))
+        .map_err(|source| WheelError::Io { path: root.join(libs_dir), source })?;
+    std::fs::copy(src, &dest).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755)).map_err(|source| {
-        WheelError::Io {
-            path: dest.clone(),
-            source,
-        }
-    })?;
+    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))
+        .map_err(|source| WheelError::Io { path: dest.clone(), source })?;
     pe.set_soname(&dest, &new_name)?;
     Ok((new_name, rel, true))
 }
 
 /// `to` relative to `from`, both relative to the same root (`a/b`, `c` -> `../../c`).
 fn relative_path(from: &Path, to: &Path) -> String {
-    let f: Vec<Component> = from
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .collect();
-    let t: Vec<Component> = to
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .collect();
+    let f: Vec<Component> = from.components().filter(|c| matches!(c, Component::Normal(_))).collect();
+    let t: Vec<Component> = to.components().filter(|c| matches!(c, Component::Normal(_))).collect();
     let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
     let mut parts: Vec<String> = vec!["..".to_string(); f.len() - common];
-    parts.extend(
-        t[common..]
-            .iter()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
-    );
+    parts.extend(t[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned()));
     if parts.is_empty() {
         ".".to_string()
     } else {
@@ -424,20 +314,10 @@ fn relative_path(from: &Path, to: &Path) -> String {
 /// (such entries are kept; others would leak the build machine's paths).
 fn rpath_within(entry: &str, file: &Path, root: &Path) -> bool {
     let dir = file.parent().unwrap_or(root).to_string_lossy().into_owned();
-    let lib = if cfg!(target_pointer_width = "64") {
-        "lib64"
-    } else {
-        "lib"
-    };
+    let lib = if cfg!(target_pointer_width = "64") { "lib64" } else { "lib" };
     let mut e = entry.to_string();
-    for (token, value) in [
-        ("ORIGIN", dir.as_str()),
-        ("LIB", lib),
-        ("PLATFORM", std::env::consts::ARCH),
-    ] {
-        e = e
-            .replace(&format!("${{{token}}}"), value)
-            .replace(&format!("${token}"), value);
+    for (token, value) in [("ORIGIN", dir.as_str()), ("LIB", lib), ("PLATFORM", std::env::consts::ARCH)] {
+        e = e.replace(&format!("${{{token}}}"), value).replace(&format!("${token}"), value);
     }
     let p = Path::new(&e);
     if !p.is_absolute() {
@@ -453,14 +333,8 @@ mod tests {
 
     #[test]
     fn relative_paths() {
-        assert_eq!(
-            relative_path(Path::new(""), Path::new("cffi.libs")),
-            "cffi.libs"
-        );
-        assert_eq!(
-            relative_path(Path::new("pkg/sub"), Path::new("pkg.libs")),
-            "../../pkg.libs"
-        );
+        assert_eq!(relative_path(Path::new(""), Path::new("cffi.libs")), "cffi.libs");
+        assert_eq!(relative_path(Path::new("pkg/sub"), Path::new("pkg.libs")), "../../pkg.libs");
         assert_eq!(relative_path(Path::new("pkg"), Path::new("pkg")), ".");
     }
 }

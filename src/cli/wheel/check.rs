@@ -18,18 +18,13 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let options = Options {
-        exclude: a.exclude.clone(),
-        system_paths: None,
-    };
+    let options = Options { exclude: a.exclude.clone(), system_paths: None };
     let mut summaries = Vec::new();
     let mut bad_records = Vec::new();
     let mut failures = 0;
     for wheel in &a.wheels {
         // One unreadable wheel does not stop the others from being checked.
-        let report = match check(wheel, &options)
-            .with_context(|| format!("checking `{}`", wheel.display()))
-        {
+        let report = match check(wheel, &options).with_context(|| format!("checking `{}`", wheel.display())) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("quarry: error: {e:#}");
@@ -56,19 +51,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for b in &bad_records {
         eprintln!("quarry: error: {b}");
     }
-    Ok(if bad_records.is_empty() && failures == 0 {
-        0
-    } else {
-        1
-    })
+    Ok(if bad_records.is_empty() && failures == 0 { 0 } else { 1 })
 }
 
 fn print_human(s: &crate::wheel::check::CheckSummary) {
     println!("{}", s.wheel);
-    println!(
-        "  policy      {}",
-        s.policy.as_deref().unwrap_or("(pure: no ELF files)")
-    );
+    println!("  policy      {}", s.policy.as_deref().unwrap_or("(pure: no ELF files)"));
     if let Some(r) = &s.repairable_policy {
         if Some(r) != s.policy.as_ref() {
             println!("  repairable  {r} (after `quarry wheel repair`)");
@@ -76,16 +64,10 @@ fn print_human(s: &crate::wheel::check::CheckSummary) {
     }
     println!("  RECORD      {}", if s.record_ok { "ok" } else { "WRONG" });
     for (lib, versions) in &s.symbol_versions {
-        println!(
-            "  symbols     {lib}: {}",
-            versions.iter().cloned().collect::<Vec<_>>().join(" ")
-        );
+        println!("  symbols     {lib}: {}", versions.iter().cloned().collect::<Vec<_>>().join(" "));
     }
     for (lib, path) in &s.external_libs {
-        println!(
-            "  external    {lib} => {}",
-            path.as_deref().unwrap_or("(not found)")
-        );
+        println!("  external    {lib} => {}", path.as_deref().unwrap_or("(not found)"));
     }
     for lib in &s.excluded_libs {
         println!("  excluded    {lib}");

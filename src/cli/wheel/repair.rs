@@ -36,14 +36,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     let patchelf = Patchelf::find(a.patchelf.as_deref())?;
-    let options = RepairOptions {
-        exclude: a.exclude,
-        plat: a.plat,
-        patchelf,
-        system_paths: None,
-    };
-    let report = repair(&a.wheel, &a.output, &options)
-        .with_context(|| format!("repairing `{}`", a.wheel.display()))?;
+    let options = RepairOptions { exclude: a.exclude, plat: a.plat, patchelf, system_paths: None };
+    let report = repair(&a.wheel, &a.output, &options).with_context(|| format!("repairing `{}`", a.wheel.display()))?;
     if a.json {
         super::super::print_json(&report)?;
         return Ok(0);
@@ -51,12 +45,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     println!("{}", report.output.display());
     println!("  policy   {}", report.policy);
     for b in &report.bundled {
-        println!(
-            "  bundled  {} => {} (from {})",
-            b.soname,
-            b.path,
-            b.source.display()
-        );
+        println!("  bundled  {} => {} (from {})", b.soname, b.path, b.source.display());
     }
     for e in &report.excluded_libs {
         println!("  excluded {e}");
