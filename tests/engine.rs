@@ -29,10 +29,7 @@ fn q() -> Command {
 }
 
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run docker");
+    let out = Command::new("docker").args(args).output().expect("run docker");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -47,24 +44,13 @@ impl Drop for Tag {
 
 /// Containers of the quarry process `pid` still in the engine.
 fn containers_of(pid: u32) -> Vec<String> {
-    docker(&[
-        "ps",
-        "-aq",
-        "--filter",
-        &format!("label=io.quarry.pid={pid}"),
-    ])
-    .lines()
-    .map(String::from)
-    .collect()
+    docker(&["ps", "-aq", "--filter", &format!("label=io.quarry.pid={pid}")]).lines().map(String::from).collect()
 }
 
 /// An image definition on the Debian base, with an optional inline layer
 /// holding a file `/quarry-test/<name>.txt` (so the image is unique).
 fn debian_definition(dir: &Path, name: &str, rootfs: &Path, extra: &str) -> PathBuf {
-    let mut text = format!(
-        "name = \"{name}\"\nbase = {{ rootfs = \"{}\" }}\n",
-        rootfs.display()
-    );
+    let mut text = format!("name = \"{name}\"\nbase = {{ rootfs = \"{}\" }}\n", rootfs.display());
     if !extra.is_empty() {
         write(&dir.join(format!("{name}.txt")), extra);
         text.push_str(&format!(
@@ -81,14 +67,7 @@ fn loaded_debian(test: &str) -> Tag {
     let dir = tempfile::tempdir().unwrap();
     let def = debian_definition(dir.path(), "debian-min", &debian_rootfs(""), "");
     let layout = dir.path().join("oci");
-    run_expect(
-        q().arg("build")
-            .arg(&def)
-            .arg("-o")
-            .arg(&layout)
-            .arg("--quiet"),
-        0,
-    );
+    run_expect(q().arg("build").arg(&def).arg("-o").arg(&layout).arg("--quiet"), 0);
     let tag = format!("{}:1", unique(test));
     run_expect(q().arg("load").arg(&layout).args(["--tag", &tag]), 0);
     Tag(tag)
@@ -100,11 +79,7 @@ fn run_propagates_exit_codes_and_leaves_no_container() {
         return;
     }
     let img = loaded_debian("codes");
-    for (script, code) in [
-        ("exit 0", 0),
-        ("exit 1", 1),
-        ("sh -c 'kill -9 $$'; exit $?", 137),
-    ] {
+    for (script, code) in [("exit 0", 0), ("exit 1", 1), ("sh -c 'kill -9 $$'; exit $?", 137)] {
         let child = q()
             .args(["run", &img.0, "--gpu", "none", "--", "sh", "-c", script])
             .stdout(Stdio::piped())
@@ -113,16 +88,8 @@ fn run_propagates_exit_codes_and_leaves_no_container() {
             .unwrap();
         let pid = child.id();
         let out = child.wait_with_output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "`{script}`: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            containers_of(pid).is_empty(),
-            "`{script}` left a container behind"
-        );
+        assert_eq!(out.status.code(), Some(code), "`{script}`: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(containers_of(pid).is_empty(), "`{script}` left a container behind");
     }
 }
 
@@ -133,57 +100,28 @@ fn run_streams_output_live_and_sigint_removes_the_container() {
     }
     let img = loaded_debian("stream");
     // Both streams arrive, each on its own side.
-    let out = run_expect(
-        q().args([
-            "run",
-            &img.0,
-            "--",
-            "sh",
-            "-c",
-            "echo to-out; echo to-err >&2",
-        ]),
-        0,
-    );
+    let out = run_expect(q().args(["run", &img.0, "--", "sh", "-c", "echo to-out; echo to-err >&2"]), 0);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "to-out\n");
     assert!(String::from_utf8_lossy(&out.stderr).contains("to-err"));
 
     // The first line shows up while the container still runs; SIGINT then
     // stops quarry, which removes the container.
     let mut child = q()
-        .args([
-            "run",
-            &img.0,
-            "--",
-            "sh",
-            "-c",
-            "echo started; sleep 120; echo never",
-        ])
+        .args(["run", &img.0, "--", "sh", "-c", "echo started; sleep 120; echo never"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line, "started\n");
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "quarry ended before the container did"
-    );
-    assert_eq!(
-        containers_of(pid).len(),
-        1,
-        "the running container carries quarry's labels"
-    );
+    assert!(child.try_wait().unwrap().is_none(), "quarry ended before the container did");
+    assert_eq!(containers_of(pid).len(), 1, "the running container carries quarry's labels");
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
-    assert!(
-        containers_of(pid).is_empty(),
-        "SIGINT left a container behind"
-    );
+    assert!(containers_of(pid).is_empty(), "SIGINT left a container behind");
 }
 
 #[test]
@@ -195,11 +133,7 @@ fn copy_in_and_out_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     write(&dir.path().join("in/sub/data.txt"), "payload\n");
     write(&dir.path().join("single.txt"), "single\n");
-    std::fs::set_permissions(
-        dir.path().join("single.txt"),
-        std::fs::Permissions::from_mode(0o750),
-    )
-    .unwrap();
+    std::fs::set_permissions(dir.path().join("single.txt"), std::fs::Permissions::from_mode(0o750)).unwrap();
     let out_dir = dir.path().join("out");
     let out_file = dir.path().join("back.txt");
     let script = "cat /work/in/sub/data.txt /tmp/single.txt; tr a-z A-Z < /work/in/sub/data.txt > /work/in/upper.txt";
@@ -217,19 +151,10 @@ fn copy_in_and_out_round_trip() {
         0,
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "payload\nsingle\n");
-    assert_eq!(
-        std::fs::read_to_string(out_dir.join("sub/data.txt")).unwrap(),
-        "payload\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(out_dir.join("upper.txt")).unwrap(),
-        "PAYLOAD\n"
-    );
+    assert_eq!(std::fs::read_to_string(out_dir.join("sub/data.txt")).unwrap(), "payload\n");
+    assert_eq!(std::fs::read_to_string(out_dir.join("upper.txt")).unwrap(), "PAYLOAD\n");
     assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "single\n");
-    assert_eq!(
-        std::fs::metadata(&out_file).unwrap().permissions().mode() & 0o777,
-        0o750
-    );
+    assert_eq!(std::fs::metadata(&out_file).unwrap().permissions().mode() & 0o777, 0o750);
 }
 
 /// A dev root with simulated nodes: kfd and renderD128 owned by gid 4242,
@@ -237,22 +162,11 @@ fn copy_in_and_out_round_trip() {
 fn simulated_dev_root() -> Option<tempfile::TempDir> {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(d.path().join("dri")).unwrap();
-    for (node, gid) in [
-        ("kfd", 4242u32),
-        ("dri/renderD128", 4242),
-        ("dri/renderD129", 4243),
-    ] {
+    for (node, gid) in [("kfd", 4242u32), ("dri/renderD128", 4242), ("dri/renderD129", 4243)] {
         let p = d.path().join(node);
-        let st = Command::new("mknod")
-            .arg(&p)
-            .args(["c", "1", "3"])
-            .status()
-            .unwrap();
+        let st = Command::new("mknod").arg(&p).args(["c", "1", "3"]).status().unwrap();
         if !st.success() {
-            assert!(
-                !in_ci(),
-                "CI is set but mknod is not permitted: the GPU tests need root"
-            );
+            assert!(!in_ci(), "CI is set but mknod is not permitted: the GPU tests need root");
             eprintln!("skipping: mknod is not permitted here");
             return None;
         }
@@ -273,51 +187,28 @@ fn gpu_profile_with_simulated_nodes() {
     let probe = "for n in /dev/kfd /dev/dri/renderD128 /dev/dri/renderD129; do [ -c $n ] && echo char $n; done; echo groups $(id -G)";
     let run = |extra: &[&str]| {
         let out = run_expect(
-            q().env("QUARRY_DEV_ROOT", dev.path())
-                .args(["run", &img.0])
-                .args(extra)
-                .args(["--", "sh", "-c", probe]),
+            q().env("QUARRY_DEV_ROOT", dev.path()).args(["run", &img.0]).args(extra).args(["--", "sh", "-c", probe]),
             0,
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let groups = |s: &str| -> Vec<String> {
-        s.lines()
-            .find_map(|l| l.strip_prefix("groups "))
-            .unwrap_or("")
-            .split(' ')
-            .map(String::from)
-            .collect()
+        s.lines().find_map(|l| l.strip_prefix("groups ")).unwrap_or("").split(' ').map(String::from).collect()
     };
 
     let all = run(&[]);
     for n in ["/dev/kfd", "/dev/dri/renderD128", "/dev/dri/renderD129"] {
-        assert!(
-            all.contains(&format!("char {n}\n")),
-            "{n} missing in:\n{all}"
-        );
+        assert!(all.contains(&format!("char {n}\n")), "{n} missing in:\n{all}");
     }
     let g = groups(&all);
-    assert!(
-        g.contains(&"4242".into()) && g.contains(&"4243".into()),
-        "id -G: {g:?}"
-    );
+    assert!(g.contains(&"4242".into()) && g.contains(&"4243".into()), "id -G: {g:?}");
 
     let one = run(&["--gpu-devices", "renderD129"]);
-    assert!(
-        one.contains("char /dev/kfd\n") && one.contains("char /dev/dri/renderD129\n"),
-        "{one}"
-    );
-    assert!(
-        !one.contains("renderD128"),
-        "--gpu-devices renderD129 passed renderD128 too:\n{one}"
-    );
+    assert!(one.contains("char /dev/kfd\n") && one.contains("char /dev/dri/renderD129\n"), "{one}");
+    assert!(!one.contains("renderD128"), "--gpu-devices renderD129 passed renderD128 too:\n{one}");
 
     let none = run(&["--gpu", "none"]);
-    assert!(
-        !none.contains("char "),
-        "--gpu none passed devices:\n{none}"
-    );
+    assert!(!none.contains("char "), "--gpu none passed devices:\n{none}");
 
     // --print-docker shows the same flags.
     let printed = |extra: &[&str]| {
@@ -348,25 +239,16 @@ fn gpu_profile_with_simulated_nodes() {
     }
     assert!(p.trim_end().ends_with(&format!("{} id -G", img.0)), "{p}");
     let p1 = printed(&["--gpu-devices", "renderD129"]);
-    assert!(
-        p1.contains("renderD129") && !p1.contains("renderD128"),
-        "{p1}"
-    );
+    assert!(p1.contains("renderD129") && !p1.contains("renderD128"), "{p1}");
     let p0 = printed(&["--gpu", "none"]);
-    assert!(
-        !p0.contains("--device") && !p0.contains("--group-add"),
-        "{p0}"
-    );
+    assert!(!p0.contains("--device") && !p0.contains("--group-add"), "{p0}");
 }
 
 /// A KFD topology with a CPU node, a gfx942 and a gfx1100.
 fn fixture_topology() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     let nodes = d.path().join("class/kfd/kfd/topology/nodes");
-    write(
-        &nodes.join("0/properties"),
-        "cpu_cores_count 16\nsimd_count 0\ngfx_target_version 0\ndrm_render_minor 0\n",
-    );
+    write(&nodes.join("0/properties"), "cpu_cores_count 16\nsimd_count 0\ngfx_target_version 0\ndrm_render_minor 0\n");
     write(
         &nodes.join("1/properties"),
         "cpu_cores_count 0\nsimd_count 1216\ngfx_target_version 90402\ndrm_render_minor 128\n",
@@ -383,9 +265,7 @@ fn gpus_reports_fixture_topology_and_targets() {
     let sys = fixture_topology();
     let empty_dev = tempfile::tempdir().unwrap();
     let out = run_expect(
-        q().env("QUARRY_SYSFS_ROOT", sys.path())
-            .env("QUARRY_DEV_ROOT", empty_dev.path())
-            .args(["gpus", "--json"]),
+        q().env("QUARRY_SYSFS_ROOT", sys.path()).env("QUARRY_DEV_ROOT", empty_dev.path()).args(["gpus", "--json"]),
         0,
     );
     let j = stdout_json(&out);
@@ -393,10 +273,7 @@ fn gpus_reports_fixture_topology_and_targets() {
     assert_eq!(gpus.len(), 2, "{j}");
     assert_eq!(gpus[0]["gfx_target"], "gfx942");
     assert_eq!(gpus[0]["family"], "gfx94X-all");
-    assert_eq!(
-        gpus[0]["families"],
-        serde_json::json!(["gfx94X-all", "gfx94X-dcgpu"])
-    );
+    assert_eq!(gpus[0]["families"], serde_json::json!(["gfx94X-all", "gfx94X-dcgpu"]));
     assert_eq!(gpus[0]["render_node"], "renderD128");
     assert_eq!(gpus[1]["gfx_target"], "gfx1100");
     assert_eq!(gpus[1]["family"], "gfx110X-all");
@@ -406,26 +283,14 @@ fn gpus_reports_fixture_topology_and_targets() {
 
     // An explicit setting wins; no GPU and no setting gives the default list.
     let out = run_expect(
-        q().env("QUARRY_SYSFS_ROOT", sys.path())
-            .env("PYTORCH_ROCM_ARCH", "gfx90a;gfx950")
-            .args(["gpus", "--json"]),
+        q().env("QUARRY_SYSFS_ROOT", sys.path()).env("PYTORCH_ROCM_ARCH", "gfx90a;gfx950").args(["gpus", "--json"]),
         0,
     );
-    assert_eq!(
-        stdout_json(&out)["targets"],
-        serde_json::json!(["gfx90a", "gfx950"])
-    );
-    let out = run_expect(
-        q().env("QUARRY_SYSFS_ROOT", empty_dev.path())
-            .args(["gpus", "--json"]),
-        0,
-    );
+    assert_eq!(stdout_json(&out)["targets"], serde_json::json!(["gfx90a", "gfx950"]));
+    let out = run_expect(q().env("QUARRY_SYSFS_ROOT", empty_dev.path()).args(["gpus", "--json"]), 0);
     let j = stdout_json(&out);
     assert_eq!(j["targets_source"], "default");
-    assert_eq!(
-        j["targets"],
-        serde_json::json!(["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"])
-    );
+    assert_eq!(j["targets"], serde_json::json!(["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"]));
 }
 
 #[test]
@@ -435,99 +300,38 @@ fn load_twice_skips_every_layer_and_zstd_loads() {
     }
     let dir = tempfile::tempdir().unwrap();
     let name = unique("load");
-    let def = debian_definition(
-        dir.path(),
-        &name,
-        &debian_rootfs(""),
-        &format!("unique {name}\n"),
-    );
+    let def = debian_definition(dir.path(), &name, &debian_rootfs(""), &format!("unique {name}\n"));
     let layout = dir.path().join("oci");
-    run_expect(
-        q().arg("build")
-            .arg(&def)
-            .arg("-o")
-            .arg(&layout)
-            .arg("--quiet"),
-        0,
-    );
+    run_expect(q().arg("build").arg(&def).arg("-o").arg(&layout).arg("--quiet"), 0);
     let tag = Tag(format!("{name}:1"));
-    let first = stdout_json(&run_expect(
-        q().arg("load")
-            .arg(&layout)
-            .args(["--tag", &tag.0, "--json"]),
-        0,
-    ));
+    let first = stdout_json(&run_expect(q().arg("load").arg(&layout).args(["--tag", &tag.0, "--json"]), 0));
     assert_eq!(first["tag"], tag.0.as_str());
-    assert!(
-        first["layers_sent"].as_u64().unwrap() >= 1,
-        "the unique layer must be sent: {first}"
-    );
-    let second = stdout_json(&run_expect(
-        q().arg("load")
-            .arg(&layout)
-            .args(["--tag", &tag.0, "--json"]),
-        0,
-    ));
+    assert!(first["layers_sent"].as_u64().unwrap() >= 1, "the unique layer must be sent: {first}");
+    let second = stdout_json(&run_expect(q().arg("load").arg(&layout).args(["--tag", &tag.0, "--json"]), 0));
     assert_eq!(second["layers_sent"], 0, "{second}");
     assert_eq!(second["layers_skipped"], 2, "{second}");
     assert_eq!(second["image_id"], first["image_id"]);
     let id = docker(&["image", "inspect", "--format", "{{.Id}}", &tag.0]);
     assert_eq!(id.trim(), first["image_id"].as_str().unwrap());
     // A definition is built first (same layers, so nothing is sent).
-    let from_def = stdout_json(&run_expect(
-        q().arg("load").arg(&def).args(["--tag", &tag.0, "--json"]),
-        0,
-    ));
+    let from_def = stdout_json(&run_expect(q().arg("load").arg(&def).args(["--tag", &tag.0, "--json"]), 0));
     assert_eq!(from_def["layers_sent"], 0, "{from_def}");
     assert_eq!(from_def["image_id"], first["image_id"]);
 
     // zstd layers: recompressed for an engine that cannot read them (20.10), else sent as they are.
     let zlayout = dir.path().join("oci-zstd");
-    run_expect(
-        q().arg("build").arg(&def).arg("-o").arg(&zlayout).args([
-            "--quiet",
-            "--compression",
-            "zstd",
-        ]),
-        0,
-    );
+    run_expect(q().arg("build").arg(&def).arg("-o").arg(&zlayout).args(["--quiet", "--compression", "zstd"]), 0);
     let ztag = Tag(format!("{name}-zstd:1"));
-    let z = stdout_json(&run_expect(
-        q().arg("load")
-            .arg(&zlayout)
-            .args(["--tag", &ztag.0, "--json"]),
-        0,
-    ));
-    assert!(
-        z["layers_sent"].as_u64().unwrap() + z["layers_skipped"].as_u64().unwrap() == 2,
-        "{z}"
-    );
+    let z = stdout_json(&run_expect(q().arg("load").arg(&zlayout).args(["--tag", &ztag.0, "--json"]), 0));
+    assert!(z["layers_sent"].as_u64().unwrap() + z["layers_skipped"].as_u64().unwrap() == 2, "{z}");
     let api = docker(&["version", "--format", "{{.Server.APIVersion}}"]);
-    let (major, minor) = api
-        .trim()
-        .split_once('.')
-        .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
-        .unwrap();
+    let (major, minor) =
+        api.trim().split_once('.').map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap())).unwrap();
     if (major, minor) < (1, 42) {
-        assert_eq!(
-            z["layers_recompressed"], z["layers_sent"],
-            "an engine before Docker 23 needs gzip: {z}"
-        );
+        assert_eq!(z["layers_recompressed"], z["layers_sent"], "an engine before Docker 23 needs gzip: {z}");
     }
-    let out = run_expect(
-        q().args([
-            "run",
-            &ztag.0,
-            "--",
-            "cat",
-            &format!("/quarry-test/{name}.txt"),
-        ]),
-        0,
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("unique {name}\n")
-    );
+    let out = run_expect(q().args(["run", &ztag.0, "--", "cat", &format!("/quarry-test/{name}.txt")]), 0);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("unique {name}\n"));
 }
 
 #[test]
@@ -562,23 +366,9 @@ script = "gcc -O2 -o /usr/local/bin/hello /tmp/src/hello.c && rm -rf /tmp/src &&
         ),
     );
     let build = |cache: &Path, out: &Path| {
-        let o = run_expect(
-            q().env("QUARRY_CACHE", cache)
-                .arg("build")
-                .arg(&def)
-                .arg("-o")
-                .arg(out)
-                .arg("--json"),
-            0,
-        );
+        let o = run_expect(q().env("QUARRY_CACHE", cache).arg("build").arg(&def).arg("-o").arg(out).arg("--json"), 0);
         let j = stdout_json(&o);
-        let step = j["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["name"] == "compile")
-            .cloned()
-            .unwrap();
+        let step = j["layers"].as_array().unwrap().iter().find(|l| l["name"] == "compile").cloned().unwrap();
         step["digest"].as_str().unwrap().to_string()
     };
     // Build twice; the second cache is a copy of the first without the
@@ -607,24 +397,14 @@ script = "gcc -O2 -o /usr/local/bin/hello /tmp/src/hello.c && rm -rf /tmp/src &&
     // the cache and loaded); the step saw only loopback.
     let tag = Tag(format!("{name}:latest"));
     let out = run_expect(
-        q().env("QUARRY_CACHE", c1.path())
-            .arg("run")
-            .arg(&def)
-            .args(["--", "sh", "-c", "hello; cat /etc/step-net"]),
+        q().env("QUARRY_CACHE", c1.path()).arg("run").arg(&def).args(["--", "sh", "-c", "hello; cat /etc/step-net"]),
         0,
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "hello from a step\nlo\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello from a step\nlo\n");
     drop(tag);
 
     // The diff keeps deletions as whiteouts and drops the removed input dir.
-    let listing = Command::new("tar")
-        .arg("tzf")
-        .arg(layer_blob(&dir.path().join("out1"), &d1))
-        .output()
-        .unwrap();
+    let listing = Command::new("tar").arg("tzf").arg(layer_blob(&dir.path().join("out1"), &d1)).output().unwrap();
     let listing = String::from_utf8_lossy(&listing.stdout);
     assert!(listing.contains("usr/local/bin/hello"), "{listing}");
     assert!(listing.contains("usr/share/doc/.wh.gcc-12"), "{listing}");
@@ -632,9 +412,7 @@ script = "gcc -O2 -o /usr/local/bin/hello /tmp/src/hello.c && rm -rf /tmp/src &&
 }
 
 fn layer_blob(layout: &Path, digest: &str) -> PathBuf {
-    layout
-        .join("blobs/sha256")
-        .join(digest.trim_start_matches("sha256:"))
+    layout.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))
 }
 
 #[test]
@@ -652,56 +430,28 @@ fn failing_step_shows_exit_code_and_leaves_nothing() {
             debian_rootfs("").display()
         ),
     );
-    let child = q()
-        .arg("build")
-        .arg(&def)
-        .arg("-o")
-        .arg(dir.path().join("out"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child =
+        q().arg("build").arg(&def).arg("-o").arg(dir.path().join("out")).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
-    assert!(
-        err.contains("about to fail"),
-        "the script's output is shown: {err}"
-    );
-    assert!(
-        err.contains("exit code 7") && err.contains("broken"),
-        "{err}"
-    );
-    assert!(
-        containers_of(pid).is_empty(),
-        "a failed step left a container"
-    );
-    let leftovers = docker(&[
-        "images",
-        "--format",
-        "{{.Repository}}",
-        "--filter",
-        &format!("reference=quarry-step-{pid}-*"),
-    ]);
-    assert!(
-        leftovers.trim().is_empty(),
-        "temporary step images left: {leftovers}"
-    );
+    assert!(err.contains("about to fail"), "the script's output is shown: {err}");
+    assert!(err.contains("exit code 7") && err.contains("broken"), "{err}");
+    assert!(containers_of(pid).is_empty(), "a failed step left a container");
+    let leftovers =
+        docker(&["images", "--format", "{{.Repository}}", "--filter", &format!("reference=quarry-step-{pid}-*")]);
+    assert!(leftovers.trim().is_empty(), "temporary step images left: {leftovers}");
 }
 
 #[test]
 fn bad_input_gives_clear_errors() {
     // An engine that does not answer.
     for host in ["unix:///nonexistent/quarry-test.sock", "tcp://127.0.0.1:1"] {
-        let out = run_expect(
-            q().env("DOCKER_HOST", host)
-                .args(["run", "debian:12", "--gpu", "none", "--", "true"]),
-            1,
-        );
+        let out = run_expect(q().env("DOCKER_HOST", host).args(["run", "debian:12", "--gpu", "none", "--", "true"]), 1);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.contains(&format!("cannot reach the Docker Engine at {host}"))
-                && err.contains("is dockerd running?"),
+            err.contains(&format!("cannot reach the Docker Engine at {host}")) && err.contains("is dockerd running?"),
             "{err}"
         );
     }
@@ -710,37 +460,17 @@ fn bad_input_gives_clear_errors() {
     }
     // A missing image.
     let missing = format!("{}:nope", unique("missing"));
-    let child = q()
-        .args(["run", &missing, "--", "true"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = q().args(["run", &missing, "--", "true"]).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!("image `{missing}` is not in the Docker Engine")),
-        "{err}"
-    );
+    assert!(err.contains(&format!("image `{missing}` is not in the Docker Engine")), "{err}");
     assert!(containers_of(pid).is_empty());
     // Bad options name themselves.
-    let out = run_expect(
-        q().args([
-            "run",
-            "x",
-            "--mount",
-            "/nonexistent/quarry:/data",
-            "--",
-            "true",
-        ]),
-        1,
-    );
+    let out = run_expect(q().args(["run", "x", "--mount", "/nonexistent/quarry:/data", "--", "true"]), 1);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--mount `/nonexistent/quarry:/data`"));
-    let out = run_expect(
-        q().args(["run", "x", "--copy-out", "relative:/x", "--", "true"]),
-        1,
-    );
+    let out = run_expect(q().args(["run", "x", "--copy-out", "relative:/x", "--", "true"]), 1);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--copy-out `relative:/x`"));
 }
 
@@ -764,21 +494,10 @@ fn gc_removes_leftovers_of_dead_processes() {
     let id = id.trim().to_string();
     assert!(!id.is_empty());
     let j = stdout_json(&run_expect(q().args(["gc", "--json"]), 0));
-    let removed: Vec<String> = j["containers_removed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
+    let removed: Vec<String> =
+        j["containers_removed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
     assert!(removed.contains(&id), "{j}");
-    assert!(docker(&[
-        "ps",
-        "-aq",
-        "--filter",
-        &format!("label=io.quarry.pid={dead_pid}")
-    ])
-    .trim()
-    .is_empty());
+    assert!(docker(&["ps", "-aq", "--filter", &format!("label=io.quarry.pid={dead_pid}")]).trim().is_empty());
 }
 
 #[test]
@@ -789,27 +508,14 @@ fn doctor_reports_engine_gpu_nodes_and_cache() {
     let Some(dev) = simulated_dev_root() else {
         return;
     };
-    let out = run_expect(
-        q().env("QUARRY_DEV_ROOT", dev.path())
-            .args(["doctor", "--json"]),
-        0,
-    );
+    let out = run_expect(q().env("QUARRY_DEV_ROOT", dev.path()).args(["doctor", "--json"]), 0);
     let j = stdout_json(&out);
     assert_eq!(j["engine"]["reachable"], true, "{j}");
     assert!(j["engine"]["version"].as_str().unwrap().contains('.'));
     assert!(!j["engine"]["storage_driver"].as_str().unwrap().is_empty());
-    let gids: Vec<u64> = j["gpu_nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["gid"].as_u64().unwrap())
-        .collect();
+    let gids: Vec<u64> = j["gpu_nodes"].as_array().unwrap().iter().map(|n| n["gid"].as_u64().unwrap()).collect();
     assert_eq!(gids, [4242, 4242, 4243], "{j}");
     assert!(j["cache"]["free_bytes"].as_u64().unwrap() > 0);
-    let out = run_expect(
-        q().env("DOCKER_HOST", "unix:///nonexistent/quarry.sock")
-            .arg("doctor"),
-        1,
-    );
+    let out = run_expect(q().env("DOCKER_HOST", "unix:///nonexistent/quarry.sock").arg("doctor"), 1);
     assert!(String::from_utf8_lossy(&out.stdout).contains("cannot reach the Docker Engine"));
 }

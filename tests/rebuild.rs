@@ -39,15 +39,9 @@ impl Case {
 const FILES: usize = 30;
 
 fn setup(name: &str) -> Case {
-    let dir = tempfile::Builder::new()
-        .prefix(name)
-        .tempdir_in(fixtures_dir())
-        .unwrap();
+    let dir = tempfile::Builder::new().prefix(name).tempdir_in(fixtures_dir()).unwrap();
     for i in 0..FILES {
-        write(
-            &dir.path().join(format!("tree/d{}/f{i}.txt", i % 3)),
-            &format!("file {i}\n").repeat(500),
-        );
+        write(&dir.path().join(format!("tree/d{}/f{i}.txt", i % 3)), &format!("file {i}\n").repeat(500));
     }
     write(
         &dir.path().join("image.toml"),
@@ -72,10 +66,7 @@ fn touch_keeps_the_layer_and_a_content_change_rebuilds_it() {
 
     let noop = case.build(&[]);
     assert_eq!(noop["cached"], true);
-    assert_eq!(
-        noop["files_hashed"], 0,
-        "an unchanged tree is not read again"
-    );
+    assert_eq!(noop["files_hashed"], 0, "an unchanged tree is not read again");
     assert_eq!(noop["digest"], first["digest"]);
 
     // A new mtime, same content: rehashed, still cached, same digest.
@@ -83,29 +74,17 @@ fn touch_keeps_the_layer_and_a_content_change_rebuilds_it() {
     set_mtime(&touched, 1_900_000_000);
     let after_touch = case.build(&[]);
     assert_eq!(after_touch["files_hashed"], 1);
-    assert_eq!(
-        after_touch["cached"], true,
-        "touch alone must not rebuild the layer"
-    );
+    assert_eq!(after_touch["cached"], true, "touch alone must not rebuild the layer");
     assert_eq!(after_touch["digest"], first["digest"]);
 
     // Same size, different content, mtime put back: rebuilt, new digest.
     let changed = case.path().join("tree/d2/f5.txt");
     let old = std::fs::metadata(&changed).unwrap();
-    let text = std::fs::read_to_string(&changed)
-        .unwrap()
-        .replacen("file 5", "FILE 5", 1);
+    let text = std::fs::read_to_string(&changed).unwrap().replacen("file 5", "FILE 5", 1);
     std::fs::write(&changed, text).unwrap();
-    filetime::set_file_mtime(
-        &changed,
-        filetime::FileTime::from_last_modification_time(&old),
-    )
-    .unwrap();
+    filetime::set_file_mtime(&changed, filetime::FileTime::from_last_modification_time(&old)).unwrap();
     let rebuilt = case.build(&[]);
-    assert_eq!(
-        rebuilt["cached"], false,
-        "a content change must rebuild the layer"
-    );
+    assert_eq!(rebuilt["cached"], false, "a content change must rebuild the layer");
     assert_ne!(rebuilt["digest"], first["digest"]);
     assert_ne!(rebuilt["diff_id"], first["diff_id"]);
 }
@@ -134,20 +113,14 @@ fn verify_rehashes_everything_and_repairs_a_lying_memo() {
     assert_eq!(case.build(&[])["files_hashed"], 0);
 
     let verified = case.build(&["--verify"]);
-    assert_eq!(
-        verified["files_hashed"], FILES as u64,
-        "--verify reads every file"
-    );
+    assert_eq!(verified["files_hashed"], FILES as u64, "--verify reads every file");
     assert_eq!(verified["cached"], true);
     assert_eq!(verified["digest"], first["digest"]);
 
     // Make the memo lie about one file's content (as if it had changed
     // without any stat change): a normal build trusts it, --verify does not.
     let memo_dir = case.path().join("cache/stat-memo");
-    let memos: Vec<_> = std::fs::read_dir(&memo_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let memos: Vec<_> = std::fs::read_dir(&memo_dir).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(memos.len(), 1, "one memo for the one dir source");
     let real = quarry::digest::sha256_hex("file 7\n".repeat(500).as_bytes());
     let text = std::fs::read_to_string(&memos[0]).unwrap();
@@ -160,19 +133,9 @@ fn verify_rehashes_everything_and_repairs_a_lying_memo() {
 
     let out = run_expect(&mut case.build_cmd(&["--verify"]), 0);
     let layer = &stdout_json(&out)["layers"][0];
-    assert_eq!(
-        layer["cached"], true,
-        "rehashed: the real key is found again"
-    );
+    assert_eq!(layer["cached"], true, "rehashed: the real key is found again");
     assert_eq!(layer["digest"], first["digest"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("1 file(s) changed without"),
-        "stderr: {stderr}"
-    );
-    assert_eq!(
-        case.build(&[])["files_hashed"],
-        0,
-        "--verify repaired the memo"
-    );
+    assert!(stderr.contains("1 file(s) changed without"), "stderr: {stderr}");
+    assert_eq!(case.build(&[])["files_hashed"], 0, "--verify repaired the memo");
 }

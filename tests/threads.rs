@@ -16,9 +16,7 @@ fn make_tree(root: &Path) {
         seed ^= seed << 17;
         seed
     };
-    let words = [
-        "rocm", "hip", "kernel", "gfx942", "wheel", "layer", "tar", "zstd", "gzip", "blob",
-    ];
+    let words = ["rocm", "hip", "kernel", "gfx942", "wheel", "layer", "tar", "zstd", "gzip", "blob"];
     for d in 0..6 {
         for f in 0..12 {
             let mut text = String::new();
@@ -48,13 +46,7 @@ fn build(dir: &Path, compression: &str, threads: u32) -> serde_json::Value {
         quarry()
             .arg("build")
             .arg(dir.join("image.toml"))
-            .args([
-                "--compression",
-                compression,
-                "--threads",
-                &threads.to_string(),
-                "--json",
-            ])
+            .args(["--compression", compression, "--threads", &threads.to_string(), "--json"])
             .arg("--cache-dir")
             .arg(dir.join(format!("cache-{compression}-{threads}")))
             .arg("-o")
@@ -66,10 +58,7 @@ fn build(dir: &Path, compression: &str, threads: u32) -> serde_json::Value {
 
 #[test]
 fn layers_do_not_depend_on_the_thread_count() {
-    let tmp = tempfile::Builder::new()
-        .prefix("threads-")
-        .tempdir_in(fixtures_dir())
-        .unwrap();
+    let tmp = tempfile::Builder::new().prefix("threads-").tempdir_in(fixtures_dir()).unwrap();
     let dir = tmp.path();
     make_tree(&dir.join("tree"));
     write(
@@ -82,29 +71,17 @@ fn layers_do_not_depend_on_the_thread_count() {
         let l1 = &one["layers"][0];
         let l2 = &two["layers"][0];
         assert_eq!(l1["cached"], false);
-        assert_eq!(
-            l1["diff_id"], l2["diff_id"],
-            "{compression}: the tar differs"
-        );
-        assert_eq!(
-            l1["digest"], l2["digest"],
-            "{compression}: 1 and 2 threads gave different blobs"
-        );
+        assert_eq!(l1["diff_id"], l2["diff_id"], "{compression}: the tar differs");
+        assert_eq!(l1["digest"], l2["digest"], "{compression}: 1 and 2 threads gave different blobs");
         assert_eq!(one["manifest_digest"], two["manifest_digest"]);
-        assert!(
-            l1["size"].as_u64().unwrap() > 1 << 20,
-            "{compression}: the layer should span many blocks"
-        );
+        assert!(l1["size"].as_u64().unwrap() > 1 << 20, "{compression}: the layer should span many blocks");
 
         // An independent reader decompresses the blob to the tar whose digest is the diff_id.
         if have_tool(tool) {
             let hex = l1["digest"].as_str().unwrap().trim_start_matches("sha256:");
             let blob = dir.join(format!("out-{compression}-1/blobs/sha256/{hex}"));
             let tar = run_expect(std::process::Command::new(tool).arg("-dc").arg(&blob), 0).stdout;
-            assert_eq!(
-                format!("sha256:{}", quarry::digest::sha256_hex(&tar)),
-                l1["diff_id"].as_str().unwrap()
-            );
+            assert_eq!(format!("sha256:{}", quarry::digest::sha256_hex(&tar)), l1["diff_id"].as_str().unwrap());
         }
     }
 }

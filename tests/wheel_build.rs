@@ -137,8 +137,8 @@ fn build_repair_and_import(fx: &Fixtures, src: &Path, module: &str) {
     for w in wheel_build(fx, src, plain.path(), &[]) {
         assert_eq!(w["repaired"], false);
         assert_eq!(w["tested"], false);
-        let policy = same_policy_as_auditwheel(fx, &path_of(&w));
-        assert_eq!(policy, "linux_x86_64", "an unrepaired wheel keeps the linux tag");
+        same_policy_as_auditwheel(fx, &path_of(&w));
+        assert!(w["tag"].as_str().unwrap().ends_with("-linux_x86_64"), "unrepaired keeps the linux tag: {w}");
     }
     let repaired = tempfile::tempdir().unwrap();
     let test = format!("python3 -c 'import {module}; print({module}.__file__)'");

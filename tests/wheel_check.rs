@@ -10,24 +10,11 @@ use std::path::Path;
 use wheel_fixtures::{fixtures, only_wheel};
 
 fn check_json(wheel: &Path, extra: &[&str]) -> serde_json::Value {
-    let out = run_expect(
-        quarry()
-            .args(["wheel", "check", "--json"])
-            .args(extra)
-            .arg(wheel),
-        0,
-    );
+    let out = run_expect(quarry().args(["wheel", "check", "--json"]).args(extra).arg(wheel), 0);
     let v = stdout_json(&out);
     let arr = v.as_array().expect("a JSON array");
     assert_eq!(arr.len(), 1);
-    for key in [
-        "wheel",
-        "policy",
-        "symbol_versions",
-        "external_libs",
-        "excluded_libs",
-        "record_ok",
-    ] {
+    for key in ["wheel", "policy", "symbol_versions", "external_libs", "excluded_libs", "record_ok"] {
         assert!(arr[0].get(key).is_some(), "field `{key}` missing: {v}");
     }
     arr[0].clone()
@@ -48,21 +35,11 @@ fn policy_matches_auditwheel_before_and_after_repair() {
             ours["policy"]
         );
         assert_eq!(ours["record_ok"], true);
-        assert!(
-            ours["symbol_versions"]["libc.so.6"]
-                .as_array()
-                .is_some_and(|a| !a.is_empty()),
-            "{ours}"
-        );
+        assert!(ours["symbol_versions"]["libc.so.6"].as_array().is_some_and(|a| !a.is_empty()), "{ours}");
 
         let dest = out_dir.path().join(wheel.file_name().unwrap());
         run_expect(
-            quarry()
-                .args(["wheel", "repair", "--output"])
-                .arg(&dest)
-                .arg(wheel)
-                .arg("--patchelf")
-                .arg(fx.patchelf()),
+            quarry().args(["wheel", "repair", "--output"]).arg(&dest).arg(wheel).arg("--patchelf").arg(fx.patchelf()),
             0,
         );
         let repaired = only_wheel(&dest);
@@ -77,15 +54,7 @@ fn policy_matches_auditwheel_before_and_after_repair() {
         );
         assert!(reference.starts_with("manylinux_"), "{reference}");
         assert_eq!(ours["external_libs"], serde_json::json!({}));
-        assert!(
-            repaired
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .contains(&reference),
-            "{}",
-            repaired.display()
-        );
+        assert!(repaired.file_name().unwrap().to_string_lossy().contains(&reference), "{}", repaired.display());
     }
 }
 
@@ -97,21 +66,13 @@ fn cffi_needs_libffi_unless_excluded() {
     assert!(v["policy"].as_str().unwrap().starts_with("linux_"), "{v}");
     let ext = v["external_libs"].as_object().unwrap();
     assert_eq!(ext.keys().collect::<Vec<_>>(), ["libffi.so.8"], "{v}");
-    assert!(
-        ext["libffi.so.8"]
-            .as_str()
-            .is_some_and(|p| p.contains("libffi")),
-        "{v}"
-    );
+    assert!(ext["libffi.so.8"].as_str().is_some_and(|p| p.contains("libffi")), "{v}");
 
     // The versioned soname matches `libffi.so*`; the unversioned name does not.
     let v = check_json(&cffi, &["--exclude", "libffi.so*"]);
     assert_eq!(v["external_libs"], serde_json::json!({}));
     assert_eq!(v["excluded_libs"], serde_json::json!(["libffi.so.8"]));
-    assert!(
-        v["policy"].as_str().unwrap().starts_with("manylinux_"),
-        "{v}"
-    );
+    assert!(v["policy"].as_str().unwrap().starts_with("manylinux_"), "{v}");
     assert_eq!(v["policy"], v["symbol_policy"]);
     let v = check_json(&cffi, &["--exclude", "libffi.so"]);
     assert_eq!(v["excluded_libs"], serde_json::json!([]));
@@ -129,8 +90,7 @@ fn tamper(src: &Path, dest: &Path, member: &str) {
         if name == member {
             data.extend_from_slice(b"\n# tampered\n");
         }
-        w.start_file(name, zip::write::SimpleFileOptions::default())
-            .unwrap();
+        w.start_file(name, zip::write::SimpleFileOptions::default()).unwrap();
         w.write_all(&data).unwrap();
     }
     w.finish().unwrap();
@@ -146,40 +106,23 @@ fn wrong_record_hash_fails_naming_the_file() {
 
     let out = run_expect(quarry().args(["wheel", "check"]).arg(&bad), 1);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("markupsafe/__init__.py") && err.contains("RECORD"),
-        "{err}"
-    );
+    assert!(err.contains("markupsafe/__init__.py") && err.contains("RECORD"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 
     // --json still prints the report, with record_ok false, and exits 1.
     let out = run_expect(quarry().args(["wheel", "check", "--json"]).arg(&bad), 1);
     let v = stdout_json(&out);
     assert_eq!(v[0]["record_ok"], false);
-    assert!(
-        v[0]["record_problems"]
-            .to_string()
-            .contains("markupsafe/__init__.py"),
-        "{v}"
-    );
+    assert!(v[0]["record_problems"].to_string().contains("markupsafe/__init__.py"), "{v}");
 
     // Repair refuses it too, writing nothing.
     let out_dir = dir.path().join("out");
     let out = run_expect(
-        quarry()
-            .args(["wheel", "repair", "-o"])
-            .arg(&out_dir)
-            .arg(&bad)
-            .arg("--patchelf")
-            .arg(fx.patchelf()),
+        quarry().args(["wheel", "repair", "-o"]).arg(&out_dir).arg(&bad).arg("--patchelf").arg(fx.patchelf()),
         1,
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("markupsafe/__init__.py"));
-    assert!(
-        wheel_fixtures::dir_entries(&out_dir).is_empty(),
-        "{:?}",
-        wheel_fixtures::dir_entries(&out_dir)
-    );
+    assert!(wheel_fixtures::dir_entries(&out_dir).is_empty(), "{:?}", wheel_fixtures::dir_entries(&out_dir));
 }
 
 #[test]
@@ -192,10 +135,7 @@ fn truncated_zip_gets_a_clear_error() {
     std::fs::write(&bad, &data[..data.len() * 2 / 3]).unwrap();
     let out = run_expect(quarry().args(["wheel", "check"]).arg(&bad), 1);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(&*bad.to_string_lossy()) && err.contains("truncated"),
-        "{err}"
-    );
+    assert!(err.contains(&*bad.to_string_lossy()) && err.contains("truncated"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 
     let not_a_wheel = dir.path().join("notes.txt");
@@ -208,15 +148,9 @@ fn truncated_zip_gets_a_clear_error() {
 fn local_version_relabel_installs_with_pip() {
     let Some(fx) = fixtures() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let vars = [("ROCM_VERSION", "6.2"), ("TORCH_VERSION", "2.5")]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .into();
-    let label =
-        quarry::wheel::version::expand_template("rocm{ROCM_VERSION}torch{TORCH_VERSION}", &vars)
-            .unwrap();
-    let out =
-        quarry::wheel::local_version::add_local_version(&fx.wheel("msgpack-"), &label, dir.path())
-            .unwrap();
+    let vars = [("ROCM_VERSION", "6.2"), ("TORCH_VERSION", "2.5")].map(|(k, v)| (k.to_string(), v.to_string())).into();
+    let label = quarry::wheel::version::expand_template("rocm{ROCM_VERSION}torch{TORCH_VERSION}", &vars).unwrap();
+    let out = quarry::wheel::local_version::add_local_version(&fx.wheel("msgpack-"), &label, dir.path()).unwrap();
     assert_eq!(
         out.file_name().unwrap(),
         fx.wheel("msgpack-")
@@ -231,30 +165,15 @@ fn local_version_relabel_installs_with_pip() {
 
     let target = dir.path().join("site");
     let st = std::process::Command::new(fx.bin.join("python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--no-deps",
-            "--target",
-        ])
+        .args(["-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target"])
         .arg(&target)
         .arg(&out)
         .status()
         .unwrap();
     assert!(st.success(), "pip refused the relabelled wheel");
-    assert!(target
-        .join("msgpack-1.1.0+rocm6.2torch2.5.dist-info/METADATA")
-        .exists());
-    let meta =
-        std::fs::read_to_string(target.join("msgpack-1.1.0+rocm6.2torch2.5.dist-info/METADATA"))
-            .unwrap();
-    assert!(
-        meta.contains("\nVersion: 1.1.0+rocm6.2torch2.5\n"),
-        "{meta}"
-    );
+    assert!(target.join("msgpack-1.1.0+rocm6.2torch2.5.dist-info/METADATA").exists());
+    let meta = std::fs::read_to_string(target.join("msgpack-1.1.0+rocm6.2torch2.5.dist-info/METADATA")).unwrap();
+    assert!(meta.contains("\nVersion: 1.1.0+rocm6.2torch2.5\n"), "{meta}");
 }
 
 #[test]
@@ -263,13 +182,7 @@ fn several_wheels_one_broken() {
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("broken-1.0-py3-none-any.whl");
     std::fs::write(&broken, b"PK\x03\x04 not really").unwrap();
-    let out = run_expect(
-        quarry()
-            .args(["wheel", "check", "--json"])
-            .arg(&broken)
-            .arg(fx.wheel("msgpack-")),
-        1,
-    );
+    let out = run_expect(quarry().args(["wheel", "check", "--json"]).arg(&broken).arg(fx.wheel("msgpack-")), 1);
     let v = stdout_json(&out);
     assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken-1.0-py3-none-any.whl"));

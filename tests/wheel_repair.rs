@@ -38,11 +38,7 @@ fn python_abi(wheel: &Path) -> String {
 }
 
 fn readelf_dynamic(file: &Path) -> String {
-    let out = Command::new("readelf")
-        .arg("-dW")
-        .arg(file)
-        .output()
-        .expect("readelf");
+    let out = Command::new("readelf").arg("-dW").arg(file).output().expect("readelf");
     assert!(out.status.success());
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -68,64 +64,36 @@ fn cffi_bundles_libffi_under_a_hashed_name() {
     assert_eq!(bundled[0]["path"], expected.as_str());
 
     let wheel = only_wheel(dir.path());
-    assert!(
-        zip_names(&wheel).contains(&expected),
-        "{:?}",
-        zip_names(&wheel)
-    );
+    assert!(zip_names(&wheel).contains(&expected), "{:?}", zip_names(&wheel));
     let x = dir.path().join("x");
     unzip(&wheel, &x);
     let lib_name = expected.rsplit('/').next().unwrap();
     let lib = readelf_dynamic(&x.join(&expected));
-    assert!(
-        lib.contains(&format!("Library soname: [{lib_name}]")),
-        "{lib}"
-    );
+    assert!(lib.contains(&format!("Library soname: [{lib_name}]")), "{lib}");
     let ext = std::fs::read_dir(&x)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.to_string_lossy().contains("_cffi_backend"))
         .unwrap();
     let ext = readelf_dynamic(&ext);
-    assert!(
-        ext.contains(&format!("Shared library: [{lib_name}]")),
-        "{ext}"
-    );
+    assert!(ext.contains(&format!("Shared library: [{lib_name}]")), "{ext}");
     assert!(!ext.contains("[libffi.so.8]"), "{ext}");
     // A forced DT_RPATH, not DT_RUNPATH.
-    assert!(
-        ext.contains("(RPATH)") && ext.contains("Library rpath: [$ORIGIN/cffi.libs]"),
-        "{ext}"
-    );
+    assert!(ext.contains("(RPATH)") && ext.contains("Library rpath: [$ORIGIN/cffi.libs]"), "{ext}");
     assert!(!ext.contains("(RUNPATH)"), "{ext}");
     // The WHEEL tags follow the file name.
     let tag = report["policy"].as_str().unwrap();
     let wheel_meta = std::fs::read_to_string(x.join("cffi-1.17.1.dist-info/WHEEL")).unwrap();
-    assert!(
-        wheel_meta.contains(&format!("Tag: {}-{tag}", python_abi(&fx.wheel("cffi-")))),
-        "{wheel_meta}"
-    );
-    assert!(
-        !wheel_meta.contains("linux_x86_64\n") || wheel_meta.contains("manylinux"),
-        "{wheel_meta}"
-    );
-    assert!(wheel
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .ends_with(&format!("-{tag}.whl")));
+    assert!(wheel_meta.contains(&format!("Tag: {}-{tag}", python_abi(&fx.wheel("cffi-")))), "{wheel_meta}");
+    assert!(!wheel_meta.contains("linux_x86_64\n") || wheel_meta.contains("manylinux"), "{wheel_meta}");
+    assert!(wheel.file_name().unwrap().to_string_lossy().ends_with(&format!("-{tag}.whl")));
 }
 
 #[test]
 fn excluded_libffi_is_not_bundled() {
     let Some(fx) = fixtures() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let report = repair(
-        &fx,
-        &fx.wheel("cffi-"),
-        dir.path(),
-        &["--exclude", "libffi.so*"],
-    );
+    let report = repair(&fx, &fx.wheel("cffi-"), dir.path(), &["--exclude", "libffi.so*"]);
     assert_eq!(report["bundled"], serde_json::json!([]));
     assert_eq!(report["excluded_libs"], serde_json::json!(["libffi.so.8"]));
     let names = zip_names(&only_wheel(dir.path()));
@@ -137,11 +105,7 @@ fn excluded_libffi_is_not_bundled() {
     let reference = fx.auditwheel_policy(&wheel);
     assert_eq!(stdout_json(&ours)[0]["policy"], reference.as_str());
     let tag = report["policy"].as_str().unwrap();
-    assert!(
-        wheel.to_string_lossy().ends_with(&format!("-{tag}.whl")),
-        "{}",
-        wheel.display()
-    );
+    assert!(wheel.to_string_lossy().ends_with(&format!("-{tag}.whl")), "{}", wheel.display());
 }
 
 #[test]
@@ -153,11 +117,7 @@ fn repairing_twice_gives_identical_bytes() {
     repair(&fx, &cffi, &a, &[]);
     repair(&fx, &cffi, &b, &[]);
     let (wa, wb) = (only_wheel(&a), only_wheel(&b));
-    assert_eq!(
-        std::fs::read(&wa).unwrap(),
-        std::fs::read(&wb).unwrap(),
-        "two repairs differ"
-    );
+    assert_eq!(std::fs::read(&wa).unwrap(), std::fs::read(&wb).unwrap(), "two repairs differ");
     // Repairing the repaired wheel is stable too (nothing more to bundle).
     let c = dir.path().join("c");
     let again = repair(&fx, &wa, &c, &[]);
@@ -178,20 +138,9 @@ fn repairing_twice_gives_identical_bytes() {
     let wd = only_wheel(&d);
     let mut z = zip::ZipArchive::new(std::fs::File::open(&wd).unwrap()).unwrap();
     let names: Vec<String> = z.file_names().map(|n| n.unwrap().into_owned()).collect();
-    assert!(
-        names.last().unwrap().ends_with(".dist-info/RECORD"),
-        "{names:?}"
-    );
-    let first_dist_info = names
-        .iter()
-        .position(|n| n.contains(".dist-info/"))
-        .unwrap();
-    assert!(
-        names[first_dist_info..]
-            .iter()
-            .all(|n| n.contains(".dist-info/")),
-        "{names:?}"
-    );
+    assert!(names.last().unwrap().ends_with(".dist-info/RECORD"), "{names:?}");
+    let first_dist_info = names.iter().position(|n| n.contains(".dist-info/")).unwrap();
+    assert!(names[first_dist_info..].iter().all(|n| n.contains(".dist-info/")), "{names:?}");
     let mut sorted = names[..first_dist_info].to_vec();
     sorted.sort();
     assert_eq!(sorted, names[..first_dist_info]);
@@ -199,23 +148,9 @@ fn repairing_twice_gives_identical_bytes() {
         let e = z.by_index(i).unwrap();
         let t = e.last_modified().unwrap();
         // 1700000001 = 2023-11-14T22:13:21Z, rounded down to even seconds.
-        assert_eq!(
-            (
-                t.year(),
-                t.month(),
-                t.day(),
-                t.hour(),
-                t.minute(),
-                t.second()
-            ),
-            (2023, 11, 14, 22, 13, 20)
-        );
+        assert_eq!((t.year(), t.month(), t.day(), t.hour(), t.minute(), t.second()), (2023, 11, 14, 22, 13, 20));
         let mode = e.unix_mode().unwrap() & 0o777;
-        assert!(
-            mode == 0o644 || mode == 0o755,
-            "{}: {mode:o}",
-            e.name().unwrap()
-        );
+        assert!(mode == 0o644 || mode == 0o755, "{}: {mode:o}", e.name().unwrap());
     }
 }
 
@@ -223,18 +158,10 @@ fn repairing_twice_gives_identical_bytes() {
 fn plat_option_and_unreachable_policies() {
     let Some(fx) = fixtures() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let report = repair(
-        &fx,
-        &fx.wheel("msgpack-"),
-        &dir.path().join("a"),
-        &["--plat", "manylinux2014_x86_64"],
-    );
+    let report = repair(&fx, &fx.wheel("msgpack-"), &dir.path().join("a"), &["--plat", "manylinux2014_x86_64"]);
     assert_eq!(report["policy"], "manylinux_2_17_x86_64");
     let tags = report["platform_tags"].to_string();
-    assert!(
-        tags.contains("manylinux2014_x86_64") && tags.contains("manylinux_2_17_x86_64"),
-        "{tags}"
-    );
+    assert!(tags.contains("manylinux2014_x86_64") && tags.contains("manylinux_2_17_x86_64"), "{tags}");
 
     // cffi needs GLIBC_2.34 here: manylinux_2_17 cannot be reached.
     let out = run_expect(
@@ -247,10 +174,7 @@ fn plat_option_and_unreachable_policies() {
         1,
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("manylinux_2_17_x86_64") && err.contains("symbol versions"),
-        "{err}"
-    );
+    assert!(err.contains("manylinux_2_17_x86_64") && err.contains("symbol versions"), "{err}");
     let out = run_expect(
         quarry()
             .args(["wheel", "repair", "--plat", "manylinux_9_99", "-o"])
@@ -280,27 +204,18 @@ fn old_patchelf_is_refused() {
     // Found on PATH, as Debian 12's patchelf package would be.
     let out = run_expect(
         quarry()
-            .env(
-                "PATH",
-                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-            )
+            .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
             .args(["wheel", "repair", "-o"])
             .arg(dir.path().join("out"))
             .arg(fx.wheel("cffi-")),
         1,
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("0.14.5") && err.contains("0.19") && err.contains("pip install"),
-        "{err}"
-    );
+    assert!(err.contains("0.14.5") && err.contains("0.19") && err.contains("pip install"), "{err}");
     assert!(dir_entries(&dir.path().join("out")).is_empty());
     // --image needs the engine: a clear "not yet".
     let out = run_expect(
-        quarry()
-            .args(["wheel", "repair", "--image", "x", "-o"])
-            .arg(dir.path().join("out"))
-            .arg(fx.wheel("cffi-")),
+        quarry().args(["wheel", "repair", "--image", "x", "-o"]).arg(dir.path().join("out")).arg(fx.wheel("cffi-")),
         1,
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("not available yet"));
@@ -341,24 +256,12 @@ PY
     );
     let out_dir = dir.path().join("out");
     let out = run_expect(
-        quarry()
-            .args(["wheel", "repair", "-o"])
-            .arg(&out_dir)
-            .arg(fx.wheel("cffi-"))
-            .arg("--patchelf")
-            .arg(&wrapper),
+        quarry().args(["wheel", "repair", "-o"]).arg(&out_dir).arg(fx.wheel("cffi-")).arg("--patchelf").arg(&wrapper),
         1,
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("corrupted") && err.contains("PT_DYNAMIC") && err.contains("_cffi_backend"),
-        "{err}"
-    );
-    assert!(
-        dir_entries(&out_dir).is_empty(),
-        "left behind: {:?}",
-        dir_entries(&out_dir)
-    );
+    assert!(err.contains("corrupted") && err.contains("PT_DYNAMIC") && err.contains("_cffi_backend"), "{err}");
+    assert!(dir_entries(&out_dir).is_empty(), "left behind: {:?}", dir_entries(&out_dir));
 }
 
 /// Removes a Docker image when dropped.
@@ -384,25 +287,12 @@ fn repaired_cffi_imports_where_no_libffi_exists() {
         "cp311-cp311",
         "the fixture wheels are built with the host's python3, which must be 3.11 (as in Debian 12) for this test"
     );
-    let wheel_name = only_wheel(&wheels)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let wheel_name = only_wheel(&wheels).file_name().unwrap().to_string_lossy().into_owned();
 
     let rootfs = common::debian_rootfs("python3,python3-venv");
     let image = format!("{}:latest", unique("wheel-cffi"));
-    let st = Command::new("docker")
-        .arg("import")
-        .arg(&rootfs)
-        .arg(&image)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "docker import: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    let st = Command::new("docker").arg("import").arg(&rootfs).arg(&image).output().unwrap();
+    assert!(st.status.success(), "docker import: {}", String::from_utf8_lossy(&st.stderr));
     let _guard = ImageGuard(image.clone());
 
     // Delete the system libffi first, install into a fresh virtualenv with
@@ -439,17 +329,8 @@ print(\"IMPORTED\", _cffi_backend.__version__)
     );
 
     // Control: the unrepaired wheel fails to import there.
-    std::fs::copy(
-        fx.wheel("cffi-"),
-        wheels.join(fx.wheel("cffi-").file_name().unwrap()),
-    )
-    .unwrap();
-    let plain = fx
-        .wheel("cffi-")
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    std::fs::copy(fx.wheel("cffi-"), wheels.join(fx.wheel("cffi-").file_name().unwrap())).unwrap();
+    let plain = fx.wheel("cffi-").file_name().unwrap().to_string_lossy().into_owned();
     let control = script.replace(&wheel_name, &plain);
     let out = Command::new("docker")
         .args(["run", "--rm", "--network", "none", "-v"])
@@ -458,13 +339,6 @@ print(\"IMPORTED\", _cffi_backend.__version__)
         .args(["sh", "-c", &control])
         .output()
         .unwrap();
-    assert!(
-        !out.status.success(),
-        "the unrepaired wheel imported without libffi?"
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("libffi.so.8"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(!out.status.success(), "the unrepaired wheel imported without libffi?");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("libffi.so.8"), "{}", String::from_utf8_lossy(&out.stderr));
 }

