@@ -41,18 +41,12 @@ fn build_image() -> PathBuf {
         let def = dir.join("build-image.toml");
         std::fs::write(
             &def,
-            format!(
-                "name = \"quarry-test-wheelbuild-image\"\nbase = {{ rootfs = \"{}\" }}\n",
-                rootfs.display()
-            ),
+            format!("name = \"quarry-test-wheelbuild-image\"\nbase = {{ rootfs = \"{}\" }}\n", rootfs.display()),
         )
         .unwrap();
         let tmp = dir.join("image.tmp");
         let _ = std::fs::remove_dir_all(&tmp);
-        run_expect(
-            quarry().arg("build").arg(&def).arg("-o").arg(&tmp).arg("--quiet"),
-            0,
-        );
+        run_expect(quarry().arg("build").arg(&def).arg("-o").arg(&tmp).arg("--quiet"), 0);
         std::fs::rename(&tmp, &layout).unwrap();
     });
     layout
@@ -228,8 +222,7 @@ fn axes_and_local_versions_give_one_installable_wheel_each() {
             test,
         ],
     );
-    let pythons: std::collections::BTreeSet<&str> =
-        built.iter().map(|w| w["python"].as_str().unwrap()).collect();
+    let pythons: std::collections::BTreeSet<&str> = built.iter().map(|w| w["python"].as_str().unwrap()).collect();
     assert_eq!(built.len(), 2 * pythons.len(), "{built:?}");
     let mut labels: Vec<String> = Vec::new();
     for w in &built {
@@ -252,20 +245,9 @@ fn failing_build_shows_output_and_leaves_no_container() {
     let work = tempfile::tempdir().unwrap();
     let proj = work.path().join("broken-0.1");
     std::fs::create_dir_all(&proj).unwrap();
-    std::fs::write(
-        proj.join("setup.py"),
-        "raise SystemExit('quarry-test: this setup.py always fails')\n",
-    )
-    .unwrap();
+    std::fs::write(proj.join("setup.py"), "raise SystemExit('quarry-test: this setup.py always fails')\n").unwrap();
     let sdist = work.path().join("broken-0.1.tar.gz");
-    let st = Command::new("tar")
-        .arg("czf")
-        .arg(&sdist)
-        .arg("-C")
-        .arg(work.path())
-        .arg("broken-0.1")
-        .status()
-        .unwrap();
+    let st = Command::new("tar").arg("czf").arg(&sdist).arg("-C").arg(work.path()).arg("broken-0.1").status().unwrap();
     assert!(st.success());
     let out = work.path().join("out");
     let child = quarry()
