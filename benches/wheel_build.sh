@@ -25,14 +25,13 @@ cleanup() {
 }
 trap cleanup EXIT
 "$quarry" load "$layout" --tag "$tag" >/dev/null
+# docker cp needs the container's parent directory to exist: copy a directory.
+mkdir -p "$out/sd" && cp "$sdist" "$out/sd/"
 
 plain() {
     id=$(docker create --network none --label quarry-bench=wheelbuild "$tag" \
         python3 -m pip wheel -q --no-deps --no-build-isolation --no-index -w /out "/sdist/$name")
-    docker cp "$sdist" "$id:/sdist/$name" 2>/dev/null || {
-        # docker cp needs the parent directory to exist: copy the directory.
-        mkdir -p "$out/sd" && cp "$sdist" "$out/sd/" && docker cp "$out/sd" "$id:/sdist"
-    }
+    docker cp "$out/sd" "$id:/sdist"
     docker start --attach "$id" >/dev/null
     rm -rf "$out/plain" && docker cp "$id:/out" "$out/plain"
     docker rm -f "$id" >/dev/null
