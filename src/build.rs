@@ -309,12 +309,6 @@ impl Builder<'_> {
     fn packages_base(&mut self, spec: &crate::spec::PackagesBase, image: &Image) -> Result<usize, BuildError> {
         use crate::distro;
         let file = image.file.display().to_string();
-        if spec.configure {
-            return Err(BuildError::Unsupported {
-                file,
-                message: "base.packages.configure: running `dpkg --configure -a` needs the engine integration, which this version does not have yet; remove `configure` (the base is set up without running maintainer scripts)".into(),
-            });
-        }
         let derr = |err| BuildError::Distro { file: file.clone(), err: Box::new(err) };
         let (lock, _) = distro::locked_or_resolved(spec, &image.file, &self.cache, self.spool.path()).map_err(derr)?;
         let mut k = KeyHasher::new();
@@ -525,6 +519,27 @@ fn image_config(
     b.build().expect("all fields set")
 }
 
+/// The step that runs every maintainer script of a `packages` base.
+fn configure_step(image: &Image) -> Layer {
+    let mut env = BTreeMap::new();
+    env.insert("DEBIAN_FRONTEND".to_string(), "noninteractive".to_string());
+    Layer {
+        name: "configure".into(),
+        file: image.file.clone(),
+        sources: vec![],
+        remove: vec![],
+        run: Some(spec::RunDef {
+            script: "dpkg --configure -a".into(),
+            network: false,
+            env,
+            user: Some("root".into()),
+            workdir: Some("/".into()),
+            shell: None,
+        }),
+        inputs: vec![],
+    }
+}
+
 /// Build an image definition into an OCI layout.
 pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
     let image = spec::load_image(image_file, &opts.sets)?;
@@ -594,6 +609,13 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         Base::Packages(p) => {
             let n = b.packages_base(p, image)?;
             b.history(format!("quarry: packages {} {} ({n} packages)", p.suite, p.architecture), None);
+            if p.configure {
+                // The packages were left "unpacked": their maintainer scripts
+                // run now, as root with no network, as a step layer.
+                let configure = configure_step(image);
+                b.step_layer(image, &configure, None, "base.packages.configure.")?;
+                b.history("quarry: dpkg --configure -a".into(), None);
+            }
         }
         Base::Registry { reference } => {
             base_config = Some(b.registry_base(reference, image)?);

@@ -83,9 +83,7 @@ impl Fetcher {
     ) -> Result<PathBuf, DistroError> {
         // A connection lost mid-body is retried once from the start.
         match self.fetch_pinned_once(cache, kind, url, sha256, size) {
-            Err(DistroError::Network { .. }) => {
-                self.fetch_pinned_once(cache, kind, url, sha256, size)
-            }
+            Err(DistroError::Network { .. }) => self.fetch_pinned_once(cache, kind, url, sha256, size),
             other => other,
         }
     }

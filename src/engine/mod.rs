@@ -12,6 +12,7 @@
 pub mod connect;
 pub mod copy;
 pub mod doctor;
+pub mod exec;
 pub mod gc;
 pub mod gpu;
 pub mod image_arg;

@@ -355,6 +355,11 @@ impl Engine {
 }
 
 impl Session<'_> {
+    /// Remove this container when the session ends.
+    pub fn track_container(&self, id: &str) {
+        self.containers.borrow_mut().push(id.to_string());
+    }
+
     pub fn track_image(&self, id: &str) {
         self.images.borrow_mut().push(id.to_string());
     }

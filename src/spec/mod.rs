@@ -431,13 +431,15 @@ fn validate_packages(file: &Path, p: raw::PackagesDef, oci_arch: &str) -> Result
     let mirror = match p.mirror.as_str() {
         "host" => Mirror::Host,
         m if m.starts_with("http://") || m.starts_with("https://") => Mirror::Url(m.trim_end_matches('/').to_string()),
-        m => return Err(field_err(
-            file,
-            f("mirror"),
-            format!(
+        m => {
+            return Err(field_err(
+                file,
+                f("mirror"),
+                format!(
                 "`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"
             ),
-        )),
+            ))
+        }
     };
     if p.keyring.is_empty() {
         return Err(field_err(

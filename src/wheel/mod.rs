@@ -9,6 +9,7 @@
 
 pub mod analyze;
 pub mod archive;
+pub mod build;
 pub mod check;
 pub mod ldd;
 pub mod local_version;

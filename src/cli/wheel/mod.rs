@@ -1,6 +1,6 @@
-//! `quarry wheel ...`: check and repair wheels (building them in containers
-//! is added on top of the engine).
+//! `quarry wheel ...`: build wheels in containers, check and repair them.
 
+mod build;
 mod check;
 mod repair;
 
@@ -8,6 +8,9 @@ use clap::Subcommand;
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// Build wheels in a container for every Python of an image and every
+    /// combination of axes; label, repair and test them
+    Build(build::Args),
     /// Verify RECORD and report the manylinux policy, symbol versions and
     /// external libraries of wheels (native: no Python needed)
     Check(check::Args),
@@ -17,6 +20,7 @@ pub enum Command {
 
 pub fn run(c: Command) -> anyhow::Result<i32> {
     match c {
+        Command::Build(a) => build::run(a),
         Command::Check(a) => check::run(a),
         Command::Repair(a) => repair::run(a),
     }

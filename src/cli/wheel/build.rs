@@ -1,0 +1,154 @@
+use crate::build::BuildOptions as ImageBuildOptions;
+use crate::elf::patchelf::Patchelf;
+use crate::engine::gpu::{self, GpuMode};
+use crate::engine::image_arg::{self, ImageArg};
+use crate::engine::Engine;
+use crate::progress::Progress;
+use crate::wheel::build::{build, parse_axis, BuildOptions};
+use anyhow::anyhow;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A project directory or an sdist
+    source: PathBuf,
+    /// An OCI layout directory, an image definition (.toml, built and loaded first) or an engine image
+    #[arg(long)]
+    image: String,
+    /// Directory for the wheels
+    #[arg(long, short)]
+    output: PathBuf,
+    /// Pythons to build for: `auto` (every one in the image) or tags like `cp311,cp312`
+    #[arg(long, default_value = "auto")]
+    python: String,
+    /// A build axis KEY=V1,V2: one build per value, KEY set in the environment (repeatable)
+    #[arg(long = "axis", value_name = "KEY=V1,V2")]
+    axes: Vec<String>,
+    /// A PEP 440 local version template filled from the axes, e.g. `rocm{ROCM_VERSION}torch{TORCH_VERSION}`
+    #[arg(long = "local-version", value_name = "TEMPLATE")]
+    local_version: Option<String>,
+    /// With --repair: never bundle libraries matching this glob (`libamdhip64.so*`)
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Repair the wheels on this machine (needs patchelf 0.19 or later on PATH)
+    #[arg(long)]
+    repair: bool,
+    /// Install each wheel in a fresh virtualenv in a fresh container and run this command there
+    #[arg(long, value_name = "CMD")]
+    test: Option<String>,
+    /// A wheelhouse for build (and test) dependencies, copied into the containers
+    #[arg(long = "find-links", value_name = "DIR")]
+    find_links: Option<PathBuf>,
+    /// GPUs: `auto` passes AMD GPUs when /dev/kfd exists; the target list comes from
+    /// PYTORCH_ROCM_ARCH / GPU_ARCHS, else the detected GPUs, else the default list
+    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    gpu: GpuMode,
+    /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
+    #[arg(long = "set", value_name = "K=V")]
+    sets: Vec<String>,
+    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Print a JSON list of the wheels on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir);
+    let axes = a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?;
+    let pythons = match a.python.as_str() {
+        "auto" => None,
+        list => Some(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
+    };
+    let patchelf = if a.repair { Some(Patchelf::find(None)?) } else { None };
+    let gpu_plan = gpu::plan(a.gpu, &[])?;
+    let targets = match a.gpu {
+        GpuMode::None => gpu::build_targets(&[]),
+        _ => gpu::targets_for_builds(),
+    };
+    let engine = Engine::connect()?;
+    let image = match image_arg::classify(&a.image)? {
+        ImageArg::Layout(d) => {
+            let tag = image_arg::layout_tag(&d)?;
+            engine.load_layout(&d, &tag, &cache_dir)?;
+            tag
+        }
+        ImageArg::Definition(f) => {
+            let bopts = ImageBuildOptions::defaults(
+                crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?,
+                cache_dir.clone(),
+                Progress::new(false, false),
+            )
+            .map_err(|e| anyhow!(e))?;
+            let r = image_arg::build_definition(&f, &bopts)?;
+            let tag = image_arg::definition_tag(&r);
+            engine.load_layout(&r.output, &tag, &cache_dir)?;
+            tag
+        }
+        ImageArg::Reference(r) => r,
+    };
+    let opts = BuildOptions {
+        source: a.source,
+        image,
+        output: a.output,
+        pythons,
+        axes,
+        local_version: a.local_version,
+        repair: patchelf,
+        exclude: a.exclude,
+        test: a.test,
+        find_links: a.find_links,
+        gpu: gpu_plan,
+        targets,
+    };
+    let built = match build(&engine, &opts) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("quarry: wheel build: {e}");
+            return Ok(e.exit_code());
+        }
+    };
+    for b in built.iter().filter(|b| b.pure) {
+        eprintln!(
+            "quarry: note: {} is a pure (none-any) wheel: nothing was compiled, so there was nothing to repair",
+            b.wheel.display()
+        );
+    }
+    if a.json {
+        super::super::print_json(&built)?;
+        return Ok(0);
+    }
+    let rows: Vec<[String; 4]> = built
+        .iter()
+        .map(|b| {
+            [
+                b.wheel.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+                b.tag.clone(),
+                format!("{:.1} KiB", b.size as f64 / 1024.0),
+                format!("{:.1} s", b.seconds),
+            ]
+        })
+        .collect();
+    let header = ["wheel", "tag", "size", "time"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    for r in std::iter::once(&header).chain(&rows) {
+        println!(
+            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
+        );
+    }
+    Ok(0)
+}
