@@ -174,3 +174,37 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
         assert!(e.contains("suite `noble`") && e.contains("mirror"), "{e}");
     }
 }
+
+/// `configure = true`: packages are left "unpacked" and `dpkg --configure -a`
+/// runs as a step layer, so every maintainer script has run in the image.
+#[test]
+fn configure_step_runs_maintainer_scripts() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = work.path().join("configured.toml");
+    write(
+        &img,
+        "name = \"configured\"\n[base.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\n\
+         keyring = \"/usr/share/keyrings/debian-archive-keyring.gpg\"\ninclude = [\"hello\"]\nconfigure = true\n\
+         [config]\ncmd = [\"/bin/sh\"]\n",
+    );
+    let out = work.path().join("out");
+    let j = build(&img, &out, &[], false);
+    let names: Vec<&str> = j["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["base", "configure"], "{j:#}");
+    let tag = format!("{}:t", unique("configured"));
+    let _cleanup = RemoveImage(tag.clone());
+    run_expect(quarry().args(["load", "--tag", &tag]).arg(&out), 0);
+    let o = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", &tag, "sh", "-c"])
+        .arg("dpkg --audit && dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' | grep -v '^ii ' ; hello")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout.trim(), "Hello, world!", "every package configured (ii), hello runs: {stdout}");
+    let left = Command::new("docker").args(["ps", "-aq", "--filter", "label=io.quarry.managed=true"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "no quarry container is left");
+}

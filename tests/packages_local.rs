@@ -371,12 +371,15 @@ fn refusals_name_what_is_wrong() {
     // A build without a lock resolves, so it refuses the same way.
     let e = stderr(&build(&a.image("otherkey2", &["app"], &a.other_keyring), &a.cache(), &a.root.path().join("o"), 1));
     assert!(e.contains("bad signature"), "{e}");
-    // The configure step is defined but needs the engine: a clear refusal.
-    let img = a.image("configure", &["app"], &a.keyring);
-    let def = std::fs::read_to_string(&img).unwrap().replace("include =", "configure = true\ninclude =");
-    std::fs::write(&img, def).unwrap();
-    let e = stderr(&build(&img, &a.cache(), &a.root.path().join("o3"), 1));
-    assert!(e.contains("base.packages.configure") && e.contains("dpkg --configure -a"), "{e}");
+    // The configure step runs in a container: this synthetic archive has no
+    // shell or dpkg, so the step fails clearly, naming it (when an engine runs).
+    if have_docker() {
+        let img = a.image("configure", &["app"], &a.keyring);
+        let def = std::fs::read_to_string(&img).unwrap().replace("include =", "configure = true\ninclude =");
+        std::fs::write(&img, def).unwrap();
+        let e = stderr(&build(&img, &a.cache(), &a.root.path().join("o3"), 1));
+        assert!(e.contains("layer `configure`"), "{e}");
+    }
     // Signed text changed after signing.
     let inrelease = a.www().join("dists/test/InRelease");
     let text = std::fs::read_to_string(&inrelease).unwrap();
