@@ -3,26 +3,8 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// A fresh copy of the synthetic artifacts (tests may damage their copy).
-fn artifacts(mode: &str, into: &Path) -> PathBuf {
-    let cached = fixtures_dir().join(format!("rocm-artifacts-{mode}"));
-    with_lock(&format!("rocm-artifacts-{mode}"), || {
-        let st = Command::new("sh")
-            .arg(repo().join("tests/fixtures/rocm-artifacts.sh"))
-            .arg(&cached)
-            .arg(mode)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    });
-    std::fs::create_dir_all(into).unwrap();
-    let dest = into.join(format!("artifacts-{mode}"));
-    assert!(Command::new("cp").arg("-a").arg(&cached).arg(&dest).status().unwrap().success());
-    dest
-}
 
 fn flatten(arts: &Path, out: &Path, extra: &[&str], code: i32) -> std::process::Output {
     run_expect(
@@ -34,7 +16,7 @@ fn flatten(arts: &Path, out: &Path, extra: &[&str], code: i32) -> std::process::
 #[test]
 fn flatten_overlays_every_prefix() {
     let t = tempfile::tempdir().unwrap();
-    let arts = artifacts("split", t.path());
+    let arts = rocm_artifacts("split", t.path());
     let out = t.path().join("dist");
     let j = stdout_json(&flatten(&arts, &out, &[], 0));
     assert_eq!(j["split"], true);
@@ -68,7 +50,7 @@ fn flatten_overlays_every_prefix() {
 #[test]
 fn rocm_artifacts_layer_source_places_the_dist_tree() {
     let t = tempfile::tempdir().unwrap();
-    let arts = artifacts("legacy", t.path());
+    let arts = rocm_artifacts("legacy", t.path());
     write(
         &t.path().join("images/rocm.toml"),
         &format!(
@@ -99,25 +81,25 @@ fn bad_artifacts_get_clear_errors() {
     let t = tempfile::tempdir().unwrap();
     let stderr = |o: std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
 
-    let a = artifacts("split", &t.path().join("a"));
+    let a = rocm_artifacts("split", &t.path().join("a"));
     std::fs::remove_file(a.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json"))
         .unwrap();
     let e = stderr(flatten(&a, &t.path().join("o1"), &[], 1));
     assert!(e.contains("therock_manifest.json"), "{e}");
 
-    let b = artifacts("split", &t.path().join("b"));
+    let b = rocm_artifacts("split", &t.path().join("b"));
     std::fs::rename(b.join("blas_lib_gfx942"), b.join("blas-lib-gfx942")).unwrap();
     let e = stderr(flatten(&b, &t.path().join("o2"), &[], 1));
     assert!(e.contains("blas-lib-gfx942") && e.contains("NAME_COMPONENT_TARGET"), "{e}");
 
-    let c = artifacts("split", &t.path().join("c"));
+    let c = rocm_artifacts("split", &t.path().join("c"));
     std::fs::write(c.join("blas_lib_generic/artifact_manifest.txt"), "math-libs/BLAS/stage\nmath-libs/gone/stage\n")
         .unwrap();
     let e = stderr(flatten(&c, &t.path().join("o3"), &[], 1));
     assert!(e.contains("blas_lib_generic") && e.contains("math-libs/gone/stage"), "{e}");
 
     // A dangling symlink is kept verbatim in the dist tree (it is data, not followed).
-    let d = artifacts("split", &t.path().join("d"));
+    let d = rocm_artifacts("split", &t.path().join("d"));
     std::os::unix::fs::symlink("missing.so.1", d.join("core-hip_lib_generic/core/clr/stage/lib/libdangling.so"))
         .unwrap();
     flatten(&d, &t.path().join("o4"), &[], 0);

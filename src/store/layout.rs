@@ -52,7 +52,8 @@ pub fn parse_platform(os: &str, arch: &str, variant: Option<&str>) -> Platform {
     p
 }
 
-fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
+/// Place a blob file: a hardlink when the filesystem allows, else a copy.
+pub fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
     if to.exists() {
         return Ok(());
     }
@@ -60,6 +61,40 @@ fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
         Ok(()) => Ok(()),
         Err(_) => std::fs::copy(from, to).map(|_| ()),
     }
+}
+
+/// Check that `out` may be replaced (absent, empty or an OCI layout) and
+/// make a staging directory beside it, on the same filesystem for the rename.
+pub fn stage_output(out: &Path, prefix: &str) -> Result<tempfile::TempDir, LayoutError> {
+    if out.exists() {
+        let is_layout = out.join("oci-layout").is_file();
+        let is_empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !is_layout && !is_empty {
+            return Err(bad(out, "exists and is not an OCI layout; choose another output with -o or remove it"));
+        }
+    }
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_err(parent, "cannot create the output's parent"))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(parent)
+        .map_err(io_err(parent, "cannot create a staging directory"))
+}
+
+/// Move a finished staging directory over `out`; a previous layout is moved
+/// aside first and removed only once the new one is in place.
+pub fn replace_output(staging: tempfile::TempDir, out: &Path) -> Result<(), LayoutError> {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let staged = staging.keep();
+    if out.exists() {
+        let old = parent.join(format!(".quarry-old-{}", std::process::id()));
+        std::fs::rename(out, &old).map_err(io_err(out, "cannot move the previous output aside"))?;
+        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
+        let _ = std::fs::remove_dir_all(&old);
+    } else {
+        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
+    }
+    Ok(())
 }
 
 /// Write an image (its blobs already in `blob_dir`, the cache) as an OCI
@@ -73,19 +108,7 @@ pub fn write_image(
     tag: &str,
     platform: Platform,
 ) -> Result<Written, LayoutError> {
-    if out.exists() {
-        let is_layout = out.join("oci-layout").is_file();
-        let is_empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
-        if !is_layout && !is_empty {
-            return Err(bad(out, "exists and is not an OCI layout; choose another output with -o or remove it"));
-        }
-    }
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io_err(parent, "cannot create the output's parent"))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".quarry-out-")
-        .tempdir_in(parent)
-        .map_err(io_err(parent, "cannot create a staging directory"))?;
+    let staging = stage_output(out, ".quarry-out-")?;
     let dir =
         Dir::open_ambient_dir(staging.path(), ambient_authority()).map_err(io_err(staging.path(), "cannot open"))?;
     let oci = OciDir::ensure(dir).map_err(|e| bad(staging.path(), e))?;
@@ -113,16 +136,7 @@ pub fn write_image(
         .map_err(|e| bad(out, e))?;
     let mdesc = oci.insert_manifest(manifest, Some(tag), platform).map_err(|e| bad(out, e))?;
 
-    // Swap the staging directory in.
-    let staged = staging.keep();
-    if out.exists() {
-        let old = parent.join(format!(".quarry-old-{}", std::process::id()));
-        std::fs::rename(out, &old).map_err(io_err(out, "cannot move the previous output aside"))?;
-        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
-        let _ = std::fs::remove_dir_all(&old);
-    } else {
-        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
-    }
+    replace_output(staging, out)?;
     Ok(Written { manifest_digest: mdesc.digest().to_string(), config_digest: config_desc.digest().to_string() })
 }
 

@@ -118,3 +118,23 @@ pub fn write(path: &Path, data: &str) {
 pub fn unique(name: &str) -> String {
     format!("quarry-test-{name}-{}", std::process::id())
 }
+
+/// A fresh copy of the synthetic ROCm artifacts (`split` or `legacy`), made
+/// once by tests/fixtures/rocm-artifacts.sh under target/fixtures; tests may
+/// change their copy.
+pub fn rocm_artifacts(mode: &str, into: &Path) -> PathBuf {
+    let cached = fixtures_dir().join(format!("rocm-artifacts-{mode}"));
+    with_lock(&format!("rocm-artifacts-{mode}"), || {
+        let st = Command::new("sh")
+            .arg(repo().join("tests/fixtures/rocm-artifacts.sh"))
+            .arg(&cached)
+            .arg(mode)
+            .status()
+            .unwrap();
+        assert!(st.success(), "tests/fixtures/rocm-artifacts.sh failed (is cc installed?)");
+    });
+    std::fs::create_dir_all(into).unwrap();
+    let dest = into.join(format!("artifacts-{mode}"));
+    assert!(Command::new("cp").arg("-a").arg(&cached).arg(&dest).status().unwrap().success());
+    dest
+}
