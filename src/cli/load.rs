@@ -1,8 +1,7 @@
-use crate::build::BuildOptions;
 use crate::engine::image_arg::{self, ImageArg};
 use crate::engine::Engine;
 use crate::progress::Progress;
-use anyhow::{anyhow, bail};
+use anyhow::bail;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -31,11 +30,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             (d, t)
         }
         ImageArg::Definition(f) => {
-            let opts = BuildOptions::defaults(crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?, cache_dir.clone(), Progress::new(a.json, false))
-                .map_err(|e| anyhow!(e))?;
-            let r = image_arg::build_definition(&f, &opts)?;
-            let t = image_arg::definition_tag(&r);
-            (r.output, t)
+            crate::cli::build_definition_for_engine(&f, &a.sets, &cache_dir, Progress::new(a.json, false))?
         }
         ImageArg::Reference(r) => bail!("`{r}` is neither an OCI layout directory nor an image definition (.toml); `quarry load` loads those into the engine"),
     };

@@ -90,6 +90,23 @@ pub fn main() -> i32 {
     }
 }
 
+/// Build a definition with default options (gzip, all cores,
+/// SOURCE_DATE_EPOCH from the env) on the way to the engine; returns the
+/// layout and the tag to load it as. `sets` are `--set K=V` arguments.
+pub(crate) fn build_definition_for_engine(
+    file: &std::path::Path,
+    sets: &[String],
+    cache_dir: &std::path::Path,
+    progress: crate::progress::Progress,
+) -> anyhow::Result<(std::path::PathBuf, String)> {
+    let sets = crate::spec::parse_sets(sets).map_err(|e| anyhow::anyhow!(e))?;
+    let opts = crate::build::BuildOptions::defaults(sets, cache_dir.to_path_buf(), progress)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let r = crate::engine::image_arg::build_definition(file, &opts)?;
+    let tag = crate::engine::image_arg::definition_tag(&r);
+    Ok((r.output, tag))
+}
+
 /// Print a value as one JSON document on stdout.
 pub(crate) fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     use std::io::Write;

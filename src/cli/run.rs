@@ -1,10 +1,8 @@
-use crate::build::BuildOptions;
 use crate::engine::gpu::{self, GpuMode};
 use crate::engine::image_arg::{self, ImageArg};
 use crate::engine::run::{parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions};
 use crate::engine::{Engine, EngineError};
 use crate::progress::Progress;
-use anyhow::anyhow;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -71,7 +69,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         opts.image = match &arg {
             ImageArg::Layout(d) => image_arg::layout_tag(d)?,
             ImageArg::Definition(f) => {
-                let img = crate::spec::load_image(f, &crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?)?;
+                let img =
+                    crate::spec::load_image(f, &crate::spec::parse_sets(&a.sets).map_err(|e| anyhow::anyhow!(e))?)?;
                 format!("{}:{}", img.name.to_lowercase(), img.tag)
             }
             ImageArg::Reference(r) => r.clone(),
@@ -85,15 +84,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some((d, tag))
         }
         ImageArg::Definition(f) => {
-            let bopts = BuildOptions::defaults(
-                crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?,
-                cache_dir.clone(),
-                Progress::new(false, false),
-            )
-            .map_err(|e| anyhow!(e))?;
-            let r = image_arg::build_definition(&f, &bopts)?;
-            let tag = image_arg::definition_tag(&r);
-            Some((r.output, tag))
+            Some(crate::cli::build_definition_for_engine(&f, &a.sets, &cache_dir, Progress::new(false, false))?)
         }
         ImageArg::Reference(r) => {
             opts.image = r;

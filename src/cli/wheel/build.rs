@@ -1,11 +1,9 @@
-use crate::build::BuildOptions as ImageBuildOptions;
 use crate::elf::patchelf::Patchelf;
 use crate::engine::gpu::{self, GpuMode};
 use crate::engine::image_arg::{self, ImageArg};
 use crate::engine::Engine;
 use crate::progress::Progress;
 use crate::wheel::build::{build, parse_axis, BuildOptions};
-use anyhow::anyhow;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -75,15 +73,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             tag
         }
         ImageArg::Definition(f) => {
-            let bopts = ImageBuildOptions::defaults(
-                crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?,
-                cache_dir.clone(),
-                Progress::new(false, false),
-            )
-            .map_err(|e| anyhow!(e))?;
-            let r = image_arg::build_definition(&f, &bopts)?;
-            let tag = image_arg::definition_tag(&r);
-            engine.load_layout(&r.output, &tag, &cache_dir)?;
+            let (dir, tag) =
+                crate::cli::build_definition_for_engine(&f, &a.sets, &cache_dir, Progress::new(false, false))?;
+            engine.load_layout(&dir, &tag, &cache_dir)?;
             tag
         }
         ImageArg::Reference(r) => r,
