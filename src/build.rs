@@ -43,6 +43,8 @@ pub enum BuildError {
     Registry { file: String, err: crate::registry::RegistryError },
     #[error("{file}: base.packages: {err}")]
     Distro { file: String, err: Box<crate::distro::DistroError> },
+    #[error("{file}: layer `{layer}`: packages: {err}")]
+    DistroLayer { file: String, layer: String, err: Box<crate::distro::DistroError> },
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +145,9 @@ struct Builder<'a> {
     chain: String,
     /// Connected on the first step layer that misses the cache.
     engine: Option<crate::engine::Engine>,
+    /// `quarry lock`: resolve every packages base and layer afresh (the
+    /// lock beside the image is not read) and collect the pins here.
+    relock: Option<crate::distro::lock::LockFile>,
 }
 
 impl Builder<'_> {
@@ -310,7 +315,15 @@ impl Builder<'_> {
         use crate::distro;
         let file = image.file.display().to_string();
         let derr = |err| BuildError::Distro { file: file.clone(), err: Box::new(err) };
-        let (lock, _) = distro::locked_or_resolved(spec, &image.file, &self.cache, self.spool.path()).map_err(derr)?;
+        let lock = match &mut self.relock {
+            Some(pins) => {
+                let l = distro::resolve_now(spec, Some(spec.variant), &[], None, &self.cache, self.spool.path())
+                    .map_err(derr)?;
+                pins.base = Some(l.clone());
+                l
+            }
+            None => distro::locked_or_resolved(spec, &image.file, &self.cache, self.spool.path()).map_err(derr)?.0,
+        };
         let mut k = KeyHasher::new();
         k.field(&self.chain).field(distro::fingerprint(spec, &lock)).field(self.opts.compression.format_id());
         let key = k.finish();
@@ -325,6 +338,58 @@ impl Builder<'_> {
         let tree = distro::assemble(spec, &lock, &debs, self.spool.path()).map_err(derr)?;
         self.pack_and_record("base", &key, &tree)?;
         Ok(lock.packages.len())
+    }
+
+    /// A `packages` layer: what the layers below lack of the packages it
+    /// names, over their dpkg database (see `distro::below`). Keyed like
+    /// the base: parent chain + pinned package set.
+    fn packages_layer(&mut self, image: &Image, layer: &Layer, spec: &spec::PackagesBase) -> Result<(), BuildError> {
+        use crate::distro::{self, lock::LockFile};
+        let derr = |err| BuildError::DistroLayer {
+            file: layer.file.display().to_string(),
+            layer: layer.name.clone(),
+            err: Box::new(err),
+        };
+        let key_of = |chain: &str, lock: &distro::lock::Lock, format: &str| {
+            let mut k = KeyHasher::new();
+            k.field(chain).field("packages-layer-v1").field(&layer.name);
+            k.field(distro::fingerprint(spec, lock)).field(format);
+            k.finish()
+        };
+        let format = self.opts.compression.format_id();
+        // With a lock, a warm rebuild needs nothing from the layers below:
+        // the parent chain already stands for them.
+        if self.relock.is_none() && !self.opts.no_cache {
+            let path = distro::lock::lock_path(&image.file);
+            let pinned = LockFile::read(&path).map_err(derr)?.and_then(|f| f.layer.get(&layer.name).cloned());
+            if let Some(l) = pinned.filter(|l| l.check_matches(spec, None, &path, "").is_ok()) {
+                let key = key_of(&self.chain, &l, &format);
+                if let Some(blob) = self.cache.lookup(&key) {
+                    self.chain = key;
+                    self.push(layer.name.clone(), blob, true);
+                    return Ok(());
+                }
+            }
+        }
+        let blobs: Vec<PathBuf> = self.layers.iter().map(|l| self.cache.blob_path(&l.digest)).collect();
+        let below = distro::below::Below::read(&blobs, self.spool.path()).map_err(derr)?;
+        let fresh = self.relock.is_some();
+        let lock = distro::layer_pins(spec, &layer.name, &image.file, &below, fresh, &self.cache, self.spool.path())
+            .map_err(derr)?;
+        if let Some(pins) = &mut self.relock {
+            pins.layer.insert(layer.name.clone(), lock.clone());
+        }
+        let key = key_of(&self.chain, &lock, &format);
+        self.chain = key.clone();
+        if !self.opts.no_cache {
+            if let Some(blob) = self.cache.lookup(&key) {
+                self.push(layer.name.clone(), blob, true);
+                return Ok(());
+            }
+        }
+        let debs = distro::fetch_debs(spec, &lock, &self.cache).map_err(derr)?;
+        let tree = distro::assemble_layer(spec, &lock, &debs, below, self.spool.path()).map_err(derr)?;
+        self.pack_and_record(&layer.name, &key, &tree)
     }
 
     fn push(&mut self, name: String, blob: LayerBlob, cached: bool) {
@@ -519,13 +584,13 @@ fn image_config(
     b.build().expect("all fields set")
 }
 
-/// The step that runs every maintainer script of a `packages` base.
-fn configure_step(image: &Image) -> Layer {
+/// The step that runs every maintainer script of a `packages` base or layer.
+fn configure_step(name: &str, file: &Path) -> Layer {
     let mut env = BTreeMap::new();
     env.insert("DEBIAN_FRONTEND".to_string(), "noninteractive".to_string());
     Layer {
-        name: "configure".into(),
-        file: image.file.clone(),
+        name: name.into(),
+        file: file.to_path_buf(),
         sources: vec![],
         remove: vec![],
         run: Some(spec::RunDef {
@@ -547,6 +612,36 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 }
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
+    match run(image, opts, false)? {
+        (Some(r), _) => Ok(r),
+        _ => unreachable!("a build run writes an image"),
+    }
+}
+
+/// `quarry lock`: resolve the image's `packages` base and layers afresh and
+/// write `IMAGE.lock`. A packages layer is resolved over the layers below
+/// it, so those are built (from the cache when they can be); an image whose
+/// only packages are its base's builds nothing.
+pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<(PathBuf, crate::distro::lock::LockFile), BuildError> {
+    let file = image.file.display().to_string();
+    if crate::distro::packages_layers(image).is_empty() {
+        return crate::distro::lock_base(image, &Cache::open(&opts.cache_dir)?)
+            .map_err(|err| BuildError::Distro { file, err: Box::new(err) });
+    }
+    let (_, pins) = run(image, opts, true)?;
+    let pins = pins.expect("a lock run collects pins");
+    let path = crate::distro::lock::lock_path(&image.file);
+    pins.write(&path).map_err(|err| BuildError::Distro { file, err: Box::new(err) })?;
+    Ok((path, pins))
+}
+
+/// Build `image` (`relock`: only as far as its last packages layer, to
+/// collect fresh pins instead of writing an image).
+fn run(
+    image: &Image,
+    opts: &BuildOptions,
+    relock: bool,
+) -> Result<(Option<BuildResult>, Option<crate::distro::lock::LockFile>), BuildError> {
     let cache = Cache::open(&opts.cache_dir)?;
     let spool = tempfile::Builder::new().prefix("spool-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
         dir: opts.cache_dir.display().to_string(),
@@ -567,7 +662,12 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         history: Vec::new(),
         chain: chain.finish(),
         engine: None,
+        relock: relock.then(|| crate::distro::lock::LockFile {
+            version: crate::distro::lock::LOCK_VERSION,
+            ..Default::default()
+        }),
     };
+    let last_packages_layer = crate::distro::packages_layers(image).last().map(|(i, _, _)| *i);
 
     let mut base_config = None;
     match &image.base {
@@ -612,7 +712,7 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
             if p.configure {
                 // The packages were left "unpacked": their maintainer scripts
                 // run now, as root with no network, as a step layer.
-                let configure = configure_step(image);
+                let configure = configure_step("configure", &image.file);
                 b.step_layer(image, &configure, None, "base.packages.configure.")?;
                 b.history("quarry: dpkg --configure -a".into(), None);
             }
@@ -622,6 +722,24 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         }
     }
     for (i, layer) in image.layers.iter().enumerate() {
+        if relock && last_packages_layer.is_none_or(|last| i > last) {
+            break;
+        }
+        let packages = layer.sources.iter().find_map(|s| match &s.kind {
+            SourceKind::Packages(p) => Some(p),
+            _ => None,
+        });
+        if let Some(p) = packages {
+            b.packages_layer(image, layer, p)?;
+            b.history(format!("quarry: layer {} (packages {} {})", layer.name, p.suite, p.include.join(" ")), None);
+            if p.configure {
+                let configure = configure_step(&format!("{}-configure", layer.name), &layer.file);
+                let field = if layer.file == image.file { format!("layer[{i}].") } else { String::new() };
+                b.step_layer(image, &configure, base_config.as_ref(), &format!("{field}source.packages.configure."))?;
+                b.history("quarry: dpkg --configure -a".into(), None);
+            }
+            continue;
+        }
         if layer.run.is_some() {
             let field = if layer.file == image.file { format!("layer[{i}].") } else { String::new() };
             b.step_layer(image, layer, base_config.as_ref(), &field)?;
@@ -633,6 +751,9 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         b.history(format!("quarry: layer {}", layer.name), None);
     }
 
+    if relock {
+        return Ok((None, b.relock.take()));
+    }
     let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
     let config = image_config(image, base_config.as_ref(), &b.layers, b.history.clone(), opts.source_date_epoch);
     let blobs: Vec<LayerBlob> = b.layers.iter().map(BuiltLayer::blob).collect();
@@ -644,12 +765,13 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         &image.tag,
         layout::parse_platform(&os, &arch, variant.as_deref()),
     )?;
-    Ok(BuildResult {
+    let result = BuildResult {
         name: image.name.clone(),
         tag: image.tag.clone(),
         output,
         manifest_digest: written.manifest_digest,
         config_digest: written.config_digest,
         layers: b.layers,
-    })
+    };
+    Ok((Some(result), None))
 }

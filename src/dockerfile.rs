@@ -123,6 +123,7 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
                 }
             }
             SourceKind::Remove => {}
+            SourceKind::Packages(p) => render_packages_layer(out, image, layer, p),
             SourceKind::RocmArtifacts { dir, .. } => {
                 writeln!(out, "# ROCm artifacts from {}: flatten them first with", dir.display()).unwrap();
                 writeln!(out, "#   quarry rocm flatten --artifact-dir {} --output rocm-dist", dir.display()).unwrap();
@@ -165,6 +166,28 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
         writeln!(out, "RUN {network}{}", exec_form(&args)).unwrap();
     }
     Ok(())
+}
+
+/// A `packages` layer as apt in a RUN: the versions the image's lock pins
+/// for the layer when there is one, else the names as the definition gives them.
+fn render_packages_layer(out: &mut String, image: &Image, layer: &Layer, p: &crate::spec::PackagesBase) {
+    let pinned: Option<Vec<String>> = crate::distro::lock::LockFile::read(&crate::distro::lock::lock_path(&image.file))
+        .ok()
+        .flatten()
+        .and_then(|l| l.layer.get(&layer.name).cloned())
+        .filter(|l| l.include == p.include)
+        .map(|l| l.packages.iter().map(|x| format!("{}={}", x.name, x.version)).collect());
+    if pinned.is_none() {
+        writeln!(out, "# packages from {} ({}); `quarry lock` pins their versions", p.suite, p.components.join(" "))
+            .unwrap();
+    }
+    let list = pinned.unwrap_or_else(|| p.include.clone());
+    writeln!(
+        out,
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {} && rm -rf /var/lib/apt/lists/*",
+        list.join(" ")
+    )
+    .unwrap();
 }
 
 /// A `packages` base as the distro's own image plus apt: the nearest a

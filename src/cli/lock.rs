@@ -1,5 +1,6 @@
+use crate::build::BuildOptions;
+use crate::progress::Progress;
 use crate::spec::{load_image, parse_sets};
-use crate::store::cache::Cache;
 use anyhow::{anyhow, Context};
 use std::path::PathBuf;
 
@@ -24,8 +25,12 @@ pub struct Args {
 #[derive(serde::Serialize)]
 struct Locked {
     lock: PathBuf,
-    release: String,
+    /// The base's Release digest (absent when the base is not `packages`).
+    release: Option<String>,
+    /// Every package pinned, base and layers.
     packages: usize,
+    /// Packages pinned per packages layer.
+    layers: std::collections::BTreeMap<String, usize>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -47,15 +52,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
+    crate::distro::packages_of(&image)?;
     let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
-    let cache = Cache::open(&cache_dir)?;
+    let opts = BuildOptions::defaults(sets, cache_dir, Progress::new(a.json, false)).map_err(|e| anyhow!(e))?;
     let (path, lock) =
-        crate::distro::lock_image(&image, &cache).with_context(|| format!("locking `{}`", a.image.display()))?;
-    let out = Locked { lock: path, release: lock.release.clone(), packages: lock.packages.len() };
+        crate::build::lock_image(&image, &opts).with_context(|| format!("locking `{}`", a.image.display()))?;
+    let out = Locked {
+        lock: path,
+        release: lock.base.as_ref().map(|b| b.release.clone()),
+        packages: lock.package_count(),
+        layers: lock.layer.iter().map(|(n, l)| (n.clone(), l.packages.len())).collect(),
+    };
     if a.json {
         super::print_json(&out)?;
     } else {
-        println!("{}: {} packages pinned (release {})", out.lock.display(), out.packages, out.release);
+        let mut parts: Vec<String> = out.release.iter().map(|r| format!("release {r}")).collect();
+        parts.extend(out.layers.iter().map(|(n, c)| format!("layer {n}: {c}")));
+        println!("{}: {} packages pinned ({})", out.lock.display(), out.packages, parts.join("; "));
     }
     Ok(0)
 }

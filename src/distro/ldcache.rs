@@ -104,7 +104,7 @@ fn resolve(tree: &Tree, path: &[u8]) -> Option<Vec<u8>> {
     Some(cur)
 }
 
-fn is_dso(name: &[u8]) -> bool {
+pub(crate) fn is_dso(name: &[u8]) -> bool {
     let has_so = name.windows(3).any(|w| w == b".so");
     ((name.starts_with(b"lib") || name.starts_with(b"ld-")) && has_so)
         || name.starts_with(b"ld.so.")

@@ -7,6 +7,7 @@
 //! the dpkg database and the accounts a minimal system needs.
 
 pub mod archive;
+pub mod below;
 pub mod control;
 pub mod deb;
 pub mod fetch;
@@ -18,11 +19,12 @@ pub mod system;
 pub mod version;
 
 use crate::digest::KeyHasher;
-use crate::spec::{Mirror, PackagesBase};
+use crate::spec::{Mirror, PackagesBase, Variant};
 use crate::store::cache::{Cache, CacheError};
 use crate::tarball::Tree;
 use fetch::Fetcher;
-use lock::{Lock, LockedPackage};
+use lock::{Lock, LockFile, LockedPackage};
+use resolve::Installed;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -110,22 +112,31 @@ fn repo(spec: &PackagesBase) -> Result<archive::Repo, DistroError> {
     })
 }
 
-/// Resolve the definition against the archive as it is now: the lock's contents.
-pub fn resolve_now(spec: &PackagesBase, cache: &Cache, spool: &Path) -> Result<Lock, DistroError> {
+/// Resolve the definition against the archive as it is now: the lock's
+/// contents. A base adds its `variant`'s set; a layer (`variant` None)
+/// adds only what is not `installed` below (`below`: that status's digest).
+pub fn resolve_now(
+    spec: &PackagesBase,
+    variant: Option<Variant>,
+    installed: &[Installed],
+    below: Option<String>,
+    cache: &Cache,
+    spool: &Path,
+) -> Result<Lock, DistroError> {
     let repo = repo(spec)?;
     let fetcher = Fetcher::new();
     let release = repo.fetch_release(&fetcher, spool)?;
     let pkgs = repo.fetch_packages(&fetcher, cache, &release)?;
     let origin = format!("{} ({}, {})", repo.release_url(), spec.components.join(" "), spec.architecture);
-    let chosen = resolve::resolve(&pkgs, &spec.include, spec.variant, &origin)?;
+    let chosen = resolve::resolve(&pkgs, &spec.include, variant, installed, &origin)?;
     Ok(Lock {
-        version: lock::LOCK_VERSION,
         suite: spec.suite.clone(),
         architecture: spec.architecture.clone(),
         components: spec.components.clone(),
-        variant: spec.variant,
+        variant,
         include: spec.include.clone(),
         release: format!("sha256:{}", release.digest),
+        below,
         packages: chosen
             .into_iter()
             .map(|p| LockedPackage {
@@ -149,11 +160,54 @@ pub fn locked_or_resolved(
     spool: &Path,
 ) -> Result<(Lock, bool), DistroError> {
     let path = lock::lock_path(image_file);
-    if let Some(l) = Lock::read(&path)? {
-        l.check_matches(spec, &path)?;
+    if let Some(file) = LockFile::read(&path)? {
+        let l = file.base.ok_or_else(|| DistroError::Lock {
+            lock: path.display().to_string(),
+            message: "has no pins for the `packages` base; run `quarry lock` on the image again".into(),
+        })?;
+        l.check_matches(spec, Some(spec.variant), &path, "the base")?;
         return Ok((l, true));
     }
-    Ok((resolve_now(spec, cache, spool)?, false))
+    Ok((resolve_now(spec, Some(spec.variant), &[], None, cache, spool)?, false))
+}
+
+/// The pins of the packages layer `name` over `below`: the image's lock
+/// when it has them (refused when the layers below changed since), else a
+/// fresh resolution (`fresh`: always, as `quarry lock` does).
+pub fn layer_pins(
+    spec: &PackagesBase,
+    name: &str,
+    image_file: &Path,
+    below: &below::Below,
+    fresh: bool,
+    cache: &Cache,
+    spool: &Path,
+) -> Result<Lock, DistroError> {
+    let digest = below.status_digest();
+    let path = lock::lock_path(image_file);
+    if !fresh {
+        if let Some(file) = LockFile::read(&path)? {
+            let what = format!("layer `{name}`");
+            let l = file.layer.get(name).cloned().ok_or_else(|| DistroError::Lock {
+                lock: path.display().to_string(),
+                message: format!("has no pins for the packages {what}; run `quarry lock` on the image again"),
+            })?;
+            l.check_matches(spec, None, &path, &what)?;
+            if l.below.as_deref() != Some(digest.as_str()) {
+                return Err(DistroError::Lock {
+                    lock: path.display().to_string(),
+                    message: format!(
+                        "pins {what} over other packages than the layers below it now install (their dpkg status changed since: {} then, {digest} now); run `quarry lock` on the image again",
+                        l.below.as_deref().unwrap_or("none")
+                    ),
+                });
+            }
+            return Ok(l);
+        }
+    }
+    let installed: Vec<Installed> =
+        below.status().iter().filter(|p| below::is_present(p)).filter_map(Installed::from_status).collect();
+    resolve_now(spec, None, &installed, Some(digest), cache, spool)
 }
 
 /// Everything that decides the layer's bytes: the pinned package files and
@@ -165,6 +219,9 @@ pub fn fingerprint(spec: &PackagesBase, lock: &Lock) -> String {
         .field(format!("{:?}", spec.variant));
     for p in &lock.packages {
         h.field(&p.name).field(&p.sha256);
+    }
+    if let Some(b) = &lock.below {
+        h.field(b);
     }
     h.field(format!("{:?}", spec.groups)).field(format!("{:?}", spec.users)).field(spec.configure.to_string());
     h.finish()
@@ -214,11 +271,11 @@ pub fn fetch_debs(spec: &PackagesBase, lock: &Lock, cache: &Cache) -> Result<Vec
     Ok(out)
 }
 
-/// Unpack the verified .debs into one rootfs tree.
-pub fn assemble(spec: &PackagesBase, lock: &Lock, debs: &[PathBuf], spool: &Path) -> Result<Tree, DistroError> {
+/// Open every verified .deb, checking each holds the pinned package.
+fn open_debs(lock: &Lock, debs: &[PathBuf], spool: &Path) -> Result<Vec<deb::Deb>, DistroError> {
     use rayon::prelude::*;
     let opened: Vec<Result<deb::Deb, DistroError>> = debs.par_iter().map(|d| deb::read_deb(d, spool)).collect();
-    let mut sys = system::System::new(&spec.architecture);
+    let mut out = Vec::new();
     for (d, p) in opened.into_iter().zip(&lock.packages) {
         let d = d?;
         if d.control.get("Package") != Some(p.name.as_str()) || d.control.get("Version") != Some(p.version.as_str()) {
@@ -233,6 +290,15 @@ pub fn assemble(spec: &PackagesBase, lock: &Lock, debs: &[PathBuf], spool: &Path
                 ),
             });
         }
+        out.push(d);
+    }
+    Ok(out)
+}
+
+/// Unpack the verified .debs into one rootfs tree.
+pub fn assemble(spec: &PackagesBase, lock: &Lock, debs: &[PathBuf], spool: &Path) -> Result<Tree, DistroError> {
+    let mut sys = system::System::new(&spec.architecture);
+    for d in open_debs(lock, debs, spool)? {
         sys.unpack(d, !spec.configure)?;
     }
     sys.finish(&spec.users, &spec.groups)?;
@@ -241,29 +307,66 @@ pub fn assemble(spec: &PackagesBase, lock: &Lock, debs: &[PathBuf], spool: &Path
     Ok(tree)
 }
 
-/// The `packages` base of an image, or an error saying there is none.
+/// Unpack the verified .debs of a packages layer over the layers `below`:
+/// their files, plus the merged dpkg database and loader cache.
+pub fn assemble_layer(
+    spec: &PackagesBase,
+    lock: &Lock,
+    debs: &[PathBuf],
+    below: below::Below,
+    spool: &Path,
+) -> Result<Tree, DistroError> {
+    let mut sys = system::System::over(&spec.architecture, below);
+    for d in open_debs(lock, debs, spool)? {
+        sys.unpack(d, !spec.configure)?;
+    }
+    sys.finish_layer()?;
+    let mut tree = sys.tree;
+    tree.finalize_hardlinks().map_err(|e| DistroError::Assemble { message: e.to_string() })?;
+    Ok(tree)
+}
+
+/// The packages layers of an image: (index, layer, spec).
+pub fn packages_layers(image: &crate::spec::Image) -> Vec<(usize, &crate::spec::Layer, &PackagesBase)> {
+    image
+        .layers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            l.sources.iter().find_map(|s| match &s.kind {
+                crate::spec::SourceKind::Packages(p) => Some((i, l, p.as_ref())),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+/// The `packages` base of an image, else its first packages layer, or an
+/// error saying there is nothing to pin.
 pub fn packages_of(image: &crate::spec::Image) -> Result<&PackagesBase, DistroError> {
     match &image.base {
         crate::spec::Base::Packages(p) => Ok(p),
-        _ => Err(DistroError::Lock {
+        _ => packages_layers(image).first().map(|(_, _, p)| *p).ok_or_else(|| DistroError::Lock {
             lock: lock::lock_path(&image.file).display().to_string(),
             message: format!(
-                "has nothing to pin: the base of `{}` is not a `[base.packages]` table (other inputs are pinned in the definition by sha256)",
+                "has nothing to pin: `{}` has no `[base.packages]` table and no `packages` layer source (other inputs are pinned in the definition by sha256)",
                 image.file.display()
             ),
         }),
     }
 }
 
-/// `quarry lock`: resolve now and write `IMAGE.lock` beside the image.
-pub fn lock_image(image: &crate::spec::Image, cache: &Cache) -> Result<(PathBuf, Lock), DistroError> {
+/// `quarry lock` for an image whose only packages are its base's: resolve
+/// now (nothing is built) and write `IMAGE.lock` beside the image.
+pub fn lock_base(image: &crate::spec::Image, cache: &Cache) -> Result<(PathBuf, LockFile), DistroError> {
     let spec = packages_of(image)?;
     let spool = tempfile::Builder::new()
         .prefix("lock-")
         .tempdir_in(cache.tmp_dir())
         .map_err(|e| DistroError::io(&cache.tmp_dir(), e))?;
-    let lock = resolve_now(spec, cache, spool.path())?;
+    let lock = resolve_now(spec, Some(spec.variant), &[], None, cache, spool.path())?;
+    let file = LockFile { version: lock::LOCK_VERSION, base: Some(lock), layer: Default::default() };
     let path = lock::lock_path(&image.file);
-    lock.write(&path)?;
-    Ok((path, lock))
+    file.write(&path)?;
+    Ok((path, file))
 }

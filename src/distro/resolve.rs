@@ -5,6 +5,8 @@
 //! satisfied through Provides (versioned Provides for versioned deps).
 //! Deterministic: inputs are visited in a fixed order, ties broken by name.
 //! Recommends, Suggests, Conflicts and Breaks are not considered.
+//! For a layer, the packages present in the layers below satisfy
+//! dependencies as they are (versions checked); they are never replaced.
 
 use super::archive::Package;
 use super::control::Atom;
@@ -20,15 +22,40 @@ pub enum ResolveError {
     MissingVersion { name: String, version: String, origin: String, have: String },
     #[error("unsatisfiable dependency: {chain} needs `{clause}`, but {why}")]
     Unsatisfiable { chain: String, clause: String, why: String },
+    #[error("`{request}`: `{name}` {have} is installed in the layers below; a packages layer does not replace installed packages (ask for it in the layer that installs it)")]
+    Installed { request: String, name: String, have: String },
+}
+
+/// A package present in the layers below (from their dpkg status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    pub name: String,
+    pub version: String,
+    pub provides: Vec<(String, Option<String>)>,
+}
+
+impl Installed {
+    /// From a status paragraph (None when it has no name or version).
+    pub fn from_status(p: &super::control::Paragraph) -> Option<Installed> {
+        let provides = super::control::parse_depends(p.get("Provides").unwrap_or(""))
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .map(|a| (a.name, a.constraint.map(|(_, v)| v)))
+            .collect();
+        Some(Installed { name: p.get("Package")?.to_string(), version: p.get("Version")?.to_string(), provides })
+    }
 }
 
 struct Index<'a> {
     by_name: HashMap<&'a str, Vec<&'a Package>>,
     providers: HashMap<&'a str, Vec<(&'a Package, Option<&'a str>)>>,
+    installed: HashMap<&'a str, &'a Installed>,
+    installed_providers: HashMap<&'a str, Vec<Option<&'a str>>>,
 }
 
 impl<'a> Index<'a> {
-    fn new(pkgs: &'a [Package]) -> Index<'a> {
+    fn new(pkgs: &'a [Package], installed: &'a [Installed]) -> Index<'a> {
         let mut by_name: HashMap<&str, Vec<&Package>> = HashMap::new();
         let mut providers: HashMap<&str, Vec<(&Package, Option<&str>)>> = HashMap::new();
         for p in pkgs {
@@ -41,7 +68,14 @@ impl<'a> Index<'a> {
         for v in by_name.values_mut() {
             v.sort_by(|a, b| compare(&b.version, &a.version).then_with(|| a.filename.cmp(&b.filename)));
         }
-        Index { by_name, providers }
+        let mut installed_providers: HashMap<&str, Vec<Option<&str>>> = HashMap::new();
+        for i in installed {
+            for (v, ver) in &i.provides {
+                installed_providers.entry(v).or_default().push(ver.as_deref());
+            }
+        }
+        let installed = installed.iter().map(|i| (i.name.as_str(), i)).collect();
+        Index { by_name, providers, installed, installed_providers }
     }
 }
 
@@ -62,15 +96,17 @@ fn atom_ok(version: &str, atom: &Atom) -> bool {
     }
 }
 
-/// Resolve `requests` (`name` or `name=version`). `origin` names the
-/// index in messages. Returns the chosen packages sorted by name.
+/// Resolve `requests` (`name` or `name=version`) plus the base set of
+/// `variant` (none for a layer) over what is `installed` already. `origin`
+/// names the index in messages. Returns the packages to add, sorted by name.
 pub fn resolve<'a>(
     pkgs: &'a [Package],
     requests: &[String],
-    variant: Variant,
+    variant: Option<Variant>,
+    installed: &'a [Installed],
     origin: &str,
 ) -> Result<Vec<&'a Package>, ResolveError> {
-    let idx = Index::new(pkgs);
+    let idx = Index::new(pkgs, installed);
     let mut chosen: BTreeMap<&str, &Package> = BTreeMap::new();
     let mut parent: HashMap<&str, &str> = HashMap::new();
     let mut queue: VecDeque<&Package> = VecDeque::new();
@@ -80,6 +116,12 @@ pub fn resolve<'a>(
             Some((n, v)) => (n, Some(v)),
             None => (r.as_str(), None),
         };
+        if let Some(have) = idx.installed.get(name) {
+            if version.is_none_or(|v| v == have.version) {
+                continue;
+            }
+            return Err(ResolveError::Installed { request: r.clone(), name: name.into(), have: have.version.clone() });
+        }
         let cands =
             idx.by_name.get(name).ok_or_else(|| ResolveError::Missing { name: name.into(), origin: origin.into() })?;
         let pick = match version {
@@ -99,7 +141,10 @@ pub fn resolve<'a>(
         .by_name
         .values()
         .map(|v| v[0])
-        .filter(|p| p.essential || (variant == Variant::Required && p.priority == "required"))
+        .filter(|p| match variant {
+            None => false,
+            Some(v) => p.essential || (v == Variant::Required && p.priority == "required"),
+        })
         .collect();
     base.sort_by(|a, b| a.name.cmp(&b.name));
     for p in base {
@@ -147,6 +192,19 @@ fn satisfied(clause: &[Atom], chosen: &BTreeMap<&str, &Package>, idx: &Index) ->
         if chosen.get(a.name.as_str()).is_some_and(|p| atom_ok(&p.version, a)) {
             return true;
         }
+        if idx.installed.get(a.name.as_str()).is_some_and(|i| atom_ok(&i.version, a)) {
+            return true;
+        }
+        let provided_below = idx.installed_providers.get(a.name.as_str()).is_some_and(|vs| {
+            vs.iter().any(|pv| match (&a.constraint, pv) {
+                (None, _) => true,
+                (Some((rel, want)), Some(v)) => rel.holds(v, want),
+                (Some(_), None) => false,
+            })
+        });
+        if provided_below {
+            return true;
+        }
         idx.providers.get(a.name.as_str()).is_some_and(|provs| {
             provs.iter().any(|(p, pv)| {
                 chosen.get(p.name.as_str()).is_some_and(|c| c.version == p.version)
@@ -166,6 +224,9 @@ fn candidate<'a>(atom: &Atom, chosen: &BTreeMap<&str, &'a Package>, idx: &Index<
         // Only one version of a package can be installed.
         return Err(format!("`{}` {} is chosen already", atom.name, p.version));
     }
+    if let Some(i) = idx.installed.get(atom.name.as_str()) {
+        return Err(format!("`{}` {} is installed in the layers below", atom.name, i.version));
+    }
     if let Some(cands) = idx.by_name.get(atom.name.as_str()) {
         if let Some(p) = cands.iter().find(|p| atom_ok(&p.version, atom)) {
             return Ok(p);
@@ -181,7 +242,7 @@ fn candidate<'a>(atom: &Atom, chosen: &BTreeMap<&str, &'a Package>, idx: &Index<
                     (Some((rel, want)), Some(v)) => rel.holds(v, want),
                     (Some(_), None) => false,
                 })
-                .filter(|(p, _)| !chosen.contains_key(p.name.as_str()))
+                .filter(|(p, _)| !chosen.contains_key(p.name.as_str()) && !idx.installed.contains_key(p.name.as_str()))
                 .map(|(p, _)| *p)
                 .collect()
         })
@@ -260,26 +321,51 @@ Package: vv\nVersion: 1\nDepends: awk (>= 2)\n";
     #[test]
     fn resolves_alternatives_virtuals_and_versions() {
         let pkgs = index(IDX);
-        let r = resolve(&pkgs, &["app".into()], Variant::Required, "test").unwrap();
+        let r = resolve(&pkgs, &["app".into()], Some(Variant::Required), &[], "test").unwrap();
         assert_eq!(names(&r), ["app=1", "base=1", "exim=1", "libc=2.1", "libfoo=3.1", "mawk=1", "req=1"]);
-        let r = resolve(&pkgs, &["app".into()], Variant::Essential, "test").unwrap();
+        let r = resolve(&pkgs, &["app".into()], Some(Variant::Essential), &[], "test").unwrap();
         // mawk is required-priority: preferred among awk providers.
         assert!(names(&r).contains(&"mawk=1".to_string()));
         assert!(!names(&r).contains(&"req=1".to_string()));
-        let r = resolve(&pkgs, &["gawk".into(), "app".into()], Variant::Essential, "test").unwrap();
+        let r = resolve(&pkgs, &["gawk".into(), "app".into()], Some(Variant::Essential), &[], "test").unwrap();
         assert!(!names(&r).contains(&"mawk=1".to_string()), "an awk already chosen is kept");
+    }
+
+    #[test]
+    fn installed_packages_satisfy_dependencies() {
+        let pkgs = index(IDX);
+        let inst = |n: &str, v: &str, prov: &[&str]| Installed {
+            name: n.into(),
+            version: v.into(),
+            provides: prov.iter().map(|p| (p.to_string(), None)).collect(),
+        };
+        // libfoo 3.1 and an awk are below: only app and an mta are added.
+        let below = [inst("libfoo", "3.1", &[]), inst("original-awk", "1", &["awk"])];
+        let r = resolve(&pkgs, &["app".into()], None, &below, "test").unwrap();
+        assert_eq!(names(&r), ["app=1", "exim=1"]);
+        // An installed version that does not fit is not replaced: the chain is named.
+        let below = [inst("libfoo", "2", &[])];
+        let e = resolve(&pkgs, &["app".into()], None, &below, "test").unwrap_err().to_string();
+        assert!(
+            e.contains("app needs `libfoo (>= 3)`") && e.contains("`libfoo` 2 is installed in the layers below"),
+            "{e}"
+        );
+        // Asking for what is installed adds nothing; another version is refused.
+        assert!(resolve(&pkgs, &["libfoo".into()], None, &[inst("libfoo", "3.1", &[])], "t").unwrap().is_empty());
+        let e = resolve(&pkgs, &["libfoo=3.1".into()], None, &[inst("libfoo", "2", &[])], "t").unwrap_err();
+        assert!(e.to_string().contains("`libfoo` 2 is installed"), "{e}");
     }
 
     #[test]
     fn errors_name_the_chain() {
         let pkgs = index(IDX);
-        let e = resolve(&pkgs, &["top".into()], Variant::Essential, "test").unwrap_err().to_string();
+        let e = resolve(&pkgs, &["top".into()], Some(Variant::Essential), &[], "test").unwrap_err().to_string();
         assert!(e.contains("top -> old") && e.contains("libfoo (<< 3)") && e.contains("3.1"), "{e}");
-        let e = resolve(&pkgs, &["nope".into()], Variant::Essential, "test").unwrap_err().to_string();
+        let e = resolve(&pkgs, &["nope".into()], Some(Variant::Essential), &[], "test").unwrap_err().to_string();
         assert!(e.contains("`nope` is not in the index"), "{e}");
-        let e = resolve(&pkgs, &["vv".into()], Variant::Essential, "test").unwrap_err().to_string();
+        let e = resolve(&pkgs, &["vv".into()], Some(Variant::Essential), &[], "test").unwrap_err().to_string();
         assert!(e.contains("awk (>= 2)"), "{e}");
-        let e = resolve(&pkgs, &["libc=9".into()], Variant::Essential, "test").unwrap_err().to_string();
+        let e = resolve(&pkgs, &["libc=9".into()], Some(Variant::Essential), &[], "test").unwrap_err().to_string();
         assert!(e.contains("2.1, 1"), "{e}");
     }
 }

@@ -82,12 +82,15 @@ const STATUS_ORDER: [&str; 24] = [
     "Conffiles",
 ];
 
-/// The root filesystem being assembled.
+/// The root filesystem being assembled: a whole rootfs (a base), or a
+/// layer over the layers below (`below`).
 pub struct System {
     pub tree: Tree,
     status: BTreeMap<String, Paragraph>,
     postinsts: Vec<(String, String)>,
     architecture: String,
+    /// For a layer: the merged view of the layers below (see `below`).
+    below: Option<Tree>,
 }
 
 impl System {
@@ -97,6 +100,28 @@ impl System {
             status: BTreeMap::new(),
             postinsts: Vec::new(),
             architecture: architecture.to_string(),
+            below: None,
+        }
+    }
+
+    /// A layer over `below`: its dpkg database starts as theirs.
+    pub fn over(architecture: &str, below: super::below::Below) -> System {
+        let status = below.status().into_iter().map(|p| (super::below::package_key(&p), p)).collect();
+        System {
+            tree: Tree::new(),
+            status,
+            postinsts: Vec::new(),
+            architecture: architecture.to_string(),
+            below: Some(below.tree),
+        }
+    }
+
+    /// Where a package's path lands: under merged /usr for a base; for a
+    /// layer, through the symlinked directories below (as dpkg would).
+    fn place(&self, p: &[u8]) -> Vec<u8> {
+        match &self.below {
+            None => merged_usr_path(p),
+            Some(b) => super::below::resolve_parents(b, p),
         }
     }
 
@@ -119,9 +144,9 @@ impl System {
             list.push('\n');
             let mut node = node.clone();
             if let Kind::Hardlink(t) = &node.kind {
-                node.kind = Kind::Hardlink(merged_usr_path(t));
+                node.kind = Kind::Hardlink(self.place(t));
             }
-            let target = merged_usr_path(path);
+            let target = self.place(path);
             // The merged-/usr links themselves (newer base-files ship them)
             // are made once in `finish`; and, as with dpkg, a directory is
             // never replaced by a file or link (that would drop its contents).
@@ -134,6 +159,20 @@ impl System {
             // A directory shipped by several packages: the first keeps it.
             if node.kind.is_dir() && self.tree.get(&target).is_some_and(|n| n.kind.is_dir() && !n.implicit) {
                 continue;
+            }
+            // Over the layers below, dpkg keeps what is there: a directory is
+            // not replaced by a file, a symlink to a directory stays one, and
+            // an existing directory keeps its owner and mode.
+            if let Some(b) = self.below.as_ref().and_then(|b| b.get(&target)) {
+                match (&b.kind, node.kind.is_dir()) {
+                    (Kind::Dir, false) | (Kind::Symlink(_), true) => continue,
+                    (Kind::Dir, true) => {
+                        node.mode = b.mode;
+                        node.uid = b.uid;
+                        node.gid = b.gid;
+                    }
+                    _ => {}
+                }
             }
             self.insert(&target, node)?;
         }
@@ -204,14 +243,55 @@ impl System {
         Ok(())
     }
 
-    fn dpkg_database(&mut self) -> Result<(), DistroError> {
+    /// A layer's finish: the merged dpkg database, the alternatives its
+    /// packages register, the loader cache over the merged tree, and the
+    /// directories it only implies written as they are below.
+    pub fn finish_layer(&mut self) -> Result<(), DistroError> {
+        let has_db = self.below.as_ref().is_some_and(|b| b.get(super::below::STATUS).is_some());
+        if has_db {
+            self.write_status()?;
+        } else {
+            self.dpkg_database()?;
+        }
+        self.alternatives()?;
+        let below = self.below.take().expect("finish_layer is for layers");
+        let implied: Vec<(Vec<u8>, Node)> = self
+            .tree
+            .iter()
+            .filter(|(_, n)| n.implicit)
+            .filter_map(|(p, _)| below.get(p).filter(|b| b.kind.is_dir()).map(|b| (p.clone(), b.clone())))
+            .collect();
+        for (p, mut n) in implied {
+            n.mtime = 0;
+            self.insert(&p, n)?;
+        }
+        let mut merged = below.clone();
+        for (p, n) in self.tree.iter() {
+            let _ = merged.insert(p.clone(), n.clone());
+        }
+        if let Some(cache) = super::ldcache::generate(&merged, &self.architecture) {
+            let before = below.get(b"etc/ld.so.cache").and_then(|n| read_node(n).ok());
+            if before.as_deref() != Some(&cache[..]) {
+                let at = super::below::resolve_parents(&below, b"etc/ld.so.cache");
+                self.insert(&at, file(cache, 0o644))?;
+            }
+        }
+        self.below = Some(below);
+        Ok(())
+    }
+
+    fn write_status(&mut self) -> Result<(), DistroError> {
         let mut status = String::new();
         for p in self.status.values() {
             p.write_to(&mut status);
             status.push('\n');
         }
+        self.insert(super::below::STATUS, file(status, 0o644))
+    }
+
+    fn dpkg_database(&mut self) -> Result<(), DistroError> {
+        self.write_status()?;
         let db = b"var/lib/dpkg";
-        self.insert(&join(db, b"status"), file(status, 0o644))?;
         self.insert(&join(db, b"info/format"), file("1\n", 0o644))?;
         self.insert(&join(db, b"arch"), file(format!("{}\n", self.architecture), 0o644))?;
         for f in ["available", "diversions", "statoverride"] {
@@ -229,7 +309,9 @@ impl System {
     }
 
     fn exists(&self, abs: &str) -> bool {
-        normalize_dest(abs).map(|p| self.tree.get(&merged_usr_path(&p)).is_some()).unwrap_or(false)
+        let Ok(p) = normalize_dest(abs) else { return false };
+        let p = self.place(&p);
+        self.tree.get(&p).is_some() || self.below.as_ref().is_some_and(|b| b.get(&p).is_some())
     }
 
     /// `update-alternatives --install` calls of postinst scripts, each
@@ -258,6 +340,12 @@ impl System {
             }
         }
         for (name, a) in alts {
+            // A layer leaves a name the layers below manage as it is there
+            // (`configure = true` runs the scripts that would add the choice).
+            let admin_path = format!("var/lib/dpkg/alternatives/{name}");
+            if self.below.as_ref().is_some_and(|b| b.get(admin_path.as_bytes()).is_some()) {
+                continue;
+            }
             let choices: Vec<_> = a.choices.iter().filter(|(p, _, _)| self.exists(p)).collect();
             // Highest priority wins; on a tie, the first registered.
             let Some(best) = choices.iter().copied().reduce(|b, c| if c.1 > b.1 { c } else { b }) else {
@@ -290,11 +378,10 @@ impl System {
                 let Ok(e) = normalize_dest(&format!("etc/alternatives/{n}")) else {
                     continue;
                 };
+                let e = self.place(&e);
                 self.insert(&e, Node::new(Kind::Symlink(target.into_bytes()), 0o777))?;
-                self.insert(
-                    &merged_usr_path(&l),
-                    Node::new(Kind::Symlink(format!("/etc/alternatives/{n}").into_bytes()), 0o777),
-                )?;
+                let l = self.place(&l);
+                self.insert(&l, Node::new(Kind::Symlink(format!("/etc/alternatives/{n}").into_bytes()), 0o777))?;
             }
         }
         Ok(())

@@ -82,6 +82,14 @@ pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, S
                 Scanned::Archive { path: p.clone(), meta }
             }
             SourceKind::Remove => Scanned::Remove,
+            SourceKind::Packages(_) => {
+                // Built by the builder's packages layer over the layers below.
+                return Err(SourceError::new(
+                    layer,
+                    field("packages"),
+                    "a `packages` source is built over the layers below, not scanned",
+                ));
+            }
             SourceKind::RocmArtifacts { dir: root, components, targets } => {
                 let a = crate::rocm::artifacts::read(root)
                     .map_err(|e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()))?;

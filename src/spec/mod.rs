@@ -67,7 +67,7 @@ pub enum Variant {
     Required,
 }
 
-/// `[base.packages]`, validated.
+/// `[base.packages]` (or a layer's `[source.packages]`), validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackagesBase {
     pub suite: String,
@@ -109,6 +109,9 @@ pub enum SourceKind {
         components: Vec<String>,
         targets: Vec<String>,
     },
+    /// Packages from a Debian/Ubuntu archive installed over the layers
+    /// below (`variant`, `users` and `groups` are unused: base only).
+    Packages(Box<PackagesBase>),
 }
 
 /// One validated source of a layer.
@@ -280,11 +283,13 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
     subst_value(&mut doc, "", &params, &["params"]).map_err(|e| subst_err(file, e))?;
     let img: ImageFile = doc.try_into().map_err(|e| parse_err(file, e))?;
 
+    let oci_arch = img.config.platform.clone().unwrap_or_else(host_platform);
+    let oci_arch = oci_arch.split('/').nth(1).unwrap_or("amd64").to_string();
     let mut layers = Vec::new();
     for (lf, _, mut ldoc) in layer_docs {
         subst_value(&mut ldoc, "", &params, &["params"]).map_err(|e| subst_err(&lf, e))?;
         let body: LayerBody = ldoc.try_into().map_err(|e| parse_err(&lf, e))?;
-        layers.push(validate_layer(&lf, "", body)?);
+        layers.push(validate_layer(&lf, "", body, &oci_arch)?);
     }
     for (i, body) in img.layer.into_iter().enumerate() {
         let prefix = format!("layer[{i}].");
@@ -295,7 +300,7 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
                 "parameters of an image belong in its top-level [params] table",
             ));
         }
-        layers.push(validate_layer(file, &prefix, body)?);
+        layers.push(validate_layer(file, &prefix, body, &oci_arch)?);
     }
     let mut seen = std::collections::BTreeSet::new();
     for l in &layers {
@@ -308,8 +313,6 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
         }
     }
 
-    let oci_arch = img.config.platform.clone().unwrap_or_else(host_platform);
-    let oci_arch = oci_arch.split('/').nth(1).unwrap_or("amd64").to_string();
     let base = validate_base(file, img.base, &oci_arch)?;
     if img.name.is_empty() {
         return Err(field_err(file, "name", "must not be empty"));
@@ -367,7 +370,7 @@ fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<Base, SpecEr
                 if t.sha256.is_some() || t.devices.is_some() || t.r#ref.is_some() {
                     return Err(field_err(file, "base", "`sha256`, `devices` and `ref` do not apply to `packages` bases"));
                 }
-                return validate_packages(file, *p, oci_arch).map(|p| Base::Packages(Box::new(p)));
+                return validate_packages(file, "base.packages", *p, oci_arch).map(|p| Base::Packages(Box::new(p)));
             }
             if let Some(s) = &t.sha256 {
                 check_sha256(file, "base.sha256", s)?;
@@ -406,8 +409,13 @@ fn valid_account_name(n: &str) -> bool {
         && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
-fn validate_packages(file: &Path, p: raw::PackagesDef, oci_arch: &str) -> Result<PackagesBase, SpecError> {
-    let f = |k: &str| format!("base.packages.{k}");
+fn validate_packages(
+    file: &Path,
+    prefix: &str,
+    p: raw::PackagesDef,
+    oci_arch: &str,
+) -> Result<PackagesBase, SpecError> {
+    let f = |k: &str| format!("{prefix}.{k}");
     if p.suite.is_empty() || p.suite.contains(['/', ' ']) {
         return Err(field_err(
             file,
@@ -541,13 +549,26 @@ fn parse_mode(file: &Path, field: &str, m: &raw::Mode) -> Result<u32, SpecError>
     }
 }
 
-fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, SpecError> {
+fn validate_layer(file: &Path, prefix: &str, body: LayerBody, oci_arch: &str) -> Result<Layer, SpecError> {
     if body.name.is_empty() {
         return Err(field_err(file, format!("{prefix}name"), "must not be empty"));
     }
     let mut sources = Vec::new();
     for (i, s) in body.source.into_iter().enumerate() {
-        sources.push(validate_source(file, &format!("{prefix}source[{i}]"), s)?);
+        sources.push(validate_source(file, &format!("{prefix}source[{i}]"), s, oci_arch)?);
+    }
+    if let Some(i) = sources.iter().position(|s| matches!(s.kind, SourceKind::Packages(_))) {
+        // The layer is the packages' files plus the merged dpkg database.
+        if sources.len() > 1 || !body.remove.is_empty() || body.run.is_some() {
+            return Err(field_err(
+                file,
+                format!("{prefix}source[{i}].packages"),
+                format!(
+                    "a `packages` source makes the whole layer `{}`; put other sources, removals or a `run` step in a layer of their own",
+                    body.name
+                ),
+            ));
+        }
     }
     let mut inputs = Vec::new();
     for (i, inp) in body.input.into_iter().enumerate() {
@@ -584,7 +605,69 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
     Ok(Layer { name: body.name, file: file.to_path_buf(), sources, remove: body.remove, run: body.run, inputs })
 }
 
-fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecError> {
+/// `[[source]]` with `[source.packages]`: nothing else in the same source.
+fn validate_packages_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result<Source, SpecError> {
+    let others = [
+        ("dir", s.dir.is_some()),
+        ("file", s.file.is_some()),
+        ("archive", s.archive.is_some()),
+        ("rocm_artifacts", s.rocm_artifacts.is_some()),
+        ("components", !s.components.is_empty()),
+        ("targets", !s.targets.is_empty()),
+        ("dest", s.dest.is_some()),
+        ("owner", s.owner.is_some()),
+        ("mode", s.mode.is_some()),
+        ("include", !s.include.is_empty()),
+        ("exclude", !s.exclude.is_empty()),
+        ("sha256", s.sha256.is_some()),
+        ("strip_components", s.strip_components.is_some()),
+        ("map", !s.map.is_empty()),
+        ("remove", !s.remove.is_empty()),
+        ("devices", s.devices.is_some()),
+    ];
+    if let Some((k, _)) = others.iter().find(|(_, given)| *given) {
+        return Err(field_err(
+            file,
+            format!("{f}.{k}"),
+            "does not go with `packages`; the packages' own keys go inside the `packages` table",
+        ));
+    }
+    let p = *s.packages.expect("called for packages sources");
+    let pf = format!("{f}.packages");
+    for (k, given) in
+        [("variant", p.variant.is_some()), ("users", !p.users.is_empty()), ("groups", !p.groups.is_empty())]
+    {
+        if given {
+            return Err(field_err(
+                file,
+                format!("{pf}.{k}"),
+                "applies only to `[base.packages]`; a packages layer installs what `include` names and what it depends on",
+            ));
+        }
+    }
+    let spec = validate_packages(file, &pf, p, oci_arch)?;
+    if spec.include.is_empty() {
+        return Err(field_err(file, format!("{pf}.include"), "is empty; name the packages this layer installs"));
+    }
+    Ok(Source {
+        kind: SourceKind::Packages(Box::new(spec)),
+        dest: "/".into(),
+        owner: None,
+        mode: None,
+        include: vec![],
+        exclude: vec![],
+        sha256: None,
+        strip_components: 0,
+        map: BTreeMap::new(),
+        remove: vec![],
+        devices: false,
+    })
+}
+
+fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result<Source, SpecError> {
+    if s.packages.is_some() {
+        return validate_packages_source(file, f, s, oci_arch);
+    }
     let given: Vec<&str> = [
         ("dir", s.dir.is_some()),
         ("file", s.file.is_some()),
@@ -732,5 +815,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("exactly one of"), "{e}");
+    }
+
+    const PKG_LAYER: &str = "name = \"x\"\nbase = \"scratch\"\n[config]\nplatform = \"linux/amd64\"\n[[layer]]\nname = \"tools\"\n[[layer.source]]\n[layer.source.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\nkeyring = \"k.gpg\"\ninclude = [\"jq\"]\n";
+
+    #[test]
+    fn packages_layer_source_parses() {
+        let img = load(PKG_LAYER).unwrap();
+        let SourceKind::Packages(p) = &img.layers[0].sources[0].kind else { panic!("{:?}", img.layers[0]) };
+        assert_eq!(p.include, ["jq"]);
+        assert_eq!(p.architecture, "amd64");
+        assert!(p.keyring.is_absolute());
+        let cases = [
+            (format!("{PKG_LAYER}users = [{{ name = \"t\", uid = 1000 }}]\n"), "layer[0].source[0].packages.users"),
+            (format!("{PKG_LAYER}variant = \"essential\"\n"), "layer[0].source[0].packages.variant"),
+            (PKG_LAYER.replace("include = [\"jq\"]", "include = []"), "layer[0].source[0].packages.include"),
+            (
+                PKG_LAYER.replace("[layer.source.packages]", "dest = \"/x\"\n[layer.source.packages]"),
+                "layer[0].source[0].dest",
+            ),
+            (format!("{PKG_LAYER}[[layer.source]]\ndir = \".\"\n"), "layer[0].source[0].packages"),
+            (PKG_LAYER.replace("mirror = \"host\"", "mirror = \"x\""), "layer[0].source[0].packages.mirror"),
+        ];
+        for (text, field) in cases {
+            let e = load(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("field `{field}`")), "{field}: {e}");
+        }
     }
 }

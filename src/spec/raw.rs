@@ -40,7 +40,8 @@ pub(super) struct BaseTable {
     pub packages: Option<Box<PackagesDef>>,
 }
 
-/// `[base.packages]`: a rootfs made from a Debian/Ubuntu archive.
+/// `[base.packages]`: a rootfs made from a Debian/Ubuntu archive (also
+/// a layer source, `[source.packages]`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PackagesDef {
@@ -164,6 +165,9 @@ pub(super) struct SourceDef {
     #[serde(default)]
     pub remove: Vec<String>,
     pub devices: Option<bool>,
+    /// A layer source `packages`: the same keys as `[base.packages]`
+    /// (no `variant`, `users`, `groups`), installed over the layers below.
+    pub packages: Option<Box<PackagesDef>>,
 }
 
 /// A step: a script run in a container of the image built so far.

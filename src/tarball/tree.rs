@@ -187,6 +187,12 @@ impl Tree {
         Ok(())
     }
 
+    /// Remove `path` and everything below it.
+    pub fn remove(&mut self, path: &[u8]) {
+        self.remove_subtree(path);
+        self.entries.remove(path);
+    }
+
     /// Remove everything below `path` (not `path` itself).
     pub fn remove_subtree(&mut self, path: &[u8]) {
         let (lo, hi) = subtree_range(path);

@@ -1,0 +1,236 @@
+//! What the layers below a `packages` layer hold, read from their blobs:
+//! one merged view (whiteouts and opaque directories applied in layer
+//! order) with every directory, symlink and file name, but file *contents*
+//! kept only where the layer's writer needs them: the dpkg `status`, the
+//! loader configuration and cache, and shared objects (for `ld.so.cache`).
+//! Other files are placeholders of size 0, never written to a layer.
+
+use super::control::{parse_paragraphs, Paragraph};
+use super::DistroError;
+use crate::tarball::archive::{sniff, Format};
+use crate::tarball::path::{join, normalize_member, parent};
+use crate::tarball::{Content, Kind, Node, Tree, TreeError};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const STATUS: &[u8] = b"var/lib/dpkg/status";
+
+/// The merged lower filesystem.
+pub struct Below {
+    pub tree: Tree,
+}
+
+/// Does the layer writer need this file's bytes?
+fn keeps_content(path: &[u8]) -> bool {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    path == STATUS
+        || path == b"etc/ld.so.conf"
+        || path == b"etc/ld.so.cache"
+        || path.starts_with(b"etc/ld.so.conf.d/")
+        || super::ldcache::is_dso(name)
+}
+
+fn layer_reader(blob: &Path) -> std::io::Result<Box<dyn Read>> {
+    let f = std::fs::File::open(blob)?;
+    Ok(match sniff(blob)? {
+        Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, f))),
+        Format::Zstd => Box::new(zstd::stream::read::Decoder::new(f)?),
+        Format::Xz => Box::new(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(f))),
+        Format::Tar | Format::Zip => Box::new(BufReader::with_capacity(1 << 20, f)),
+    })
+}
+
+/// Follow the symlinks of `path`'s parent directories (not of its last
+/// component) through `tree`, as dpkg and layer extraction do on a real
+/// filesystem: with `/bin -> usr/bin` below, `bin/ls` is `usr/bin/ls`.
+pub fn resolve_parents(tree: &Tree, path: &[u8]) -> Vec<u8> {
+    let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
+    let Some((last, dirs)) = comps.split_last() else {
+        return path.to_vec();
+    };
+    let mut todo: Vec<Vec<u8>> = dirs.iter().rev().map(|c| c.to_vec()).collect();
+    let mut cur: Vec<u8> = Vec::new();
+    let mut hops = 0;
+    while let Some(comp) = todo.pop() {
+        match comp.as_slice() {
+            b"." => continue,
+            b".." => {
+                cur = parent(&cur).unwrap_or(b"").to_vec();
+                continue;
+            }
+            _ => {}
+        }
+        let next = join(&cur, &comp);
+        match tree.get(&next).map(|n| &n.kind) {
+            Some(Kind::Symlink(t)) if hops < 40 => {
+                hops += 1;
+                if t.first() == Some(&b'/') {
+                    cur.clear();
+                }
+                todo.extend(t.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev());
+            }
+            _ => cur = next,
+        }
+    }
+    join(&cur, last)
+}
+
+/// Insert as extraction onto a real filesystem would: through symlinked
+/// parent directories. Entries that cannot be placed are left out.
+pub fn insert_following(tree: &mut Tree, path: Vec<u8>, node: Node) {
+    match tree.insert(path.clone(), node.clone()) {
+        Err(TreeError::ThroughSymlink { .. }) => {
+            let _ = tree.insert(resolve_parents(tree, &path), node);
+        }
+        _ => {}
+    }
+}
+
+impl Below {
+    /// Read `blobs` (lowest first) into one view; kept contents go to a
+    /// spool file in `spool`.
+    pub fn read(blobs: &[PathBuf], spool: &Path) -> Result<Below, DistroError> {
+        let tmp =
+            tempfile::Builder::new().prefix("below-").tempfile_in(spool).map_err(|e| DistroError::io(spool, e))?;
+        let (file, spool_path) = tmp.keep().map_err(|e| DistroError::io(spool, e.error))?;
+        let spool_path = Arc::new(spool_path);
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let mut len = 0u64;
+        let mut tree = Tree::new();
+        for blob in blobs {
+            let err = |e: std::io::Error| DistroError::Assemble {
+                message: format!("reading the layer below `{}`: {e}", blob.display()),
+            };
+            let mut a = tar::Archive::new(layer_reader(blob).map_err(err)?);
+            let mut entries: Vec<(Vec<u8>, Node)> = Vec::new();
+            let mut whiteouts: Vec<Vec<u8>> = Vec::new();
+            let mut opaque: Vec<Vec<u8>> = Vec::new();
+            for e in a.entries().map_err(err)? {
+                let mut e = e.map_err(err)?;
+                let Ok(path) = normalize_member(&e.path_bytes()) else { continue };
+                if path.is_empty() {
+                    continue;
+                }
+                let dir = parent(&path).unwrap_or(b"").to_vec();
+                let name = &path[if dir.is_empty() { 0 } else { dir.len() + 1 }..];
+                if name == b".wh..wh..opq" {
+                    opaque.push(dir);
+                    continue;
+                }
+                if let Some(gone) = name.strip_prefix(b".wh.") {
+                    whiteouts.push(join(&dir, gone));
+                    continue;
+                }
+                let h = e.header();
+                let mode = h.mode().unwrap_or(0o644);
+                let (uid, gid) = (h.uid().unwrap_or(0), h.gid().unwrap_or(0));
+                let link = e.link_name_bytes().map(|l| l.into_owned()).unwrap_or_default();
+                let kind = match h.entry_type() {
+                    tar::EntryType::Directory => Kind::Dir,
+                    tar::EntryType::Symlink => Kind::Symlink(link),
+                    tar::EntryType::Link => match normalize_member(&link) {
+                        Ok(t) => Kind::Hardlink(t),
+                        Err(_) => continue,
+                    },
+                    tar::EntryType::Regular | tar::EntryType::Continuous if keeps_content(&path) => {
+                        let size = std::io::copy(&mut e, &mut out).map_err(err)?;
+                        let content = Content::Slice { file: spool_path.clone(), offset: len };
+                        len += size;
+                        Kind::File { size, content }
+                    }
+                    tar::EntryType::Regular | tar::EntryType::Continuous => {
+                        Kind::File { size: 0, content: Content::Bytes(Arc::from(Vec::new())) }
+                    }
+                    tar::EntryType::Fifo => Kind::Fifo,
+                    tar::EntryType::Char => Kind::CharDev(0, 0),
+                    tar::EntryType::Block => Kind::BlockDev(0, 0),
+                    _ => continue,
+                };
+                entries.push((path, Node::new(kind, mode).owned(uid, gid)));
+            }
+            // A layer's deletions apply to the layers under it, whatever
+            // their place in its tar.
+            for d in opaque {
+                tree.remove_subtree(&d);
+            }
+            for w in whiteouts {
+                tree.remove(&w);
+            }
+            for (p, n) in entries {
+                insert_following(&mut tree, p, n);
+            }
+        }
+        out.flush().map_err(|e| DistroError::io(&spool_path, e))?;
+        Ok(Below { tree })
+    }
+
+    /// The bytes of a kept file.
+    pub fn read_file(&self, path: &[u8]) -> Option<Vec<u8>> {
+        self.tree.get(path).and_then(|n| super::system::read_node(n).ok())
+    }
+
+    /// The dpkg status paragraphs (none when there is no dpkg database).
+    pub fn status(&self) -> Vec<Paragraph> {
+        self.read_file(STATUS).map(|b| parse_paragraphs(&String::from_utf8_lossy(&b))).unwrap_or_default()
+    }
+
+    /// `sha256:` of the status file, or `none`: what a layer's lock was resolved against.
+    pub fn status_digest(&self) -> String {
+        match self.read_file(STATUS) {
+            Some(b) => format!("sha256:{}", crate::digest::sha256_hex(&b)),
+            None => "none".into(),
+        }
+    }
+
+    pub fn has_dpkg_database(&self) -> bool {
+        self.tree.get(STATUS).is_some()
+    }
+}
+
+/// The dpkg database key of a status or control paragraph: `name`, or
+/// `name:arch` for `Multi-Arch: same` packages (as the base writer keys them).
+pub fn package_key(p: &Paragraph) -> String {
+    let name = p.get("Package").unwrap_or_default();
+    match (p.get("Multi-Arch"), p.get("Architecture")) {
+        (Some("same"), Some(arch)) => format!("{name}:{arch}"),
+        _ => name.to_string(),
+    }
+}
+
+/// Is the package of this status paragraph on the system (its files
+/// present), whether configured or only unpacked?
+pub fn is_present(p: &Paragraph) -> bool {
+    let status: Vec<&str> = p.get("Status").unwrap_or("").split_whitespace().collect();
+    matches!(status.as_slice(), [want, _, state]
+        if *want != "purge" && !matches!(*state, "not-installed" | "config-files"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parents_follow_symlinks() {
+        let mut t = Tree::new();
+        t.insert(b"usr/bin".to_vec(), Node::dir(0o755)).unwrap();
+        t.insert(b"bin".to_vec(), Node::new(Kind::Symlink(b"usr/bin".to_vec()), 0o777)).unwrap();
+        t.insert(b"var/run".to_vec(), Node::new(Kind::Symlink(b"/run".to_vec()), 0o777)).unwrap();
+        assert_eq!(resolve_parents(&t, b"bin/ls"), b"usr/bin/ls");
+        assert_eq!(resolve_parents(&t, b"bin"), b"bin", "the last component is not followed");
+        assert_eq!(resolve_parents(&t, b"var/run/x/y"), b"run/x/y");
+        assert_eq!(resolve_parents(&t, b"opt/x"), b"opt/x");
+        let mut t2 = t.clone();
+        insert_following(&mut t2, b"bin/sh".to_vec(), Node::bytes(b"x".to_vec(), 0o755));
+        assert!(t2.get(b"usr/bin/sh").is_some());
+    }
+
+    #[test]
+    fn presence_from_status() {
+        let p = |s: &str| Paragraph { fields: vec![("Package".into(), "a".into()), ("Status".into(), s.into())] };
+        assert!(is_present(&p("install ok installed")));
+        assert!(is_present(&p("install ok unpacked")));
+        assert!(!is_present(&p("deinstall ok config-files")));
+        assert!(!is_present(&p("purge ok not-installed")));
+    }
+}
