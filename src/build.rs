@@ -343,7 +343,14 @@ impl Builder<'_> {
     /// A `packages` layer: what the layers below lack of the packages it
     /// names, over their dpkg database (see `distro::below`). Keyed like
     /// the base: parent chain + pinned package set.
-    fn packages_layer(&mut self, image: &Image, layer: &Layer, spec: &spec::PackagesBase) -> Result<(), BuildError> {
+    /// `pins_only` (`quarry lock`, last packages layer): stop once resolved.
+    fn packages_layer(
+        &mut self,
+        image: &Image,
+        layer: &Layer,
+        spec: &spec::PackagesBase,
+        pins_only: bool,
+    ) -> Result<(), BuildError> {
         use crate::distro::{self, lock::LockFile};
         let derr = |err| BuildError::DistroLayer {
             file: layer.file.display().to_string(),
@@ -378,6 +385,9 @@ impl Builder<'_> {
             .map_err(derr)?;
         if let Some(pins) = &mut self.relock {
             pins.layer.insert(layer.name.clone(), lock.clone());
+            if pins_only {
+                return Ok(());
+            }
         }
         let key = key_of(&self.chain, &lock, &format);
         self.chain = key.clone();
@@ -730,7 +740,10 @@ fn run(
             _ => None,
         });
         if let Some(p) = packages {
-            b.packages_layer(image, layer, p)?;
+            b.packages_layer(image, layer, p, relock && last_packages_layer == Some(i))?;
+            if relock && last_packages_layer == Some(i) {
+                break;
+            }
             b.history(format!("quarry: layer {} (packages {} {})", layer.name, p.suite, p.include.join(" ")), None);
             if p.configure {
                 let configure = configure_step(&format!("{}-configure", layer.name), &layer.file);

@@ -62,6 +62,7 @@ struct Archive {
     keyring: PathBuf,
     other_keyring: PathBuf,
     url: String,
+    requests: Requests,
 }
 
 impl Drop for Archive {
@@ -89,14 +90,18 @@ fn make_key(home: &Path, keyring: &Path) {
     std::fs::write(keyring, out.stdout).unwrap();
 }
 
+/// Paths requested from a test server, in order.
+type Requests = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
 /// Serve `root` over HTTP/1.1 on 127.0.0.1 (GET only, one request per connection).
-fn serve(root: PathBuf) -> String {
+fn serve(root: PathBuf, requests: Requests) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for conn in l.incoming() {
             let Ok(mut s) = conn else { continue };
             let root = root.clone();
+            let requests = requests.clone();
             std::thread::spawn(move || {
                 let mut r = BufReader::new(s.try_clone().unwrap());
                 let mut line = String::new();
@@ -108,6 +113,7 @@ fn serve(root: PathBuf) -> String {
                     }
                 }
                 let path = line.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
+                requests.lock().unwrap().push(path.clone());
                 let file = root.join(&path);
                 match (path.contains(".."), std::fs::read(&file)) {
                     (false, Ok(body)) => {
@@ -185,8 +191,9 @@ fn archive() -> Option<Archive> {
     );
     std::fs::write(dist.join("Release"), &release).unwrap();
     run_expect(gpg(&gnupg).arg("--clearsign").arg("-o").arg(dist.join("InRelease")).arg(dist.join("Release")), 0);
-    let url = serve(www);
-    Some(Archive { root, gnupg, keyring, other_keyring, url })
+    let requests = Requests::default();
+    let url = serve(www, requests.clone());
+    Some(Archive { root, gnupg, keyring, other_keyring, url, requests })
 }
 
 impl Archive {
@@ -255,7 +262,16 @@ fn layer_entries(
     out: &Path,
     built: &serde_json::Value,
 ) -> std::collections::BTreeMap<String, (tar::EntryType, Vec<u8>)> {
-    let digest = built["layers"][0]["digest"].as_str().unwrap().trim_start_matches("sha256:").to_string();
+    layer_entries_at(out, built, 0)
+}
+
+/// path -> (type, content) of the `i`th layer of a built image.
+fn layer_entries_at(
+    out: &Path,
+    built: &serde_json::Value,
+    i: usize,
+) -> std::collections::BTreeMap<String, (tar::EntryType, Vec<u8>)> {
+    let digest = built["layers"][i]["digest"].as_str().unwrap().trim_start_matches("sha256:").to_string();
     let f = std::fs::File::open(out.join("blobs/sha256").join(digest)).unwrap();
     let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
     let mut m = std::collections::BTreeMap::new();
@@ -283,6 +299,7 @@ fn lock_build_and_dpkg_database() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("4 packages pinned"), "{o:?}");
     let lock_text = std::fs::read_to_string(img.with_extension("lock")).unwrap();
     let lock: toml::Value = toml::from_str(&lock_text).unwrap();
+    let lock = &lock["base"];
     let names: Vec<&str> = lock["package"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     // The Essential package comes along; `top`/`old` do not.
     assert_eq!(names, ["app", "base-tool", "libx", "mid"]);
@@ -330,7 +347,7 @@ fn pinned_file_no_longer_served_and_tampered_cache() {
 
     // A tampered .deb in the cache is caught by its sha256 (and removed).
     let lock: toml::Value = toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
-    let app = lock["package"].as_array().unwrap().iter().find(|p| p["name"].as_str() == Some("app")).unwrap();
+    let app = lock["base"]["package"].as_array().unwrap().iter().find(|p| p["name"].as_str() == Some("app")).unwrap();
     let cached = a.cache().join("debs").join(app["sha256"].as_str().unwrap());
     let mut bytes = std::fs::read(&cached).unwrap();
     bytes.push(0);
@@ -412,4 +429,128 @@ fn proxy_from_the_environment_is_used() {
     assert!(e.contains(&a.url) && e.contains("proxy"), "{e}");
     // ...and `no_proxy` exempts the mirror.
     run_expect(c.env("no_proxy", "127.0.0.1"), 0);
+}
+
+impl Archive {
+    /// An image with a packages base including `base` and a packages layer
+    /// `tools` (in `layers/tools.toml`) including `layer`.
+    fn layered(&self, name: &str, base: &[&str], layer: &[&str], layer_extra: &str) -> PathBuf {
+        let img = self.image(name, base, &self.keyring);
+        let def = std::fs::read_to_string(&img).unwrap().replacen('\n', "\nlayers = [\"tools\"]\n", 1);
+        std::fs::write(&img, def).unwrap();
+        let list: Vec<String> = layer.iter().map(|i| format!("\"{i}\"")).collect();
+        write(
+            &img.parent().unwrap().join("layers/tools.toml"),
+            &format!(
+                "name = \"tools\"\n[[source]]\n[source.packages]\nsuite = \"test\"\nmirror = \"{}\"\nkeyring = \"{}\"\ninclude = [{}]\n{layer_extra}",
+                self.url,
+                self.keyring.display(),
+                list.join(", ")
+            ),
+        );
+        img
+    }
+
+    fn take_requests(&self) -> Vec<String> {
+        std::mem::take(&mut *self.requests.lock().unwrap())
+    }
+}
+
+fn paragraphs(status: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(status).split("\n\n").filter(|p| !p.trim().is_empty()).map(|p| format!("{p}\n")).collect()
+}
+
+#[test]
+fn packages_layer_adds_only_what_the_layers_below_lack() {
+    let Some(a) = archive() else { return };
+    let img = a.layered("layered", &["libx"], &["app"], "");
+    let o = lock(&img, &a.cache(), 0);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("layer tools: 2"), "{o:?}");
+    let pins: toml::Value = toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
+    let names = |v: &toml::Value| -> Vec<String> {
+        v["package"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&pins["base"]), ["base-tool", "libx"]);
+    // libx is installed below: the layer pins only what is missing.
+    assert_eq!(names(&pins["layer"]["tools"]), ["app", "mid"]);
+    assert!(pins["layer"]["tools"]["below"].as_str().unwrap().starts_with("sha256:"), "{pins}");
+    assert!(pins["layer"]["tools"].get("variant").is_none());
+
+    // The locked build reads no index and downloads only the layer's packages.
+    a.take_requests();
+    let out = a.root.path().join("out-layered");
+    let built = stdout_json(&build(&img, &a.cache(), &out, 0));
+    let mut asked = a.take_requests();
+    asked.sort();
+    assert_eq!(asked, ["pool/main/app_1.0_amd64.deb", "pool/main/mid_2.0_amd64.deb"]);
+    let layer_names: Vec<&str> =
+        built["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(layer_names, ["base", "tools"]);
+
+    let base = layer_entries_at(&out, &built, 0);
+    let files = layer_entries_at(&out, &built, 1);
+    for p in [
+        "usr/bin/app",
+        "etc/app.conf",
+        "usr/share/mid/README",
+        "var/lib/dpkg/info/app.list",
+        "var/lib/dpkg/info/mid.list",
+    ] {
+        assert!(files.contains_key(p), "the layer lacks {p}: {:?}", files.keys());
+    }
+    // Nothing of the base again, and never a directory over its /bin link.
+    for p in ["usr/lib/libx.txt", "var/lib/dpkg/info/libx.list", "usr/sbin/base-tool", "bin", "var/lib/dpkg/arch"] {
+        assert!(!files.contains_key(p), "the layer holds {p}");
+    }
+    assert_eq!(base["bin"].0, tar::EntryType::Symlink);
+    // The merged database: the base's entries as they were plus the new ones, sorted.
+    let below = paragraphs(&base["var/lib/dpkg/status"].1);
+    let merged = paragraphs(&files["var/lib/dpkg/status"].1);
+    let first_lines: Vec<&str> = merged.iter().map(|p| p.lines().next().unwrap()).collect();
+    assert_eq!(first_lines, ["Package: app", "Package: base-tool", "Package: libx", "Package: mid"]);
+    assert_eq!([merged[1].clone(), merged[2].clone()], [below[0].clone(), below[1].clone()]);
+    assert!(merged[0].contains("\nStatus: install ok installed\n"), "{}", merged[0]);
+    let list = String::from_utf8_lossy(&files["var/lib/dpkg/info/app.list"].1).into_owned();
+    assert!(list.lines().any(|l| l == "/bin/app"), "{list}");
+
+    // Same inputs, same layer and image.
+    let again = stdout_json(&build(&img, &a.cache(), &a.root.path().join("out-layered2"), 0));
+    assert_eq!(again["layers"][1]["digest"], built["layers"][1]["digest"]);
+    assert_eq!(again["manifest_digest"], built["manifest_digest"]);
+
+    // A lock made over other packages below is refused, not trusted.
+    let text = std::fs::read_to_string(img.with_extension("lock")).unwrap();
+    let below_digest = pins["layer"]["tools"]["below"].as_str().unwrap();
+    std::fs::write(img.with_extension("lock"), text.replace(below_digest, &format!("sha256:{}", "0".repeat(64))))
+        .unwrap();
+    let e = stderr(&build(&img, &a.cache(), &a.root.path().join("out-layered3"), 1));
+    assert!(e.contains("layer `tools`") && e.contains("dpkg status changed") && e.contains("quarry lock"), "{e}");
+}
+
+#[test]
+fn packages_layer_refusals_name_the_chain() {
+    let Some(a) = archive() else { return };
+    // top -> old needs libx (<< 1); the base has libx 1.2, which a layer does not replace.
+    let img = a.layered("unsat", &["libx"], &["top"], "");
+    let e = stderr(&lock(&img, &a.cache(), 1));
+    assert!(
+        e.contains("layer `tools`")
+            && e.contains("top -> old")
+            && e.contains("`libx` 1.2 is installed in the layers below"),
+        "{e}"
+    );
+    // A build without a lock resolves the same way.
+    let e = stderr(&build(&img, &a.cache(), &a.root.path().join("o"), 1));
+    assert!(e.contains("top -> old"), "{e}");
+    let e = stderr(&lock(&a.layered("other-version", &["libx"], &["libx=0.9"], ""), &a.cache(), 1));
+    assert!(e.contains("`libx` 1.2 is installed in the layers below"), "{e}");
+    let e = stderr(&lock(&a.layered("missing", &["libx"], &["nope"], ""), &a.cache(), 1));
+    assert!(e.contains("`nope` is not in the index"), "{e}");
+    // `configure = true` runs dpkg in a container after the layer: this
+    // archive has no dpkg, so the step fails, naming it.
+    if have_docker() {
+        let img = a.layered("configure", &["libx"], &["app"], "configure = true\n");
+        let e = stderr(&build(&img, &a.cache(), &a.root.path().join("o2"), 1));
+        assert!(e.contains("layer `tools-configure`"), "{e}");
+    }
 }
