@@ -208,3 +208,120 @@ fn configure_step_runs_maintainer_scripts() {
     let left = Command::new("docker").args(["ps", "-aq", "--filter", "label=io.quarry.managed=true"]).output().unwrap();
     assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "no quarry container is left");
 }
+
+/// Every path of a layer blob (gzip tar), with its type.
+fn layer_paths(out: &Path, digest: &str) -> Vec<(String, tar::EntryType)> {
+    let f = std::fs::File::open(out.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))).unwrap();
+    let mut a = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
+    a.entries()
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.path().unwrap().display().to_string().trim_end_matches('/').to_string(), e.header().entry_type())
+        })
+        .collect()
+}
+
+/// The jq layer holds jq and the libraries the layers below lack, and
+/// nothing else but the dpkg database and the loader cache; dpkg in the
+/// image sees the packages of every layer as installed.
+fn check_jq_layer(out: &Path, built: &serde_json::Value, below_has: &str, dpkg_listed: &[&str]) {
+    let layers = built["layers"].as_array().unwrap();
+    let jq = layers.iter().find(|l| l["name"] == "jq").expect("a jq layer");
+    let paths = layer_paths(out, jq["digest"].as_str().unwrap());
+    let new = ["jq", "libjq1:amd64", "libonig5:amd64"];
+    let mut listed = std::collections::BTreeSet::new();
+    for (p, _) in &paths {
+        if let Some(pkg) = p.strip_prefix("var/lib/dpkg/info/").and_then(|f| f.rsplit_once('.')).map(|(k, _)| k) {
+            assert!(new.contains(&pkg), "the layer has dpkg files of `{pkg}`: {p}");
+        }
+    }
+    for (p, t) in &paths {
+        if *t != tar::EntryType::Directory && !p.starts_with("var/lib/dpkg/") && p != "etc/ld.so.cache" {
+            listed.insert(p.clone());
+        }
+    }
+    assert!(listed.contains("usr/bin/jq") && listed.iter().any(|p| p.contains("libonig.so.5")), "{listed:?}");
+    assert!(!listed.iter().any(|p| p.contains(below_has)), "the layer repeats `{below_has}` from below: {listed:?}");
+    assert!(!paths.iter().any(|(p, _)| matches!(p.as_str(), "bin" | "lib" | "sbin")), "never over the /usr links");
+
+    let tag = format!("{}:t", unique(&format!("jq-layer-{}", built["name"].as_str().unwrap())));
+    let _cleanup = RemoveImage(tag.clone());
+    run_expect(quarry().args(["load", "--tag", &tag]).arg(out), 0);
+    let o = run_expect(
+        Command::new("docker").args(["run", "--rm", "--network", "none", &tag, "sh", "-ec"]).arg(
+            "echo '{\"a\":[1,2]}' | jq -c .a; dpkg -s jq | sed -n 2p; dpkg --audit; \
+             dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n'",
+        ),
+        0,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("[1,2]"), "{out}");
+    assert_eq!(lines.next(), Some("Status: install ok installed"), "{out}");
+    let states: Vec<&str> = lines.collect();
+    for p in dpkg_listed.iter().chain(["jq", "libjq1", "libonig5"].iter()) {
+        assert!(states.contains(&format!("ii  {p}").as_str()), "`{p}` is not `ii`: {states:?}");
+    }
+    assert!(states.iter().all(|l| l.starts_with("ii ")), "{states:?}");
+}
+
+fn jq_layer(dir: &Path, configure: bool) {
+    write(
+        &dir.join("layers/jq.toml"),
+        &format!(
+            "name = \"jq\"\n[[source]]\n[source.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\n\
+             keyring = \"/usr/share/keyrings/debian-archive-keyring.gpg\"\ninclude = [\"jq\"]\nconfigure = {configure}\n"
+        ),
+    );
+}
+
+/// A packages layer over a packages base, locked: the same digest twice.
+#[test]
+fn jq_layer_over_a_packages_base() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = work.path().join("jqbase.toml");
+    write(
+        &img,
+        "name = \"jqbase\"\nlayers = [\"jq\"]\n[base.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\n\
+         keyring = \"/usr/share/keyrings/debian-archive-keyring.gpg\"\n[config]\ncmd = [\"/bin/sh\"]\n",
+    );
+    jq_layer(work.path(), false);
+    run_expect(quarry().arg("lock").arg(&img).arg("--cache-dir").arg(cache_dir()), 0);
+    let pins: toml::Value = toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
+    let names: Vec<&str> =
+        pins["layer"]["jq"]["package"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["jq", "libjq1", "libonig5"], "libc6 and the rest come from the base");
+    let a = build(&img, &work.path().join("a"), &[], false);
+    let b = build(&img, &work.path().join("b"), &[], false);
+    assert_eq!(a["layers"][1]["digest"], b["layers"][1]["digest"]);
+    assert_eq!(a["manifest_digest"], b["manifest_digest"]);
+    check_jq_layer(&work.path().join("a"), &a, "libc.so.6", &["bash", "dpkg", "libc6"]);
+}
+
+/// A packages layer over a rootfs made by mmdebstrap (its dpkg database
+/// written by dpkg), configured in a container afterwards.
+#[test]
+fn jq_layer_over_a_rootfs_base_configured() {
+    if !have_docker() || !have_tool("gpgv") || !have_tool("mmdebstrap") {
+        return;
+    }
+    let rootfs = debian_rootfs("");
+    let work = tempfile::tempdir().unwrap();
+    let img = work.path().join("jqrootfs.toml");
+    write(
+        &img,
+        &format!(
+            "name = \"jqrootfs\"\nlayers = [\"jq\"]\nbase = {{ rootfs = \"{}\" }}\n[config]\ncmd = [\"/bin/sh\"]\n",
+            rootfs.display()
+        ),
+    );
+    jq_layer(work.path(), true);
+    let a = build(&img, &work.path().join("a"), &[], false);
+    let names: Vec<&str> = a["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["base", "jq", "jq-configure"]);
+    check_jq_layer(&work.path().join("a"), &a, "libc.so.6", &["apt", "bash", "dpkg", "libc6"]);
+}
