@@ -222,6 +222,21 @@ fn layer_paths(out: &Path, digest: &str) -> Vec<(String, tar::EntryType)> {
         .collect()
 }
 
+/// One file of a layer blob.
+fn layer_file(out: &Path, digest: &str, path: &str) -> Vec<u8> {
+    let f = std::fs::File::open(out.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))).unwrap();
+    let mut a = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
+    for e in a.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_str() == Some(path) {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut v).unwrap();
+            return v;
+        }
+    }
+    panic!("no {path} in layer {digest}")
+}
+
 /// The jq layer holds jq and the libraries the layers below lack, and
 /// nothing else but the dpkg database and the loader cache; dpkg in the
 /// image sees the packages of every layer as installed.
@@ -323,5 +338,17 @@ fn jq_layer_over_a_rootfs_base_configured() {
     let a = build(&img, &work.path().join("a"), &[], false);
     let names: Vec<&str> = a["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["base", "jq", "jq-configure"]);
+    // The rootfs's own dpkg status (written by dpkg) is kept byte for byte,
+    // the new packages in dpkg's order among its entries.
+    let out = work.path().join("a");
+    let status = |i: usize| {
+        String::from_utf8(layer_file(&out, a["layers"][i]["digest"].as_str().unwrap(), "var/lib/dpkg/status")).unwrap()
+    };
+    let (below, merged) = (status(0), status(1));
+    let kept: Vec<&str> = merged
+        .split_inclusive("\n\n")
+        .filter(|p| !["jq", "libjq1", "libonig5"].iter().any(|n| p.starts_with(&format!("Package: {n}\n"))))
+        .collect();
+    assert_eq!(kept.concat(), below);
     check_jq_layer(&work.path().join("a"), &a, "libc.so.6", &["apt", "bash", "dpkg", "libc6"]);
 }

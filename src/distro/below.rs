@@ -175,6 +175,33 @@ impl Below {
         self.read_file(STATUS).map(|b| parse_paragraphs(&String::from_utf8_lossy(&b))).unwrap_or_default()
     }
 
+    /// The dpkg status paragraphs, each with its text as written (ending in
+    /// a newline, without the blank line after it).
+    pub fn status_paragraphs(&self) -> Vec<(Paragraph, String)> {
+        let Some(b) = self.read_file(STATUS) else {
+            return Vec::new();
+        };
+        let text = String::from_utf8_lossy(&b);
+        let mut out = Vec::new();
+        let mut cur = String::new();
+        for line in text.split_inclusive('\n') {
+            if line.trim().is_empty() {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            } else {
+                cur.push_str(line);
+                if !line.ends_with('\n') {
+                    cur.push('\n');
+                }
+            }
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+        out.into_iter().filter_map(|raw| parse_paragraphs(&raw).into_iter().next().map(|p| (p, raw))).collect()
+    }
+
     /// `sha256:` of the status file, or `none`: what a layer's lock was resolved against.
     pub fn status_digest(&self) -> String {
         match self.read_file(STATUS) {
@@ -188,13 +215,13 @@ impl Below {
     }
 }
 
-/// The dpkg database key of a status or control paragraph: `name`, or
-/// `name:arch` for `Multi-Arch: same` packages (as the base writer keys them).
-pub fn package_key(p: &Paragraph) -> String {
-    let name = p.get("Package").unwrap_or_default();
+/// The dpkg database key of a status paragraph, in dpkg's order: name,
+/// then the architecture of `Multi-Arch: same` packages.
+pub fn package_key(p: &Paragraph) -> (String, String) {
+    let name = p.get("Package").unwrap_or_default().to_string();
     match (p.get("Multi-Arch"), p.get("Architecture")) {
-        (Some("same"), Some(arch)) => format!("{name}:{arch}"),
-        _ => name.to_string(),
+        (Some("same"), Some(arch)) => (name, arch.to_string()),
+        _ => (name, String::new()),
     }
 }
 

@@ -214,7 +214,7 @@ pub fn layer_pins(
 /// what the definition adds on top.
 pub fn fingerprint(spec: &PackagesBase, lock: &Lock) -> String {
     let mut h = KeyHasher::new();
-    h.field(concat!("packages-v2-", env!("CARGO_PKG_VERSION")))
+    h.field(concat!("packages-v3-", env!("CARGO_PKG_VERSION")))
         .field(&spec.architecture)
         .field(format!("{:?}", spec.variant));
     for p in &lock.packages {

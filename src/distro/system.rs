@@ -82,11 +82,20 @@ const STATUS_ORDER: [&str; 24] = [
     "Conffiles",
 ];
 
+/// A package's entry in the dpkg status file.
+enum StatusEntry {
+    /// Unpacked here.
+    New(Paragraph),
+    /// From the layers below: written back byte for byte.
+    Below(String),
+}
+
 /// The root filesystem being assembled: a whole rootfs (a base), or a
 /// layer over the layers below (`below`).
 pub struct System {
     pub tree: Tree,
-    status: BTreeMap<String, Paragraph>,
+    /// By (name, architecture for `Multi-Arch: same` else ""): dpkg's order.
+    status: BTreeMap<(String, String), StatusEntry>,
     postinsts: Vec<(String, String)>,
     architecture: String,
     /// For a layer: the merged view of the layers below (see `below`).
@@ -106,7 +115,11 @@ impl System {
 
     /// A layer over `below`: its dpkg database starts as theirs.
     pub fn over(architecture: &str, below: super::below::Below) -> System {
-        let status = below.status().into_iter().map(|p| (super::below::package_key(&p), p)).collect();
+        let status = below
+            .status_paragraphs()
+            .into_iter()
+            .map(|(p, raw)| (super::below::package_key(&p), StatusEntry::Below(raw)))
+            .collect();
         System {
             tree: Tree::new(),
             status,
@@ -214,7 +227,8 @@ impl System {
         let rank = |k: &str| STATUS_ORDER.iter().position(|o| o.eq_ignore_ascii_case(k)).unwrap_or(STATUS_ORDER.len());
         // Description and the fields dpkg does not know come after the known ones.
         fields.sort_by_key(|(k, _)| if k == "Description" { STATUS_ORDER.len() } else { rank(k) });
-        self.status.insert(key, Paragraph { fields });
+        let arch_key = if key.contains(':') { arch.clone() } else { String::new() };
+        self.status.insert((name.clone(), arch_key), StatusEntry::New(Paragraph { fields }));
         Ok(())
     }
 
@@ -283,7 +297,10 @@ impl System {
     fn write_status(&mut self) -> Result<(), DistroError> {
         let mut status = String::new();
         for p in self.status.values() {
-            p.write_to(&mut status);
+            match p {
+                StatusEntry::New(p) => p.write_to(&mut status),
+                StatusEntry::Below(raw) => status.push_str(raw),
+            }
             status.push('\n');
         }
         self.insert(super::below::STATUS, file(status, 0o644))
@@ -449,8 +466,7 @@ impl System {
 
     /// Is a package (any architecture) unpacked?
     fn installed(&self, name: &str) -> bool {
-        self.status.contains_key(name)
-            || self.status.keys().any(|k| k.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
+        self.status.keys().any(|(n, _)| n == name)
     }
 
     fn add_if_missing(&mut self, path: &str, node: Node) -> Result<(), DistroError> {
