@@ -301,4 +301,42 @@ mod tests {
             r#"["/bin/sh", "-c", "echo \"hi\""]"#
         );
     }
+
+    #[test]
+    fn packages_layer_renders_as_apt_get_pinned_by_the_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("img.toml");
+        std::fs::write(
+            &f,
+            "name = \"x\"\nbase = { registry = \"r/x@sha256:00\" }\n[config]\nplatform = \"linux/amd64\"\n[[layer]]\nname = \"tools\"\n[[layer.source]]\n[layer.source.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\nkeyring = \"k.gpg\"\ninclude = [\"jq\"]\n",
+        )
+        .unwrap();
+        let image = crate::spec::load_image(&f, &Default::default()).unwrap();
+        let out = render(&image, d.path()).unwrap();
+        assert!(out.contains("apt-get install -y --no-install-recommends jq &&"), "{out}");
+        let pin = |n: &str, v: &str| crate::distro::lock::LockedPackage {
+            name: n.into(),
+            version: v.into(),
+            architecture: "amd64".into(),
+            file: format!("pool/{n}.deb"),
+            sha256: "0".repeat(64),
+            size: 1,
+        };
+        let layer = crate::distro::lock::Lock {
+            suite: "bookworm".into(),
+            architecture: "amd64".into(),
+            components: vec!["main".into()],
+            variant: None,
+            include: vec!["jq".into()],
+            release: "sha256:00".into(),
+            below: Some("none".into()),
+            packages: vec![pin("jq", "1.6-2.1"), pin("libjq1", "1.6-2.1")],
+        };
+        let mut file =
+            crate::distro::lock::LockFile { version: crate::distro::lock::LOCK_VERSION, ..Default::default() };
+        file.layer.insert("tools".into(), layer);
+        file.write(&crate::distro::lock::lock_path(&f)).unwrap();
+        let out = render(&image, d.path()).unwrap();
+        assert!(out.contains("--no-install-recommends jq=1.6-2.1 libjq1=1.6-2.1 &&"), "{out}");
+    }
 }
