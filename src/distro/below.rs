@@ -79,11 +79,8 @@ pub fn resolve_parents(tree: &Tree, path: &[u8]) -> Vec<u8> {
 /// Insert as extraction onto a real filesystem would: through symlinked
 /// parent directories. Entries that cannot be placed are left out.
 pub fn insert_following(tree: &mut Tree, path: Vec<u8>, node: Node) {
-    match tree.insert(path.clone(), node.clone()) {
-        Err(TreeError::ThroughSymlink { .. }) => {
-            let _ = tree.insert(resolve_parents(tree, &path), node);
-        }
-        _ => {}
+    if let Err(TreeError::ThroughSymlink { .. }) = tree.insert(path.clone(), node.clone()) {
+        let _ = tree.insert(resolve_parents(tree, &path), node);
     }
 }
 
