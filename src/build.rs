@@ -1,7 +1,7 @@
 //! `quarry build`: definition -> plan (cache keys chained from the base) ->
 //! layers (cached or packed) -> OCI layout.
 
-use crate::compress::Compression;
+use crate::compress::LayerCodec;
 use crate::digest::KeyHasher;
 use crate::pack::{pack_tree, PackError};
 use crate::progress::Progress;
@@ -51,7 +51,7 @@ pub enum BuildError {
 pub struct BuildOptions {
     pub sets: BTreeMap<String, String>,
     pub output: Option<PathBuf>,
-    pub compression: Compression,
+    pub compression: LayerCodec,
     pub cache_dir: PathBuf,
     pub no_cache: bool,
     /// Rehash every input file instead of trusting the stat memo.
@@ -72,7 +72,7 @@ impl BuildOptions {
         Ok(BuildOptions {
             sets,
             output: None,
-            compression: Compression::Gzip,
+            compression: LayerCodec::default(),
             cache_dir,
             no_cache: false,
             verify: false,

@@ -9,6 +9,8 @@ use std::sync::{mpsc, Arc, Mutex};
 /// Size of the independent gzip blocks. Part of the output format: changing
 /// it changes every gzip digest, so it is also part of the cache key.
 pub const GZIP_BLOCK: usize = 1 << 20;
+/// Default levels. gzip 4 (libdeflate) is as small as `gzip -6` and much
+/// faster; zstd 3 is zstd's own default.
 pub const GZIP_LEVEL: i32 = 4;
 /// The libdeflate bundled by `libdeflate-sys` (1.26.x in Cargo.lock); its
 /// `LIBDEFLATE_VERSION_STRING` is not exported, so bump this with the crate.
@@ -33,21 +35,6 @@ impl Compression {
         }
     }
 
-    /// Identifies the exact byte format produced, for cache keys: the
-    /// compressor library and its version, the level and the block size all
-    /// change the bytes.
-    pub fn format_id(self) -> String {
-        match self {
-            Compression::Gzip => {
-                format!("gzip-libdeflate{LIBDEFLATE_VERSION}-l{GZIP_LEVEL}-b{GZIP_BLOCK}")
-            }
-            Compression::Zstd => {
-                format!("zstd{}-l{ZSTD_LEVEL}-mt", zstd::zstd_safe::version_string())
-            }
-            Compression::None => "none".to_string(),
-        }
-    }
-
     pub fn from_media_type(mt: &str) -> Option<Compression> {
         if mt.ends_with("+gzip") || mt.ends_with(".tar.gzip") {
             Some(Compression::Gzip)
@@ -57,6 +44,60 @@ impl Compression {
             Some(Compression::None)
         } else {
             None
+        }
+    }
+}
+
+/// A compression and its level: what a layer's bytes depend on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LayerCodec {
+    pub compression: Compression,
+    /// 0 for `none`.
+    pub level: i32,
+}
+
+impl Default for LayerCodec {
+    fn default() -> Self {
+        LayerCodec { compression: Compression::Gzip, level: GZIP_LEVEL }
+    }
+}
+
+impl LayerCodec {
+    /// `level` None takes the compression's default; a level out of the
+    /// compressor's range is an error that gives the range.
+    pub fn new(compression: Compression, level: Option<i32>) -> Result<LayerCodec, String> {
+        let (default, range) = match compression {
+            Compression::Gzip => (GZIP_LEVEL, 1..=12),
+            Compression::Zstd => (ZSTD_LEVEL, 1..=19),
+            Compression::None => (0, 0..=0),
+        };
+        let level = level.unwrap_or(default);
+        if !range.contains(&level) {
+            return Err(match compression {
+                Compression::None => "--compression-level needs --compression gzip or zstd".to_string(),
+                c => format!(
+                    "--compression-level {level} is out of range for {c:?}: give {} to {}",
+                    range.start(),
+                    range.end()
+                ),
+            });
+        }
+        Ok(LayerCodec { compression, level })
+    }
+
+    pub fn media_type(self) -> &'static str {
+        self.compression.media_type()
+    }
+
+    /// Identifies the exact byte format produced, for cache keys: the
+    /// compressor library and its version, the level and the block size all
+    /// change the bytes.
+    pub fn format_id(self) -> String {
+        let level = self.level;
+        match self.compression {
+            Compression::Gzip => format!("gzip-libdeflate{LIBDEFLATE_VERSION}-l{level}-b{GZIP_BLOCK}"),
+            Compression::Zstd => format!("zstd{}-l{level}-mt", zstd::zstd_safe::version_string()),
+            Compression::None => "none".to_string(),
         }
     }
 }
@@ -73,11 +114,11 @@ pub enum Encoder<W: Write> {
     None(W),
 }
 
-pub fn encoder<W: Write>(c: Compression, threads: usize, out: W) -> io::Result<Encoder<W>> {
-    Ok(match c {
-        Compression::Gzip => Encoder::Gzip(GzipBlocks::new(out, threads)),
+pub fn encoder<W: Write>(codec: LayerCodec, threads: usize, out: W) -> io::Result<Encoder<W>> {
+    Ok(match codec.compression {
+        Compression::Gzip => Encoder::Gzip(GzipBlocks::new(out, threads, codec.level)),
         Compression::Zstd => {
-            let mut e = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?;
+            let mut e = zstd::stream::write::Encoder::new(out, codec.level)?;
             // Any worker count >= 1 gives the same bytes; 0 would differ.
             e.multithread(threads.max(1) as u32)?;
             Encoder::Zstd(e)
@@ -153,7 +194,7 @@ struct GzipPool {
 }
 
 impl GzipPool {
-    fn new(threads: usize, max_in_flight: usize) -> GzipPool {
+    fn new(threads: usize, max_in_flight: usize, level: i32) -> GzipPool {
         let (jobs, job_rx) = mpsc::sync_channel::<GzipJob>(max_in_flight);
         let (free_tx, free) = mpsc::sync_channel::<Vec<u8>>(max_in_flight + 1);
         let job_rx = Arc::new(Mutex::new(job_rx));
@@ -161,7 +202,7 @@ impl GzipPool {
             .map(|_| {
                 let job_rx = Arc::clone(&job_rx);
                 let free_tx = free_tx.clone();
-                std::thread::spawn(move || gzip_worker(&job_rx, &free_tx))
+                std::thread::spawn(move || gzip_worker(&job_rx, &free_tx, level))
             })
             .collect();
         GzipPool { jobs: Some(jobs), free, workers }
@@ -177,8 +218,10 @@ impl Drop for GzipPool {
     }
 }
 
-fn gzip_worker(jobs: &Mutex<mpsc::Receiver<GzipJob>>, free: &mpsc::SyncSender<Vec<u8>>) {
-    let mut c = libdeflater::Compressor::new(libdeflater::CompressionLvl::new(GZIP_LEVEL).expect("valid level"));
+fn gzip_worker(jobs: &Mutex<mpsc::Receiver<GzipJob>>, free: &mpsc::SyncSender<Vec<u8>>, level: i32) {
+    // LayerCodec::new checked the range; the default is the fallback.
+    let level = libdeflater::CompressionLvl::new(level).unwrap_or_default();
+    let mut c = libdeflater::Compressor::new(level);
     loop {
         // The lock is held only while waiting for the next job.
         let job = match jobs.lock() {
@@ -202,7 +245,7 @@ fn worker_died() -> io::Error {
 }
 
 impl<W: Write> GzipBlocks<W> {
-    pub fn new(out: W, threads: usize) -> Self {
+    pub fn new(out: W, threads: usize, level: i32) -> Self {
         let threads = threads.max(1);
         let max_in_flight = 8 * threads;
         GzipBlocks {
@@ -211,7 +254,7 @@ impl<W: Write> GzipBlocks<W> {
             in_flight: VecDeque::with_capacity(max_in_flight),
             max_in_flight,
             wrote_any: false,
-            pool: GzipPool::new(threads, max_in_flight),
+            pool: GzipPool::new(threads, max_in_flight, level),
         }
     }
 
@@ -295,9 +338,29 @@ mod tests {
     }
 
     fn compress(c: Compression, threads: usize, data: &[u8]) -> Vec<u8> {
-        let mut e = encoder(c, threads, Vec::new()).unwrap();
+        let mut e = encoder(LayerCodec::new(c, None).unwrap(), threads, Vec::new()).unwrap();
         e.write_all(data).unwrap();
         e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_level_changes_bytes_and_format_id_and_is_range_checked() {
+        let data = sample();
+        for c in [Compression::Gzip, Compression::Zstd] {
+            let default = LayerCodec::new(c, None).unwrap();
+            let one = LayerCodec::new(c, Some(1)).unwrap();
+            assert_ne!(default.format_id(), one.format_id());
+            let compress_with = |codec: LayerCodec| {
+                let mut e = encoder(codec, 2, Vec::new()).unwrap();
+                e.write_all(&data).unwrap();
+                e.finish().unwrap()
+            };
+            assert_ne!(compress_with(default), compress_with(one), "{c:?}");
+            let err = LayerCodec::new(c, Some(40)).unwrap_err();
+            assert!(err.contains("out of range") && err.contains("give 1 to"), "{err}");
+        }
+        assert!(LayerCodec::new(Compression::None, Some(3)).is_err());
+        assert_eq!(LayerCodec::new(Compression::None, None).unwrap().format_id(), "none");
     }
 
     #[test]
@@ -337,7 +400,7 @@ mod tests {
 
     /// Compress with writes of irregular sizes (how tar output arrives).
     fn compress_ragged(c: Compression, threads: usize, data: &[u8]) -> Vec<u8> {
-        let mut e = encoder(c, threads, Vec::new()).unwrap();
+        let mut e = encoder(LayerCodec::new(c, None).unwrap(), threads, Vec::new()).unwrap();
         let sizes = [1usize, 512, 7919, 65536, GZIP_BLOCK + 3, 100_003];
         let mut rest = data;
         for i in 0.. {
@@ -401,7 +464,7 @@ mod tests {
     #[test]
     fn gzip_streams_with_a_bounded_number_of_blocks_in_flight() {
         let seen = std::rc::Rc::new(std::cell::Cell::new(0));
-        let mut g = GzipBlocks::new(Counting(seen.clone()), 2);
+        let mut g = GzipBlocks::new(Counting(seen.clone()), 2, GZIP_LEVEL);
         let block = mixed(GZIP_BLOCK);
         for _ in 0..30 {
             g.write_all(&block).unwrap();

@@ -9,7 +9,7 @@
 //!   gzip blocks or zstd jobs in parallel);
 //! - a writing thread hashes the compressed bytes and writes the file.
 
-use crate::compress::{self, Compression};
+use crate::compress::{self, LayerCodec};
 use crate::digest::HashingWriter;
 use crate::store::cache::{Cache, CacheError};
 use crate::store::LayerBlob;
@@ -74,7 +74,7 @@ impl Write for ChunkSender {
 pub fn pack_tree(
     cache: &Cache,
     tree: &Tree,
-    compression: Compression,
+    codec: LayerCodec,
     threads: usize,
     opts: &WriteOptions,
     on_bytes: &mut dyn FnMut(u64),
@@ -95,7 +95,7 @@ pub fn pack_tree(
             Ok((digest_hex, size))
         });
         let compressor = s.spawn(move || -> io::Result<()> {
-            let mut enc = compress::encoder(compression, threads, ChunkSender::new(blob_tx))?;
+            let mut enc = compress::encoder(codec, threads, ChunkSender::new(blob_tx))?;
             for chunk in tar_rx {
                 enc.write_all(&chunk)?;
             }
@@ -122,13 +122,14 @@ pub fn pack_tree(
         digest: format!("sha256:{digest_hex}"),
         diff_id: format!("sha256:{diff_hex}"),
         size,
-        media_type: compression.media_type().to_string(),
+        media_type: codec.media_type().to_string(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compress::Compression;
     use crate::tarball::{Node, Tree};
     use std::io::Read;
 
@@ -165,8 +166,9 @@ mod tests {
         let tar = write_tar(&t, Vec::new(), &opts, &mut |_| {}).unwrap();
         for c in [Compression::Gzip, Compression::Zstd, Compression::None] {
             let mut progress = 0;
-            let one = pack_tree(&cache, &t, c, 1, &opts, &mut |n| progress += n).unwrap();
-            let two = pack_tree(&cache, &t, c, 2, &opts, &mut |_| {}).unwrap();
+            let codec = LayerCodec::new(c, None).unwrap();
+            let one = pack_tree(&cache, &t, codec, 1, &opts, &mut |n| progress += n).unwrap();
+            let two = pack_tree(&cache, &t, codec, 2, &opts, &mut |_| {}).unwrap();
             assert_eq!(one, two, "{c:?}: thread count changed the blob");
             assert_eq!(progress, t.content_bytes());
             let blob = std::fs::read(cache.blob_path(&one.digest)).unwrap();
@@ -188,7 +190,7 @@ mod tests {
             0o644,
         );
         t.insert(b"zz/gone".to_vec(), node).unwrap();
-        let err = pack_tree(&cache, &t, Compression::Gzip, 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
+        let err = pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");
         assert_eq!(std::fs::read_dir(cache.root().join("blobs/sha256")).unwrap().count(), 0);
         assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");

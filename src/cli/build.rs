@@ -1,5 +1,5 @@
 use crate::build::{build, source_date_epoch_from_env, BuildOptions};
-use crate::compress::Compression;
+use crate::compress::{Compression, LayerCodec};
 use crate::progress::Progress;
 use anyhow::anyhow;
 use std::path::PathBuf;
@@ -17,6 +17,10 @@ pub struct Args {
     /// Layer compression
     #[arg(long, value_enum, default_value_t = Compression::Gzip)]
     compression: Compression,
+    /// Compression level [default: gzip 4 (libdeflate, 1-12), zstd 3 (1-19)];
+    /// lower is faster and larger
+    #[arg(long)]
+    compression_level: Option<i32>,
     /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -43,7 +47,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let opts = BuildOptions {
         sets,
         output: a.output,
-        compression: a.compression,
+        compression: LayerCodec::new(a.compression, a.compression_level).map_err(|e| anyhow!(e))?,
         cache_dir: a.cache_dir.unwrap_or_else(crate::store::cache::default_dir),
         no_cache: a.no_cache,
         verify: a.verify,

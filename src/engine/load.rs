@@ -12,7 +12,7 @@
 //! of the layout (same config, so the same image id).
 
 use super::{describe, stream, Engine, EngineError};
-use crate::compress::{self, Compression};
+use crate::compress;
 use crate::digest::HashingWriter;
 use crate::export::{normalize_repo_tag, write_docker_archive};
 use crate::store::layout::{open_image, OpenImage};
@@ -231,7 +231,7 @@ fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Pa
             1 << 20,
             tmp.reopen().map_err(|e| EngineError::io("cannot open", tmp.path(), e))?,
         ));
-        let mut enc = compress::encoder(Compression::Gzip, compress::default_threads(), out)
+        let mut enc = compress::encoder(compress::LayerCodec::default(), compress::default_threads(), out)
             .map_err(|e| EngineError::io("cannot start gzip for", &from, e))?;
         std::io::copy(&mut dec, &mut enc).map_err(|e| EngineError::io("recompressing layer", &from, e))?;
         let out = enc.finish().map_err(|e| EngineError::io("recompressing layer", &from, e))?;
