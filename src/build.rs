@@ -388,6 +388,23 @@ impl Builder<'_> {
         Ok(pulled.config)
     }
 
+    /// Another definition as the base: its layers are built (or found in
+    /// the cache) as for its own build, then reused as they are. Layer
+    /// names say where they came from (`BASE/LAYER`).
+    fn image_base(&mut self, base: &Image) -> Result<ImageConfiguration, BuildError> {
+        let built = assemble(base, self.opts, &self.cache)?;
+        for l in built.layers {
+            self.layers.push(BuiltLayer { name: format!("{}/{}", base.name, l.name), ..l });
+        }
+        self.history = built.config.history().clone().unwrap_or_default();
+        // The base's config (env, user, workdir) shapes the steps built on it.
+        let config = serde_json::to_value(&built.config).map(|v| v.to_string()).unwrap_or_default();
+        let mut k = KeyHasher::new();
+        k.field(&self.chain).field("image-base").field(&built.chain).field(config);
+        self.chain = k.finish();
+        Ok(built.config)
+    }
+
     /// Copy a base blob into the cache, verifying its digest on the way.
     fn import_blob(
         &self,
@@ -548,6 +565,39 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
     let cache = Cache::open(&opts.cache_dir)?;
+    let done = assemble(image, opts, &cache)?;
+    let (os, arch, variant) = image.platform();
+    let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
+    let blobs: Vec<LayerBlob> = done.layers.iter().map(BuiltLayer::blob).collect();
+    let written = layout::write_image(
+        &output,
+        &cache.root().join("blobs/sha256"),
+        &blobs,
+        &done.config,
+        &image.tag,
+        layout::parse_platform(&os, &arch, variant.as_deref()),
+    )?;
+    Ok(BuildResult {
+        name: image.name.clone(),
+        tag: image.tag.clone(),
+        output,
+        manifest_digest: written.manifest_digest,
+        config_digest: written.config_digest,
+        layers: done.layers,
+    })
+}
+
+/// A definition's layers and config, before a layout is written.
+struct Assembled {
+    layers: Vec<BuiltLayer>,
+    config: ImageConfiguration,
+    /// The cache key chain after the last layer.
+    chain: String,
+}
+
+/// Build (or take from the cache) the base and every layer of `image`.
+fn assemble(image: &Image, opts: &BuildOptions, cache: &Cache) -> Result<Assembled, BuildError> {
+    let cache = cache.clone();
     let spool = tempfile::Builder::new().prefix("spool-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
         dir: opts.cache_dir.display().to_string(),
         what: "cannot create a spool directory".into(),
@@ -620,6 +670,9 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         Base::Registry { reference } => {
             base_config = Some(b.registry_base(reference, image)?);
         }
+        Base::Image(base) => {
+            base_config = Some(b.image_base(base)?);
+        }
     }
     for (i, layer) in image.layers.iter().enumerate() {
         if layer.run.is_some() {
@@ -633,23 +686,6 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         b.history(format!("quarry: layer {}", layer.name), None);
     }
 
-    let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
     let config = image_config(image, base_config.as_ref(), &b.layers, b.history.clone(), opts.source_date_epoch);
-    let blobs: Vec<LayerBlob> = b.layers.iter().map(BuiltLayer::blob).collect();
-    let written = layout::write_image(
-        &output,
-        &b.cache.root().join("blobs/sha256"),
-        &blobs,
-        &config,
-        &image.tag,
-        layout::parse_platform(&os, &arch, variant.as_deref()),
-    )?;
-    Ok(BuildResult {
-        name: image.name.clone(),
-        tag: image.tag.clone(),
-        output,
-        manifest_digest: written.manifest_digest,
-        config_digest: written.config_digest,
-        layers: b.layers,
-    })
+    Ok(Assembled { layers: b.layers, config, chain: b.chain })
 }

@@ -30,11 +30,13 @@ struct Locked {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let sets = parse_sets(&a.sets).map_err(|e| anyhow!(e))?;
-    let image = load_image(&a.image, &sets)?;
+    let loaded = load_image(&a.image, &sets)?;
+    // An image built on another definition pins that one's packages.
+    let image = loaded.root_image();
     if a.dry_run {
-        let spec = crate::distro::packages_of(&image)?;
+        let spec = crate::distro::packages_of(image)?;
         let plan =
-            crate::distro::plan(spec, &image.file).with_context(|| format!("planning `{}`", a.image.display()))?;
+            crate::distro::plan(spec, &image.file).with_context(|| format!("planning `{}`", image.file.display()))?;
         if a.json {
             super::print_json(&plan)?;
         } else {
@@ -50,7 +52,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
     let cache = Cache::open(&cache_dir)?;
     let (path, lock) =
-        crate::distro::lock_image(&image, &cache).with_context(|| format!("locking `{}`", a.image.display()))?;
+        crate::distro::lock_image(image, &cache).with_context(|| format!("locking `{}`", image.file.display()))?;
     let out = Locked { lock: path, release: lock.release.clone(), packages: lock.packages.len() };
     if a.json {
         super::print_json(&out)?;
