@@ -217,10 +217,10 @@ pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
     Ok(out)
 }
 
-/// The user an image gets from its `image` base, when one of them sets it.
-fn inherited_user(image: &Image) -> Option<String> {
+/// A setting an image gets from its `image` base, when one of them sets it.
+fn inherited(image: &Image, get: impl Fn(&crate::spec::ConfigDef) -> Option<String> + Copy) -> Option<String> {
     match &image.base {
-        Base::Image(base) => base.config.user.clone().or_else(|| inherited_user(base)),
+        Base::Image(base) => get(&base.config).or_else(|| inherited(base, get)),
         _ => None,
     }
 }
@@ -286,11 +286,12 @@ fn render_stage(out: &mut String, image: &Image, context: &Path, alias: Option<&
     for v in &c.volumes {
         writeln!(out, "VOLUME {}", q(v)).unwrap();
     }
-    if let Some(w) = &c.workdir {
+    // A step's WORKDIR and USER would otherwise stay in force: restate the
+    // inherited ones.
+    if let Some(w) = c.workdir.clone().or_else(|| inherited(image, |c| c.workdir.clone())) {
         writeln!(out, "WORKDIR {w}").unwrap();
     }
-    // A step's USER would otherwise stay in force: restate the inherited one.
-    if let Some(u) = c.user.clone().or_else(|| inherited_user(image)) {
+    if let Some(u) = c.user.clone().or_else(|| inherited(image, |c| c.user.clone())) {
         writeln!(out, "USER {u}").unwrap();
     }
     if let Some(s) = &c.stop_signal {

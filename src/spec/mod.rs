@@ -808,6 +808,104 @@ mod tests {
         assert!(!p.configure);
     }
 
+    /// Write `files` (name, text) into a fresh directory and load the first.
+    fn load_in(files: &[(&str, &str)], sets: &[(&str, &str)]) -> (tempfile::TempDir, Result<Image, SpecError>) {
+        let d = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            let p = d.path().join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let sets = sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let r = load_image(&d.path().join(files[0].0), &sets);
+        (d, r)
+    }
+
+    #[test]
+    fn image_base_loads_the_named_definition_with_this_images_params() {
+        let top =
+            "name = \"top\"\nbase = { image = \"${BASE}\" }\n[params]\nBASE = \"sub/base.toml\"\nGREETING = \"top\"\n";
+        let base = "name = \"base\"\nbase = \"scratch\"\n[params]\nGREETING = \"base\"\nOWN = \"x\"\n\
+                    [config]\nuser = \"tester\"\nlabels = { g = \"${GREETING}-${OWN}\" }\n";
+        let (d, r) = load_in(&[("top.toml", top), ("sub/base.toml", base)], &[]);
+        let img = r.unwrap();
+        let Base::Image(b) = &img.base else { panic!("{:?}", img.base) };
+        assert_eq!(b.name, "base");
+        assert_eq!(b.file, d.path().join("sub/base.toml"));
+        assert_eq!(b.config.labels["g"], "top-x", "this image's params override the base's defaults");
+        assert_eq!(img.root_image().name, "base");
+        // --set reaches the base too.
+        let (_d, r) = load_in(&[("top.toml", top), ("sub/base.toml", base)], &[("OWN", "y")]);
+        let Base::Image(b) = &r.unwrap().base else { panic!() };
+        assert_eq!(b.config.labels["g"], "top-y");
+    }
+
+    #[test]
+    fn image_base_errors_name_the_field() {
+        // A missing file.
+        let (_d, r) = load_in(&[("a.toml", "name = \"a\"\nbase = { image = \"nope.toml\" }\n")], &[]);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("a.toml: field `base.image`") && e.contains("nope.toml"), "{e}");
+        // Itself, and a longer cycle.
+        let (_d, r) = load_in(&[("a.toml", "name = \"a\"\nbase = { image = \"a.toml\" }\n")], &[]);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("field `base.image`") && e.contains("cycle"), "{e}");
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n"),
+                ("b.toml", "name = \"b\"\nbase = { image = \"c.toml\" }\n"),
+                ("c.toml", "name = \"c\"\nbase = { image = \"a.toml\" }\n"),
+            ],
+            &[],
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("c.toml: field `base.image`") && e.contains("cycle"), "{e}");
+        assert!(e.contains("a.toml -> ") && e.contains("b.toml -> ") && e.contains("c.toml -> "), "{e}");
+        // A base defined twice in a chain is no cycle.
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n"),
+                ("b.toml", "name = \"b\"\nbase = { image = \"c.toml\" }\n"),
+                ("c.toml", "name = \"c\"\nbase = \"scratch\"\n"),
+            ],
+            &[],
+        );
+        assert_eq!(r.unwrap().root_image().name, "c");
+        // Errors inside the base name the base's file.
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n"),
+                ("b.toml", "name = \"b\"\nbase = \"scratch\"\nbogus = 1\n"),
+            ],
+            &[],
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("b.toml") && e.contains("bogus"), "{e}");
+        // Another platform, keys of other kinds, an empty name.
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n[config]\nplatform = \"linux/amd64\"\n"),
+                ("b.toml", "name = \"b\"\nbase = \"scratch\"\n[config]\nplatform = \"linux/arm64\"\n"),
+            ],
+            &[],
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("field `base.image`") && e.contains("linux/arm64") && e.contains("config.platform"), "{e}");
+        for (text, field) in [
+            ("base = { image = \"b.toml\", ref = \"x\" }", "base.ref"),
+            ("base = { image = \"b.toml\", sha256 = \"0000000000000000000000000000000000000000000000000000000000000000\" }", "base"),
+            ("base = { image = \"b.toml\", rootfs = \"x.tar\" }", "base"),
+            ("base = { image = \"\" }", "base.image"),
+        ] {
+            let (_d, r) = load_in(
+                &[("a.toml", &format!("name = \"a\"\n{text}\n")), ("b.toml", "name = \"b\"\nbase = \"scratch\"\n")],
+                &[],
+            );
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains(&format!("field `{field}`")), "{text}: {e}");
+        }
+    }
+
     #[test]
     fn packages_base_errors_name_the_field() {
         let cases = [
