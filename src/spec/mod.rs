@@ -404,9 +404,7 @@ fn load_base_image(
     let me = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
     let next = base_file.canonicalize().unwrap_or_else(|_| base_file.to_path_buf());
     let mut path: Vec<PathBuf> = chain.clone();
-    if path.last() != Some(&me) {
-        path.push(me);
-    }
+    path.push(me);
     if path.contains(&next) {
         path.push(next);
         let shown: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
