@@ -463,6 +463,23 @@ impl Builder<'_> {
         Ok(pulled.config)
     }
 
+    /// Another definition as the base: its layers are built (or found in
+    /// the cache) as for its own build, then reused as they are. Layer
+    /// names say where they came from (`BASE/LAYER`).
+    fn image_base(&mut self, base: &Image) -> Result<ImageConfiguration, BuildError> {
+        let built = assemble(base, self.opts, &self.cache, false)?;
+        for l in built.layers {
+            self.layers.push(BuiltLayer { name: format!("{}/{}", base.name, l.name), ..l });
+        }
+        self.history = built.config.history().clone().unwrap_or_default();
+        // The base's config (env, user, workdir) shapes the steps built on it.
+        let config = serde_json::to_value(&built.config).map(|v| v.to_string()).unwrap_or_default();
+        let mut k = KeyHasher::new();
+        k.field(&self.chain).field("image-base").field(&built.chain).field(config);
+        self.chain = k.finish();
+        Ok(built.config)
+    }
+
     /// Copy a base blob into the cache, verifying its digest on the way.
     fn import_blob(
         &self,
@@ -622,10 +639,27 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 }
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
-    match run(image, opts, false)? {
-        (Some(r), _) => Ok(r),
-        _ => unreachable!("a build run writes an image"),
-    }
+    let cache = Cache::open(&opts.cache_dir)?;
+    let done = assemble(image, opts, &cache, false)?;
+    let (os, arch, variant) = image.platform();
+    let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
+    let blobs: Vec<LayerBlob> = done.layers.iter().map(BuiltLayer::blob).collect();
+    let written = layout::write_image(
+        &output,
+        &cache.root().join("blobs/sha256"),
+        &blobs,
+        &done.config,
+        &image.tag,
+        layout::parse_platform(&os, &arch, variant.as_deref()),
+    )?;
+    Ok(BuildResult {
+        name: image.name.clone(),
+        tag: image.tag.clone(),
+        output,
+        manifest_digest: written.manifest_digest,
+        config_digest: written.config_digest,
+        layers: done.layers,
+    })
 }
 
 /// `quarry lock`: resolve the image's `packages` base and layers afresh and
@@ -638,21 +672,28 @@ pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<(PathBuf, crate:
         return crate::distro::lock_base(image, &Cache::open(&opts.cache_dir)?)
             .map_err(|err| BuildError::Distro { file, err: Box::new(err) });
     }
-    let (_, pins) = run(image, opts, true)?;
-    let pins = pins.expect("a lock run collects pins");
+    let done = assemble(image, opts, &Cache::open(&opts.cache_dir)?, true)?;
+    let pins = done.pins.expect("a lock run collects pins");
     let path = crate::distro::lock::lock_path(&image.file);
     pins.write(&path).map_err(|err| BuildError::Distro { file, err: Box::new(err) })?;
     Ok((path, pins))
 }
 
-/// Build `image` (`relock`: only as far as its last packages layer, to
-/// collect fresh pins instead of writing an image).
-fn run(
-    image: &Image,
-    opts: &BuildOptions,
-    relock: bool,
-) -> Result<(Option<BuildResult>, Option<crate::distro::lock::LockFile>), BuildError> {
-    let cache = Cache::open(&opts.cache_dir)?;
+/// A definition's layers and config, before a layout is written.
+struct Assembled {
+    layers: Vec<BuiltLayer>,
+    config: ImageConfiguration,
+    /// The cache key chain after the last layer.
+    chain: String,
+    /// Fresh pins, when assembled to relock (only as far as the last
+    /// packages layer).
+    pins: Option<crate::distro::lock::LockFile>,
+}
+
+/// Build (or take from the cache) the base and every layer of `image`
+/// (`relock`: only as far as its last packages layer, collecting fresh pins).
+fn assemble(image: &Image, opts: &BuildOptions, cache: &Cache, relock: bool) -> Result<Assembled, BuildError> {
+    let cache = cache.clone();
     let spool = tempfile::Builder::new().prefix("spool-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
         dir: opts.cache_dir.display().to_string(),
         what: "cannot create a spool directory".into(),
@@ -730,6 +771,9 @@ fn run(
         Base::Registry { reference } => {
             base_config = Some(b.registry_base(reference, image)?);
         }
+        Base::Image(base) => {
+            base_config = Some(b.image_base(base)?);
+        }
     }
     for (i, layer) in image.layers.iter().enumerate() {
         if relock && last_packages_layer.is_none_or(|last| i > last) {
@@ -764,27 +808,7 @@ fn run(
         b.history(format!("quarry: layer {}", layer.name), None);
     }
 
-    if relock {
-        return Ok((None, b.relock.take()));
-    }
-    let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
     let config = image_config(image, base_config.as_ref(), &b.layers, b.history.clone(), opts.source_date_epoch);
-    let blobs: Vec<LayerBlob> = b.layers.iter().map(BuiltLayer::blob).collect();
-    let written = layout::write_image(
-        &output,
-        &b.cache.root().join("blobs/sha256"),
-        &blobs,
-        &config,
-        &image.tag,
-        layout::parse_platform(&os, &arch, variant.as_deref()),
-    )?;
-    let result = BuildResult {
-        name: image.name.clone(),
-        tag: image.tag.clone(),
-        output,
-        manifest_digest: written.manifest_digest,
-        config_digest: written.config_digest,
-        layers: b.layers,
-    };
-    Ok((Some(result), None))
+    let pins = if relock { b.relock.take() } else { None };
+    Ok(Assembled { layers: b.layers, config, chain: b.chain, pins })
 }

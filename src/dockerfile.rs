@@ -192,9 +192,9 @@ fn render_packages_layer(out: &mut String, image: &Image, layer: &Layer, p: &cra
 
 /// A `packages` base as the distro's own image plus apt: the nearest a
 /// Dockerfile gets (its package versions are not pinned like quarry's lock).
-fn render_packages_base(out: &mut String, p: &crate::spec::PackagesBase) {
+fn render_packages_base(out: &mut String, p: &crate::spec::PackagesBase, stage: &str) {
     let distro = if p.keyring.to_string_lossy().contains("ubuntu") { "ubuntu" } else { "debian" };
-    writeln!(out, "FROM {distro}:{}", p.suite).unwrap();
+    writeln!(out, "FROM {distro}:{}{stage}", p.suite).unwrap();
     if !p.include.is_empty() {
         writeln!(
             out,
@@ -236,23 +236,61 @@ pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
         let shown: Vec<String> = image.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         writeln!(out, "# Parameters: {}", shown.join(" ")).unwrap();
     }
+    render_stage(&mut out, image, context, None)?;
+    Ok(out)
+}
+
+/// A setting an image gets from its `image` base, when one of them sets it.
+fn inherited(image: &Image, get: impl Fn(&crate::spec::ConfigDef) -> Option<String> + Copy) -> Option<String> {
     match &image.base {
-        Base::Packages(p) => render_packages_base(&mut out, p),
-        Base::Scratch => writeln!(out, "FROM scratch").unwrap(),
-        Base::Registry { reference } => writeln!(out, "FROM {reference}").unwrap(),
+        Base::Image(base) => get(&base.config).or_else(|| inherited(base, get)),
+        _ => None,
+    }
+}
+
+/// A docker stage name for an image name (lowercase letters, digits, `-_.`).
+fn stage_name(name: &str) -> String {
+    let n: String = name
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '-' })
+        .collect();
+    if n.starts_with(|c: char| c.is_ascii_lowercase()) {
+        n
+    } else {
+        format!("base-{n}")
+    }
+}
+
+/// One image as a Dockerfile stage (`FROM ... AS alias` when `alias` is given).
+/// An `image` base becomes an earlier stage of the same file.
+fn render_stage(out: &mut String, image: &Image, context: &Path, alias: Option<&str>) -> Result<(), RenderError> {
+    let stage = alias.map(|a| format!(" AS {a}")).unwrap_or_default();
+    match &image.base {
+        Base::Packages(p) => render_packages_base(out, p, &stage),
+        Base::Scratch => writeln!(out, "FROM scratch{stage}").unwrap(),
+        Base::Registry { reference } => writeln!(out, "FROM {reference}{stage}").unwrap(),
         Base::Rootfs { path, .. } => {
-            writeln!(out, "FROM scratch").unwrap();
+            writeln!(out, "FROM scratch{stage}").unwrap();
             writeln!(out, "ADD {} /", q(&in_context(image, context, path)?)).unwrap();
         }
         Base::Oci { path, reference } => {
             let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_else(|| "base".into());
             writeln!(out, "# the `oci` base {}: load it first (quarry load {})", path.display(), path.display())
                 .unwrap();
-            writeln!(out, "FROM {name}:{}", reference.clone().unwrap_or_else(|| "latest".into())).unwrap();
+            writeln!(out, "FROM {name}:{}{stage}", reference.clone().unwrap_or_else(|| "latest".into())).unwrap();
+        }
+        Base::Image(base) => {
+            let name = stage_name(&base.name);
+            let rel = in_context(base, context, &base.file).unwrap_or_else(|_| base.file.display().to_string());
+            writeln!(out, "# base: the image of {rel}, as a stage").unwrap();
+            render_stage(out, base, context, Some(&name))?;
+            writeln!(out, "\n# {}", image.name).unwrap();
+            writeln!(out, "FROM {name}{stage}").unwrap();
         }
     }
     for layer in &image.layers {
-        render_layer(&mut out, image, context, layer)?;
+        render_layer(out, image, context, layer)?;
     }
     let c = &image.config;
     writeln!(out).unwrap();
@@ -271,10 +309,12 @@ pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
     for v in &c.volumes {
         writeln!(out, "VOLUME {}", q(v)).unwrap();
     }
-    if let Some(w) = &c.workdir {
+    // A step's WORKDIR and USER would otherwise stay in force: restate the
+    // inherited ones.
+    if let Some(w) = c.workdir.clone().or_else(|| inherited(image, |c| c.workdir.clone())) {
         writeln!(out, "WORKDIR {w}").unwrap();
     }
-    if let Some(u) = &c.user {
+    if let Some(u) = c.user.clone().or_else(|| inherited(image, |c| c.user.clone())) {
         writeln!(out, "USER {u}").unwrap();
     }
     if let Some(s) = &c.stop_signal {
@@ -286,7 +326,7 @@ pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
     if let Some(cmd) = &c.cmd {
         writeln!(out, "CMD {}", exec_form(cmd)).unwrap();
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -35,11 +35,14 @@ struct Locked {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let sets = parse_sets(&a.sets).map_err(|e| anyhow!(e))?;
-    let image = load_image(&a.image, &sets)?;
+    let loaded = load_image(&a.image, &sets)?;
+    // An image built on another definition pins that one's packages,
+    // unless it has packages layers of its own.
+    let image = if crate::distro::packages_layers(&loaded).is_empty() { loaded.root_image() } else { &loaded };
     if a.dry_run {
-        let spec = crate::distro::packages_of(&image)?;
+        let spec = crate::distro::packages_of(image)?;
         let plan =
-            crate::distro::plan(spec, &image.file).with_context(|| format!("planning `{}`", a.image.display()))?;
+            crate::distro::plan(spec, &image.file).with_context(|| format!("planning `{}`", image.file.display()))?;
         if a.json {
             super::print_json(&plan)?;
         } else {
@@ -52,11 +55,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    crate::distro::packages_of(&image)?;
+    crate::distro::packages_of(image)?;
     let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
     let opts = BuildOptions::defaults(sets, cache_dir, Progress::new(a.json, false)).map_err(|e| anyhow!(e))?;
     let (path, lock) =
-        crate::build::lock_image(&image, &opts).with_context(|| format!("locking `{}`", a.image.display()))?;
+        crate::build::lock_image(image, &opts).with_context(|| format!("locking `{}`", image.file.display()))?;
     let out = Locked {
         lock: path,
         release: lock.base.as_ref().map(|b| b.release.clone()),

@@ -47,6 +47,9 @@ pub enum Base {
     },
     /// A rootfs made from a Debian/Ubuntu archive's packages.
     Packages(Box<PackagesBase>),
+    /// Another image definition (`base = { image = "x.toml" }`), loaded with
+    /// this image's parameters; built through the cache and used as the base.
+    Image(Box<Image>),
 }
 
 /// Where a `packages` base downloads from.
@@ -169,6 +172,15 @@ pub struct Image {
 }
 
 impl Image {
+    /// The image at the bottom of a chain of `image` bases (itself when its
+    /// base is of another kind): the one whose base `quarry lock` pins.
+    pub fn root_image(&self) -> &Image {
+        match &self.base {
+            Base::Image(inner) => inner.root_image(),
+            _ => self,
+        }
+    }
+
     /// `os/arch[/variant]` of the image.
     pub fn platform(&self) -> (String, String, Option<String>) {
         let p = self.config.platform.clone().unwrap_or_else(host_platform);
@@ -247,6 +259,11 @@ pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
 
 /// Load an image definition and every layer it names.
 pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image, SpecError> {
+    load_image_in(file, sets, &mut Vec::new())
+}
+
+/// `chain`: the definitions whose `image` bases led here, to refuse cycles.
+fn load_image_in(file: &Path, sets: &BTreeMap<String, String>, chain: &mut Vec<PathBuf>) -> Result<Image, SpecError> {
     let text = read("image definition", file)?;
     // First pass: structure and unknown fields, with line numbers.
     let parsed: ImageFile = toml::from_str(&text).map_err(|e| parse_err(file, e))?;
@@ -313,11 +330,18 @@ pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image,
         }
     }
 
-    let base = validate_base(file, img.base, &oci_arch)?;
     if img.name.is_empty() {
         return Err(field_err(file, "name", "must not be empty"));
     }
     validate_config(file, &img.config)?;
+    let base = validate_base(file, img.base, &oci_arch)?;
+    let base = match base {
+        ValidBase::Done(b) => b,
+        ValidBase::Image(path) => {
+            let platform = img.config.platform.clone().unwrap_or_else(host_platform);
+            Base::Image(Box::new(load_base_image(file, &path, &params, &platform, chain)?))
+        }
+    };
     Ok(Image {
         file: file.to_path_buf(),
         name: img.name,
@@ -353,24 +377,86 @@ fn validate_config(file: &Path, c: &ConfigDef) -> Result<(), SpecError> {
     Ok(())
 }
 
-fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<Base, SpecError> {
+/// A base as validated: complete, or an image definition still to load.
+enum ValidBase {
+    Done(Base),
+    Image(PathBuf),
+}
+
+/// Load the definition an `image` base names, with this image's parameters
+/// (its own defaults < this image's [params] < --set); refuses cycles and a
+/// platform other than this image's.
+fn load_base_image(
+    file: &Path,
+    base_file: &Path,
+    params: &BTreeMap<String, String>,
+    platform: &str,
+    chain: &mut Vec<PathBuf>,
+) -> Result<Image, SpecError> {
+    let field = "base.image";
+    if !base_file.is_file() {
+        return Err(field_err(
+            file,
+            field,
+            format!(
+                "`{}` is not an image definition file (relative paths resolve from the directory of the file that names them)",
+                base_file.display()
+            ),
+        ));
+    }
+    let me = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    let next = base_file.canonicalize().unwrap_or_else(|_| base_file.to_path_buf());
+    let mut path: Vec<PathBuf> = chain.clone();
+    path.push(me);
+    if path.contains(&next) {
+        path.push(next);
+        let shown: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
+        return Err(field_err(
+            file,
+            field,
+            format!("image bases form a cycle: {}; an image cannot be built on itself", shown.join(" -> ")),
+        ));
+    }
+    let saved = std::mem::replace(chain, path);
+    let loaded = load_image_in(base_file, params, chain);
+    *chain = saved;
+    let base = loaded?;
+    let base_platform = base.config.platform.clone().unwrap_or_else(host_platform);
+    if base_platform != platform {
+        return Err(field_err(
+            file,
+            field,
+            format!(
+                "`{}` is for {base_platform} but this image is for {platform}; set the same `config.platform` in both",
+                base_file.display()
+            ),
+        ));
+    }
+    Ok(base)
+}
+
+fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<ValidBase, SpecError> {
+    let done = |b: Base| Ok(ValidBase::Done(b));
     match b {
-        BaseDef::Named(n) if n == "scratch" => Ok(Base::Scratch),
+        BaseDef::Named(n) if n == "scratch" => done(Base::Scratch),
         BaseDef::Named(n) => Err(field_err(
             file,
             "base",
-            format!("`{n}` is not a base; use \"scratch\", {{ rootfs = \"x.tar\" }}, {{ oci = \"dir\", ref = \"tag\" }}, {{ registry = \"host/repo@sha256:...\" }} or a [base.packages] table"),
+            format!("`{n}` is not a base; use \"scratch\", {{ rootfs = \"x.tar\" }}, {{ oci = \"dir\", ref = \"tag\" }}, {{ registry = \"host/repo@sha256:...\" }}, {{ image = \"other.toml\" }} or a [base.packages] table"),
         )),
         BaseDef::Table(t) => {
-            let kinds = [t.rootfs.is_some(), t.oci.is_some(), t.registry.is_some(), t.packages.is_some()].iter().filter(|x| **x).count();
+            let kinds = [t.rootfs.is_some(), t.oci.is_some(), t.registry.is_some(), t.packages.is_some(), t.image.is_some()]
+                .iter()
+                .filter(|x| **x)
+                .count();
             if kinds != 1 {
-                return Err(field_err(file, "base", "give exactly one of `rootfs`, `oci`, `registry` or `packages`"));
+                return Err(field_err(file, "base", "give exactly one of `rootfs`, `oci`, `registry`, `image` or `packages`"));
             }
             if let Some(p) = t.packages {
                 if t.sha256.is_some() || t.devices.is_some() || t.r#ref.is_some() {
                     return Err(field_err(file, "base", "`sha256`, `devices` and `ref` do not apply to `packages` bases"));
                 }
-                return validate_packages(file, "base.packages", *p, oci_arch).map(|p| Base::Packages(Box::new(p)));
+                return done(Base::Packages(Box::new(validate_packages(file, "base.packages", *p, oci_arch)?)));
             }
             if let Some(s) = &t.sha256 {
                 check_sha256(file, "base.sha256", s)?;
@@ -379,19 +465,28 @@ fn validate_base(file: &Path, b: BaseDef, oci_arch: &str) -> Result<Base, SpecEr
                 if t.r#ref.is_some() {
                     return Err(field_err(file, "base.ref", "applies only to `oci` bases"));
                 }
-                return Ok(Base::Rootfs { path: resolve_path(file, &r), sha256: t.sha256, devices: t.devices.unwrap_or(false) });
+                return done(Base::Rootfs { path: resolve_path(file, &r), sha256: t.sha256, devices: t.devices.unwrap_or(false) });
             }
             if t.sha256.is_some() || t.devices.is_some() {
                 return Err(field_err(file, "base", "`sha256` and `devices` apply only to `rootfs` bases"));
             }
             if let Some(o) = t.oci {
-                return Ok(Base::Oci { path: resolve_path(file, &o), reference: t.r#ref });
+                return done(Base::Oci { path: resolve_path(file, &o), reference: t.r#ref });
+            }
+            if t.r#ref.is_some() {
+                return Err(field_err(file, "base.ref", "applies only to `oci` bases"));
+            }
+            if let Some(i) = t.image {
+                if i.is_empty() {
+                    return Err(field_err(file, "base.image", "is empty; name an image definition, e.g. \"no_rocm_image_debian12.toml\""));
+                }
+                return Ok(ValidBase::Image(resolve_path(file, &i)));
             }
             let reference = t.registry.expect("counted above");
             if reference.is_empty() {
                 return Err(field_err(file, "base.registry", "is empty; give HOST/REPO@sha256:DIGEST"));
             }
-            Ok(Base::Registry { reference })
+            done(Base::Registry { reference })
         }
     }
 }
@@ -792,6 +887,104 @@ mod tests {
         assert_eq!(p.variant, Variant::Required);
         assert!(p.keyring.is_absolute() && p.keyring.ends_with("k.gpg"), "relative to the definition");
         assert!(!p.configure);
+    }
+
+    /// Write `files` (name, text) into a fresh directory and load the first.
+    fn load_in(files: &[(&str, &str)], sets: &[(&str, &str)]) -> (tempfile::TempDir, Result<Image, SpecError>) {
+        let d = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            let p = d.path().join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let sets = sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let r = load_image(&d.path().join(files[0].0), &sets);
+        (d, r)
+    }
+
+    #[test]
+    fn image_base_loads_the_named_definition_with_this_images_params() {
+        let top =
+            "name = \"top\"\nbase = { image = \"${BASE}\" }\n[params]\nBASE = \"sub/base.toml\"\nGREETING = \"top\"\n";
+        let base = "name = \"base\"\nbase = \"scratch\"\n[params]\nGREETING = \"base\"\nOWN = \"x\"\n\
+                    [config]\nuser = \"tester\"\nlabels = { g = \"${GREETING}-${OWN}\" }\n";
+        let (d, r) = load_in(&[("top.toml", top), ("sub/base.toml", base)], &[]);
+        let img = r.unwrap();
+        let Base::Image(b) = &img.base else { panic!("{:?}", img.base) };
+        assert_eq!(b.name, "base");
+        assert_eq!(b.file, d.path().join("sub/base.toml"));
+        assert_eq!(b.config.labels["g"], "top-x", "this image's params override the base's defaults");
+        assert_eq!(img.root_image().name, "base");
+        // --set reaches the base too.
+        let (_d, r) = load_in(&[("top.toml", top), ("sub/base.toml", base)], &[("OWN", "y")]);
+        let Base::Image(b) = &r.unwrap().base else { panic!() };
+        assert_eq!(b.config.labels["g"], "top-y");
+    }
+
+    #[test]
+    fn image_base_errors_name_the_field() {
+        // A missing file.
+        let (_d, r) = load_in(&[("a.toml", "name = \"a\"\nbase = { image = \"nope.toml\" }\n")], &[]);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("a.toml: field `base.image`") && e.contains("nope.toml"), "{e}");
+        // Itself, and a longer cycle.
+        let (_d, r) = load_in(&[("a.toml", "name = \"a\"\nbase = { image = \"a.toml\" }\n")], &[]);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("field `base.image`") && e.contains("cycle"), "{e}");
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n"),
+                ("b.toml", "name = \"b\"\nbase = { image = \"c.toml\" }\n"),
+                ("c.toml", "name = \"c\"\nbase = { image = \"a.toml\" }\n"),
+            ],
+            &[],
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("c.toml: field `base.image`") && e.contains("cycle"), "{e}");
+        assert!(e.contains("a.toml -> ") && e.contains("b.toml -> ") && e.contains("c.toml -> "), "{e}");
+        // A base defined twice in a chain is no cycle.
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n"),
+                ("b.toml", "name = \"b\"\nbase = { image = \"c.toml\" }\n"),
+                ("c.toml", "name = \"c\"\nbase = \"scratch\"\n"),
+            ],
+            &[],
+        );
+        assert_eq!(r.unwrap().root_image().name, "c");
+        // Errors inside the base name the base's file.
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n"),
+                ("b.toml", "name = \"b\"\nbase = \"scratch\"\nbogus = 1\n"),
+            ],
+            &[],
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("b.toml") && e.contains("bogus"), "{e}");
+        // Another platform, keys of other kinds, an empty name.
+        let (_d, r) = load_in(
+            &[
+                ("a.toml", "name = \"a\"\nbase = { image = \"b.toml\" }\n[config]\nplatform = \"linux/amd64\"\n"),
+                ("b.toml", "name = \"b\"\nbase = \"scratch\"\n[config]\nplatform = \"linux/arm64\"\n"),
+            ],
+            &[],
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("field `base.image`") && e.contains("linux/arm64") && e.contains("config.platform"), "{e}");
+        for (text, field) in [
+            ("base = { image = \"b.toml\", ref = \"x\" }", "base.ref"),
+            ("base = { image = \"b.toml\", sha256 = \"0000000000000000000000000000000000000000000000000000000000000000\" }", "base"),
+            ("base = { image = \"b.toml\", rootfs = \"x.tar\" }", "base"),
+            ("base = { image = \"\" }", "base.image"),
+        ] {
+            let (_d, r) = load_in(
+                &[("a.toml", &format!("name = \"a\"\n{text}\n")), ("b.toml", "name = \"b\"\nbase = \"scratch\"\n")],
+                &[],
+            );
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains(&format!("field `{field}`")), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub(super) struct BaseTable {
     pub oci: Option<String>,
     pub r#ref: Option<String>,
     pub registry: Option<String>,
+    /// Another image definition, built (through the cache) and used as the base.
+    pub image: Option<String>,
     pub sha256: Option<String>,
     pub devices: Option<bool>,
     pub packages: Option<Box<PackagesDef>>,
