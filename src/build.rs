@@ -43,6 +43,10 @@ pub enum BuildError {
     Registry { file: String, err: crate::registry::RegistryError },
     #[error("{file}: base.packages: {err}")]
     Distro { file: String, err: Box<crate::distro::DistroError> },
+    #[error("{file}: `{field}`: {err}")]
+    Pypi { file: String, field: String, err: crate::pypi::PypiError },
+    #[error(transparent)]
+    Lock(#[from] crate::lockfile::LockError),
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +147,10 @@ struct Builder<'a> {
     chain: String,
     /// Connected on the first step layer that misses the cache.
     engine: Option<crate::engine::Engine>,
+    /// The image's OCI architecture (for pip's platform tags).
+    arch: String,
+    /// `[[pypi]]` pins from the image's lock file.
+    pypi_pins: Vec<crate::lockfile::PypiPin>,
 }
 
 impl Builder<'_> {
@@ -154,9 +162,38 @@ impl Builder<'_> {
         self.history.push(h.build().expect("all fields set"));
     }
 
+    /// A PyPI file for a source or input: pinned by the definition or the
+    /// lock, from the download cache when there, else fetched with pip.
+    fn fetch_pypi(
+        &self,
+        layer: &Layer,
+        field: &str,
+        request: &spec::PypiRequest,
+        def_pin: Option<&str>,
+    ) -> Result<crate::pypi::Fetched, BuildError> {
+        let req = crate::pypi::resolved(request, &self.arch);
+        let err = |err| BuildError::Pypi { file: layer.file.display().to_string(), field: field.to_string(), err };
+        let lock_pin = crate::pypi::find_pin(&self.pypi_pins, &req);
+        let pin = crate::pypi::pinned_sha(&req, def_pin, lock_pin).map_err(err)?;
+        if pin.is_none() {
+            eprintln!(
+                "quarry: layer `{}`: `{}` is not pinned; pip chooses the file on every build (run `quarry lock` on the image, or add `sha256`)",
+                layer.name, req.requirement
+            );
+        }
+        crate::pypi::fetch(&self.cache, &req, pin.as_deref()).map_err(err)
+    }
+
     /// Build one layer from its sources, or take it from the cache.
     fn source_layer(&mut self, layer: &Layer, field_prefix: &str) -> Result<(), BuildError> {
-        let scan = source::scan(layer, field_prefix)?;
+        let mut wheels = BTreeMap::new();
+        for (i, s) in layer.sources.iter().enumerate() {
+            if let SourceKind::Pypi { request, .. } = &s.kind {
+                let f = self.fetch_pypi(layer, &format!("{field_prefix}[{i}].pypi"), request, s.sha256.as_deref())?;
+                wheels.insert(i, source::FetchedWheel { path: f.path, sha256: f.sha256 });
+            }
+        }
+        let scan = source::scan(layer, field_prefix, &wheels)?;
         let hashed_before = self.hasher.files_hashed;
         let stale_before = self.hasher.stale_entries;
         let fingerprint = scan.fingerprint(&mut self.hasher, self.opts.source_date_epoch)?;
@@ -218,16 +255,17 @@ impl Builder<'_> {
         for (j, input) in layer.inputs.iter().enumerate() {
             let f = format!("{field}input[{j}]");
             let path = match &input.kind {
-                spec::InputKind::File(p) => p,
+                spec::InputKind::File(p) => p.clone(),
                 spec::InputKind::Pypi(req) => {
-                    return Err(BuildError::Unsupported {
-                        file,
-                        message: format!(
-                            "`{f}.pypi` (`{req}`): PyPI inputs are not supported in this version; download the file with `pip download --no-deps` and use `file = \"...\"` with its `sha256`"
-                        ),
-                    })
+                    // Fetched, pinned and verified on the host; the step
+                    // itself runs without network.
+                    let fetched = self.fetch_pypi(layer, &format!("{f}.pypi"), req, input.sha256.as_deref())?;
+                    k.field(&input.dest).field(&fetched.sha256);
+                    inputs.push(crate::engine::copy::CopyIn { host: fetched.path, dest: input.dest.clone() });
+                    continue;
                 }
             };
+            let path = &path;
             if !path.is_file() {
                 return Err(SourceError {
                     file,
@@ -567,7 +605,12 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
         history: Vec::new(),
         chain: chain.finish(),
         engine: None,
+        arch: arch.clone(),
+        pypi_pins: Vec::new(),
     };
+    if !crate::pypi::image_requests(image).is_empty() {
+        b.pypi_pins = crate::lockfile::read_pypi_pins(&crate::distro::lock::lock_path(&image.file))?;
+    }
 
     let mut base_config = None;
     match &image.base {

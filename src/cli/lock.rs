@@ -24,8 +24,11 @@ pub struct Args {
 #[derive(serde::Serialize)]
 struct Locked {
     lock: PathBuf,
+    /// The distro release pinned (empty without a `packages` base).
     release: String,
     packages: usize,
+    /// Files pinned from PyPI.
+    pypi: usize,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -49,13 +52,29 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
     let cache = Cache::open(&cache_dir)?;
-    let (path, lock) =
-        crate::distro::lock_image(&image, &cache).with_context(|| format!("locking `{}`", a.image.display()))?;
-    let out = Locked { lock: path, release: lock.release.clone(), packages: lock.packages.len() };
+    let pins = crate::pypi::lock_image(&image, &cache).with_context(|| format!("locking `{}`", a.image.display()))?;
+    let npins = pins.len();
+    let out = if matches!(image.base, crate::spec::Base::Packages(_)) || pins.is_empty() {
+        let (path, lock) = crate::distro::lock_image(&image, &cache, pins)
+            .with_context(|| format!("locking `{}`", a.image.display()))?;
+        Locked { lock: path, release: lock.release.clone(), packages: lock.packages.len(), pypi: npins }
+    } else {
+        let path = crate::distro::lock::lock_path(&image.file);
+        crate::lockfile::write_pypi_only(&path, pins)?;
+        Locked { lock: path, release: String::new(), packages: 0, pypi: npins }
+    };
     if a.json {
         super::print_json(&out)?;
+    } else if out.release.is_empty() {
+        println!("{}: {} PyPI file(s) pinned", out.lock.display(), out.pypi);
     } else {
-        println!("{}: {} packages pinned (release {})", out.lock.display(), out.packages, out.release);
+        println!(
+            "{}: {} packages and {} PyPI file(s) pinned (release {})",
+            out.lock.display(),
+            out.packages,
+            out.pypi,
+            out.release
+        );
     }
     Ok(0)
 }

@@ -41,6 +41,9 @@ pub struct Lock {
     pub release: String,
     #[serde(default, rename = "package")]
     pub packages: Vec<LockedPackage>,
+    /// The PyPI pins of the same image (see `lockfile`), kept as they are.
+    #[serde(default, rename = "pypi", skip_serializing_if = "Vec::is_empty")]
+    pub pypi: Vec<crate::lockfile::PypiPin>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

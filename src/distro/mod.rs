@@ -137,6 +137,7 @@ pub fn resolve_now(spec: &PackagesBase, cache: &Cache, spool: &Path) -> Result<L
                 size: p.size,
             })
             .collect(),
+        pypi: Vec::new(),
     })
 }
 
@@ -248,21 +249,27 @@ pub fn packages_of(image: &crate::spec::Image) -> Result<&PackagesBase, DistroEr
         _ => Err(DistroError::Lock {
             lock: lock::lock_path(&image.file).display().to_string(),
             message: format!(
-                "has nothing to pin: the base of `{}` is not a `[base.packages]` table (other inputs are pinned in the definition by sha256)",
+                "has nothing to pin: the base of `{}` is not a `[base.packages]` table and no layer has a `pypi` source or input (other inputs are pinned in the definition by sha256)",
                 image.file.display()
             ),
         }),
     }
 }
 
-/// `quarry lock`: resolve now and write `IMAGE.lock` beside the image.
-pub fn lock_image(image: &crate::spec::Image, cache: &Cache) -> Result<(PathBuf, Lock), DistroError> {
+/// `quarry lock`: resolve now and write `IMAGE.lock` beside the image,
+/// with the image's PyPI pins.
+pub fn lock_image(
+    image: &crate::spec::Image,
+    cache: &Cache,
+    pypi: Vec<crate::lockfile::PypiPin>,
+) -> Result<(PathBuf, Lock), DistroError> {
     let spec = packages_of(image)?;
     let spool = tempfile::Builder::new()
         .prefix("lock-")
         .tempdir_in(cache.tmp_dir())
         .map_err(|e| DistroError::io(&cache.tmp_dir(), e))?;
-    let lock = resolve_now(spec, cache, spool.path())?;
+    let mut lock = resolve_now(spec, cache, spool.path())?;
+    lock.pypi = pypi;
     let path = lock::lock_path(&image.file);
     lock.write(&path)?;
     Ok((path, lock))

@@ -1,0 +1,107 @@
+//! Running the user's pip: `python3 -m pip download --no-deps`, one file.
+
+use super::{python, PypiError};
+use crate::spec::{PypiFormat, PypiRequest};
+use std::path::Path;
+use std::process::Command;
+
+/// The arguments after `python -m pip`.
+fn args(req: &PypiRequest, name: &str, pinned: Option<&str>, dest: &Path, reqfile: &Path) -> Vec<String> {
+    let mut a: Vec<String> = ["download", "--no-deps", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    a.push("--dest".into());
+    a.push(dest.display().to_string());
+    match req.format {
+        PypiFormat::Wheel => {
+            a.extend(["--only-binary".into(), ":all:".into()]);
+            if let Some(p) = &req.platform {
+                a.extend(["--platform".into(), p.clone()]);
+            }
+            if let Some(v) = &req.python {
+                a.extend(["--python-version".into(), v.clone(), "--implementation".into(), "cp".into()]);
+                a.extend(["--abi".into(), format!("cp{}", v.replace('.', ""))]);
+            }
+        }
+        // Only this package from source: its build requirements (needed to
+        // read its metadata) may still come as wheels.
+        PypiFormat::Sdist => a.extend(["--no-binary".into(), name.to_string()]),
+    }
+    match pinned {
+        // A hash in a requirements file makes pip pick the file with that
+        // hash among those the index offers, and check it.
+        Some(_) => a.extend(["--requirement".into(), reqfile.display().to_string()]),
+        None => a.extend(["--".into(), req.requirement.clone()]),
+    }
+    a
+}
+
+pub(super) fn download(
+    req: &PypiRequest,
+    name: &str,
+    pinned: Option<&str>,
+    dest: &Path,
+    work: &Path,
+) -> Result<(), PypiError> {
+    let reqfile = work.join("requirements.txt");
+    if let Some(sha) = pinned {
+        std::fs::write(&reqfile, format!("{} --hash=sha256:{sha}\n", req.requirement))
+            .map_err(|e| PypiError::Other { requirement: req.requirement.clone(), message: e.to_string() })?;
+    }
+    let py = python();
+    let args = args(req, name, pinned, dest, &reqfile);
+    let out = Command::new(&py)
+        .arg("-m")
+        .arg("pip")
+        .args(&args)
+        .env("PIP_NO_INPUT", "1")
+        .current_dir(work)
+        .output()
+        .map_err(|err| PypiError::NoPip { requirement: req.requirement.clone(), python: py.clone(), err })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = format!("{stdout}{stderr}");
+    if all.contains("DO NOT MATCH THE HASHES") {
+        // pip's report: "Expected sha256 X" / "Got        Y".
+        let got = all
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Got").map(|h| h.trim().to_string()))
+            .unwrap_or_else(|| "(see pip's output)".into());
+        let file = all
+            .lines()
+            .find_map(|l| l.trim().split_once(" from ").map(|(_, u)| u.trim_end_matches(':').rsplit('/').next().unwrap_or(u).to_string()))
+            .unwrap_or_else(|| "?".into());
+        return Err(PypiError::Mismatch {
+            requirement: req.requirement.clone(),
+            file: file.split('#').next().unwrap_or("?").to_string(),
+            expected: pinned.unwrap_or_default().to_string(),
+            actual: got,
+        });
+    }
+    if all.contains("No matching distribution found") || all.contains("Could not find a version that satisfies") {
+        let detail = all
+            .lines()
+            .find(|l| l.contains("No matching distribution found") || l.contains("Could not find a version"))
+            .map(|l| l.trim().trim_start_matches("ERROR: ").to_string())
+            .unwrap_or_default();
+        return Err(PypiError::NotFound { requirement: req.requirement.clone(), detail });
+    }
+    if out.status.code() == Some(1) && stderr.contains("No module named pip") {
+        return Err(PypiError::NoPip {
+            requirement: req.requirement.clone(),
+            python: py,
+            err: std::io::Error::other("No module named pip"),
+        });
+    }
+    let tail: Vec<&str> = all.lines().rev().take(15).collect();
+    Err(PypiError::Pip {
+        requirement: req.requirement.clone(),
+        command: format!("{py} -m pip {}", args.join(" ")),
+        code: out.status.code().unwrap_or(-1),
+        output: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+    })
+}
