@@ -260,7 +260,10 @@ pub fn pip_command_line(req: &PypiRequest, dir: &str) -> String {
         PypiFormat::Wheel => {
             s.push_str(" --only-binary :all:");
             if let Some(p) = &req.platform {
-                s.push_str(&format!(" --platform {p}"));
+                // pip before 23.3 does not imply the older manylinux tags: list them.
+                for tag in pip::expand_platform(p).iter().filter(|t| *t == p || !t.starts_with("manylinux_")) {
+                    s.push_str(&format!(" --platform {tag}"));
+                }
             }
             if let Some(v) = &req.python {
                 s.push_str(&format!(" --python-version {v} --implementation cp --abi cp{}", v.replace('.', "")));

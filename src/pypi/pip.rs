@@ -5,6 +5,31 @@ use crate::spec::{PypiFormat, PypiRequest};
 use std::path::Path;
 use std::process::Command;
 
+/// `manylinux_2_N_ARCH` and every older manylinux tag it implies (with the
+/// legacy aliases 2014, 2010, 1), since pip does not expand a `--platform`
+/// itself before version 23.3; other tags as they are.
+pub(super) fn expand_platform(tag: &str) -> Vec<String> {
+    let parsed = tag.strip_prefix("manylinux_2_").and_then(|rest| {
+        let (minor, arch) = rest.split_once('_')?;
+        Some((minor.parse::<u32>().ok()?, arch))
+    });
+    let Some((minor, arch)) = parsed else { return vec![tag.to_string()] };
+    let mut tags = Vec::new();
+    for m in (5..=minor).rev() {
+        tags.push(format!("manylinux_2_{m}_{arch}"));
+        let legacy = match m {
+            17 => Some("manylinux2014"),
+            12 => Some("manylinux2010"),
+            5 => Some("manylinux1"),
+            _ => None,
+        };
+        if let Some(l) = legacy {
+            tags.push(format!("{l}_{arch}"));
+        }
+    }
+    tags
+}
+
 /// The arguments after `python -m pip`.
 fn args(req: &PypiRequest, name: &str, pinned: Option<&str>, dest: &Path, reqfile: &Path) -> Vec<String> {
     let mut a: Vec<String> = ["download", "--no-deps", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
@@ -17,7 +42,9 @@ fn args(req: &PypiRequest, name: &str, pinned: Option<&str>, dest: &Path, reqfil
         PypiFormat::Wheel => {
             a.extend(["--only-binary".into(), ":all:".into()]);
             if let Some(p) = &req.platform {
-                a.extend(["--platform".into(), p.clone()]);
+                for tag in expand_platform(p) {
+                    a.extend(["--platform".into(), tag]);
+                }
             }
             if let Some(v) = &req.python {
                 a.extend(["--python-version".into(), v.clone(), "--implementation".into(), "cp".into()]);
@@ -104,4 +131,16 @@ pub(super) fn download(
         code: out.status.code().unwrap_or(-1),
         output: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn platforms_expand() {
+        let t = super::expand_platform("manylinux_2_28_x86_64");
+        assert_eq!(t[0], "manylinux_2_28_x86_64");
+        assert!(t.contains(&"manylinux2014_x86_64".to_string()) && t.contains(&"manylinux1_x86_64".to_string()));
+        assert_eq!(t.last().unwrap(), "manylinux1_x86_64");
+        assert_eq!(super::expand_platform("linux_x86_64"), ["linux_x86_64"]);
+    }
 }
