@@ -127,7 +127,8 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
                 render_pypi_source(out, image, s, request, site_packages, bin);
             }
             SourceKind::Rocm { .. } => {
-                writeln!(out, "# a ROCm dist tree: copy it into rocm-dist/ in the context, or, for build artifacts,").unwrap();
+                writeln!(out, "# a ROCm dist tree: copy it into rocm-dist/ in the context, or, for build artifacts,")
+                    .unwrap();
                 writeln!(out, "#   quarry rocm flatten --artifact-dir ARTIFACTS --output rocm-dist").unwrap();
                 writeln!(out, "COPY{chown} \"rocm-dist/\" {}", q(&dest_dir(&s.dest))).unwrap();
             }
@@ -158,7 +159,8 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
                         writeln!(out, "# pinned sha256: {sha}").unwrap();
                     }
                     let dest = if input.dest.ends_with('/') { input.dest.clone() } else { format!("{}/", input.dest) };
-                    writeln!(out, "COPY {} {}", q(&format!("pypi/{}", crate::pypi::file_glob(&req))), q(&dest)).unwrap();
+                    writeln!(out, "COPY {} {}", q(&format!("pypi/{}", crate::pypi::file_glob(&req))), q(&dest))
+                        .unwrap();
                 }
             }
         }
@@ -200,7 +202,11 @@ fn render_pypi_source(
     if let Some(sha) = &s.sha256 {
         writeln!(out, "# pinned sha256: {sha}").unwrap();
     }
-    writeln!(out, "# installed like `pip install --prefix {dest}`, without Python: programs the wheel ships under bin/").unwrap();
+    writeln!(
+        out,
+        "# installed like `pip install --prefix {dest}`, without Python: programs the wheel ships under bin/"
+    )
+    .unwrap();
     writeln!(out, "# are linked into {dest}/bin in place of their console scripts (needs unzip in the image)").unwrap();
     writeln!(out, "COPY {} {}", q(&format!("pypi/{}", crate::pypi::file_glob(&req))), q(&format!("{tmp}/"))).unwrap();
     let mut links = String::new();

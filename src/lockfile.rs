@@ -69,7 +69,8 @@ pub fn write_pypi_only(path: &Path, pins: Vec<PypiPin>) -> Result<(), LockError>
     let err = |message: String| LockError { lock: path.display().to_string(), message };
     let body = toml::to_string(&PypiOnly { version: crate::distro::lock::LOCK_VERSION, pins })
         .map_err(|e| err(e.to_string()))?;
-    let text = format!("# Written by `quarry lock`; read by `quarry build`. Do not edit: run `quarry lock` again.\n{body}");
+    let text =
+        format!("# Written by `quarry lock`; read by `quarry build`. Do not edit: run `quarry lock` again.\n{body}");
     write_atomic(path, text.as_bytes()).map_err(|e| err(e.to_string()))
 }
 

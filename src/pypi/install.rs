@@ -97,11 +97,8 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
     let mut w = Tree::new();
     read_into(wheel, &mut w, &Placement::default(), spool).map_err(|e| e.to_string())?;
     let wname = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut dist_infos: Vec<Vec<u8>> = w
-        .iter()
-        .map(|(p, _)| first_component(p).0.to_vec())
-        .filter(|c| c.ends_with(b".dist-info"))
-        .collect();
+    let mut dist_infos: Vec<Vec<u8>> =
+        w.iter().map(|(p, _)| first_component(p).0.to_vec()).filter(|c| c.ends_with(b".dist-info")).collect();
     dist_infos.dedup();
     let [dist_info] = dist_infos.as_slice() else {
         return Err(format!("`{wname}` is not a wheel: it must hold exactly one `*.dist-info` directory"));
@@ -113,7 +110,8 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
     let site = if opts.site_packages.starts_with('/') {
         normalize_dest(opts.site_packages).map_err(|p| format!("site_packages `{}` {p}", opts.site_packages))?
     } else {
-        let rel = normalize_dest(opts.site_packages).map_err(|p| format!("site_packages `{}` {p}", opts.site_packages))?;
+        let rel =
+            normalize_dest(opts.site_packages).map_err(|p| format!("site_packages `{}` {p}", opts.site_packages))?;
         join(dest, &rel)
     };
     let bin_dir = join(dest, b"bin");
@@ -157,7 +155,8 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
             if head.starts_with(b"#!python") {
                 let whole = read_head(&node, u64::MAX).map_err(io)?;
                 let body = whole.splitn(2, |b| *b == b'\n').nth(1).unwrap_or(&[]);
-                node = Node { kind: Node::bytes([b"#!/usr/bin/env python3\n".as_slice(), body].concat(), 0).kind, ..node };
+                node =
+                    Node { kind: Node::bytes([b"#!/usr/bin/env python3\n".as_slice(), body].concat(), 0).kind, ..node };
             }
         }
         if let Some((u, g)) = opts.owner {
@@ -257,7 +256,11 @@ mod tests {
                 ("demo/data/bin/demo", b"\x7fELF", 0o755),
                 ("demo-1.0.data/scripts/tool", b"#!python\nprint(1)\n", 0o644),
                 ("demo-1.0.data/data/share/x.txt", b"x", 0o644),
-                ("demo-1.0.dist-info/entry_points.txt", b"[console_scripts]\ndemo = demo:main\npyonly = demo:py\n", 0o644),
+                (
+                    "demo-1.0.dist-info/entry_points.txt",
+                    b"[console_scripts]\ndemo = demo:main\npyonly = demo:py\n",
+                    0o644,
+                ),
                 ("demo-1.0.dist-info/RECORD", b"", 0o644),
             ],
         );

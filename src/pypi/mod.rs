@@ -88,13 +88,20 @@ pub struct Fetched {
 /// The lock entry for `req` (resolved), if the lock has one.
 pub fn find_pin<'a>(pins: &'a [PypiPin], req: &PypiRequest) -> Option<&'a PypiPin> {
     pins.iter().find(|p| {
-        p.requirement == req.requirement && p.format == req.format && p.platform == req.platform && p.python == req.python
+        p.requirement == req.requirement
+            && p.format == req.format
+            && p.platform == req.platform
+            && p.python == req.python
     })
 }
 
 /// The pinned sha256 for a request: the definition's, else the lock's; both
 /// given and different is an error.
-pub fn pinned_sha(req: &PypiRequest, def_pin: Option<&str>, lock_pin: Option<&PypiPin>) -> Result<Option<String>, PypiError> {
+pub fn pinned_sha(
+    req: &PypiRequest,
+    def_pin: Option<&str>,
+    lock_pin: Option<&PypiPin>,
+) -> Result<Option<String>, PypiError> {
     match (def_pin, lock_pin) {
         (Some(d), Some(l)) if d != l.sha256 => Err(PypiError::Other {
             requirement: req.requirement.clone(),
@@ -119,10 +126,11 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
     }
     let name = requirement_name(&req.requirement)
         .map_err(|message| PypiError::Other { requirement: req.requirement.clone(), message })?;
-    let tmp = tempfile::Builder::new()
-        .prefix("pypi-")
-        .tempdir_in(cache.tmp_dir())
-        .map_err(|err| CacheError { dir: cache.root().display().to_string(), what: "cannot create a download directory".into(), err })?;
+    let tmp = tempfile::Builder::new().prefix("pypi-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
+        dir: cache.root().display().to_string(),
+        what: "cannot create a download directory".into(),
+        err,
+    })?;
     let dl = tmp.path().join("dl");
     std::fs::create_dir(&dl).map_err(|e| other(req, format!("cannot create `{}`: {e}", dl.display())))?;
     pip::download(req, &name, pin, &dl, tmp.path())?;
@@ -277,11 +285,8 @@ pub fn pip_command_line(req: &PypiRequest, dir: &str) -> String {
 /// A glob matching the file pip saves for a request (`cmake-3.31.6-*.whl`).
 pub fn file_glob(req: &PypiRequest) -> String {
     let name = requirement_name(&req.requirement).unwrap_or_default().replace('-', "_");
-    let version = req
-        .requirement
-        .split_once("==")
-        .map(|(_, v)| v.trim().to_string())
-        .filter(|v| !v.contains([',', '*', ' ']));
+    let version =
+        req.requirement.split_once("==").map(|(_, v)| v.trim().to_string()).filter(|v| !v.contains([',', '*', ' ']));
     match (req.format, version) {
         (PypiFormat::Wheel, Some(v)) => format!("{name}-{v}-*.whl"),
         (PypiFormat::Wheel, None) => format!("{name}-*.whl"),

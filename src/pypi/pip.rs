@@ -32,10 +32,11 @@ pub(super) fn expand_platform(tag: &str) -> Vec<String> {
 
 /// The arguments after `python -m pip`.
 fn args(req: &PypiRequest, name: &str, pinned: Option<&str>, dest: &Path, reqfile: &Path) -> Vec<String> {
-    let mut a: Vec<String> = ["download", "--no-deps", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut a: Vec<String> =
+        ["download", "--no-deps", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     a.push("--dest".into());
     a.push(dest.display().to_string());
     match req.format {
@@ -100,7 +101,11 @@ pub(super) fn download(
             .unwrap_or_else(|| "(see pip's output)".into());
         let file = all
             .lines()
-            .find_map(|l| l.trim().split_once(" from ").map(|(_, u)| u.trim_end_matches(':').rsplit('/').next().unwrap_or(u).to_string()))
+            .find_map(|l| {
+                l.trim()
+                    .split_once(" from ")
+                    .map(|(_, u)| u.trim_end_matches(':').rsplit('/').next().unwrap_or(u).to_string())
+            })
             .unwrap_or_else(|| "?".into());
         return Err(PypiError::Mismatch {
             requirement: req.requirement.clone(),

@@ -31,12 +31,21 @@ impl SourceError {
 /// One source after scanning.
 enum Scanned {
     Dir(dir::DirScan),
-    File { path: PathBuf, meta: std::fs::Metadata },
-    Archive { path: PathBuf, meta: std::fs::Metadata },
+    File {
+        path: PathBuf,
+        meta: std::fs::Metadata,
+    },
+    Archive {
+        path: PathBuf,
+        meta: std::fs::Metadata,
+    },
     Remove,
     Rocm(crate::rocm::artifacts::Artifacts, crate::rocm::artifacts::Selection, Vec<dir::DirScan>),
     /// A wheel already fetched into the download cache (verified).
-    Pypi { path: PathBuf, sha256: String },
+    Pypi {
+        path: PathBuf,
+        sha256: String,
+    },
 }
 
 /// A `pypi` source's file, fetched before the scan (see `pypi::fetch`).
@@ -137,7 +146,10 @@ pub fn scan<'a>(
                         return Err(SourceError::new(
                             layer,
                             field("rocm"),
-                            format!("`{}` is a dist tree: `components` and `targets` select artifacts only; remove them", root.display()),
+                            format!(
+                                "`{}` is a dist tree: `components` and `targets` select artifacts only; remove them",
+                                root.display()
+                            ),
                         ));
                     }
                     Scanned::Dir(dir::scan(root, s).map_err(|m| SourceError::new(layer, field("rocm"), m))?)
@@ -282,7 +294,9 @@ impl LayerScan<'_> {
                         .map_err(|e| SourceError::new(layer, field(key), e.to_string()))?;
                 }
                 Scanned::Pypi { path, .. } => {
-                    let SourceKind::Pypi { site_packages, bin, .. } = &s.kind else { unreachable!("pypi scans come from pypi sources") };
+                    let SourceKind::Pypi { site_packages, bin, .. } = &s.kind else {
+                        unreachable!("pypi scans come from pypi sources")
+                    };
                     let opts = crate::pypi::install::Install { dest: &dest, site_packages, bin, owner: s.owner };
                     crate::pypi::install::wheel_into_tree(&path, &opts, &mut tree, spool_dir)
                         .map_err(|m| SourceError::new(layer, field("pypi"), m))?;

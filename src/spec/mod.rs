@@ -593,7 +593,9 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
     for (i, inp) in body.input.into_iter().enumerate() {
         let f = format!("{prefix}input[{i}]");
         let is_pypi = inp.pypi.is_some();
-        for (k, given) in [("format", inp.format.is_some()), ("platform", inp.platform.is_some()), ("python", inp.python.is_some())] {
+        for (k, given) in
+            [("format", inp.format.is_some()), ("platform", inp.platform.is_some()), ("python", inp.python.is_some())]
+        {
             if given && !is_pypi {
                 return Err(field_err(file, format!("{f}.{k}"), "applies only to `pypi` inputs"));
             }
@@ -605,11 +607,19 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody) -> Result<Layer, S
                     None | Some("sdist") => PypiFormat::Sdist,
                     Some("wheel") => PypiFormat::Wheel,
                     Some(o) => {
-                        return Err(field_err(file, format!("{f}.format"), format!("`{o}` is not \"sdist\" or \"wheel\"")))
+                        return Err(field_err(
+                            file,
+                            format!("{f}.format"),
+                            format!("`{o}` is not \"sdist\" or \"wheel\""),
+                        ))
                     }
                 };
                 if format == PypiFormat::Sdist && (inp.platform.is_some() || inp.python.is_some()) {
-                    return Err(field_err(file, f, "`platform` and `python` choose a wheel; add `format = \"wheel\"` or remove them"));
+                    return Err(field_err(
+                        file,
+                        f,
+                        "`platform` and `python` choose a wheel; add `format = \"wheel\"` or remove them",
+                    ));
                 }
                 InputKind::Pypi(pypi_request(file, &f, req, format, inp.platform, inp.python)?)
             }
@@ -664,7 +674,8 @@ fn pypi_request(
         }
     }
     if let Some(v) = &python {
-        let ok = v.split('.').count() == 2 && v.split('.').all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        let ok =
+            v.split('.').count() == 2 && v.split('.').all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
         if !ok {
             return Err(field_err(file, format!("{f}.python"), format!("`{v}` is not a Python version like \"3.12\"")));
         }
@@ -713,7 +724,11 @@ fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Source, SpecErr
         let request = pypi_request(file, f, req.clone(), PypiFormat::Wheel, s.platform.clone(), s.python.clone())?;
         let site_packages = s.site_packages.clone().unwrap_or_else(|| DEFAULT_SITE_PACKAGES.into());
         if crate::tarball::path::normalize_dest(&site_packages).is_err() {
-            return Err(field_err(file, format!("{f}.site_packages"), format!("`{site_packages}` must not contain `..`")));
+            return Err(field_err(
+                file,
+                format!("{f}.site_packages"),
+                format!("`{site_packages}` must not contain `..`"),
+            ));
         }
         for (name, path) in &s.bin {
             let bad_name = name.is_empty() || name.contains('/') || name == "." || name == "..";
