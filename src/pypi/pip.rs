@@ -99,12 +99,12 @@ pub(super) fn download(
             .lines()
             .find_map(|l| l.trim().strip_prefix("Got").map(|h| h.trim().to_string()))
             .unwrap_or_else(|| "(see pip's output)".into());
+        // "    ninja==1.13.0 from https://.../ninja-1.13.0-....whl (from -r ...):"
         let file = all
             .lines()
             .find_map(|l| {
-                l.trim()
-                    .split_once(" from ")
-                    .map(|(_, u)| u.trim_end_matches(':').rsplit('/').next().unwrap_or(u).to_string())
+                let url = l.split_once(" from ")?.1.split_whitespace().next()?;
+                url.contains("://").then(|| url.rsplit('/').next().unwrap_or(url).to_string())
             })
             .unwrap_or_else(|| "?".into());
         return Err(PypiError::Mismatch {
