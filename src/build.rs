@@ -44,7 +44,7 @@ pub enum BuildError {
     #[error("{file}: base.packages: {err}")]
     Distro { file: String, err: Box<crate::distro::DistroError> },
     #[error("{file}: `{field}`: {err}")]
-    Pypi { file: String, field: String, err: crate::pypi::PypiError },
+    Pypi { file: String, field: String, err: Box<crate::pypi::PypiError> },
     #[error(transparent)]
     Lock(#[from] crate::lockfile::LockError),
 }
@@ -172,7 +172,11 @@ impl Builder<'_> {
         def_pin: Option<&str>,
     ) -> Result<crate::pypi::Fetched, BuildError> {
         let req = crate::pypi::resolved(request, &self.arch);
-        let err = |err| BuildError::Pypi { file: layer.file.display().to_string(), field: field.to_string(), err };
+        let err = |err| BuildError::Pypi {
+            file: layer.file.display().to_string(),
+            field: field.to_string(),
+            err: Box::new(err),
+        };
         let lock_pin = crate::pypi::find_pin(&self.pypi_pins, &req);
         let pin = crate::pypi::pinned_sha(&req, def_pin, lock_pin).map_err(err)?;
         if pin.is_none() {

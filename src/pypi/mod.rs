@@ -206,27 +206,6 @@ pub fn python() -> String {
     std::env::var("QUARRY_PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requirement_names() {
-        assert_eq!(requirement_name("cmake==3.31.6").unwrap(), "cmake");
-        assert_eq!(requirement_name("Foo_bar.baz[x,y] >=1,<2").unwrap(), "Foo_bar.baz");
-        assert_eq!(requirement_name("ninja").unwrap(), "ninja");
-        for bad in ["", "-r x", "--index-url=http://x", "x @ https://y", "x; os_name=='nt'", "==1"] {
-            assert!(requirement_name(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn platforms() {
-        assert_eq!(default_platform("amd64"), "manylinux_2_28_x86_64");
-        assert_eq!(default_platform("arm64"), "manylinux_2_28_aarch64");
-    }
-}
-
 /// Every `pypi` source and input of an image: the request (platform
 /// resolved for the image) and the definition's sha256 pin.
 pub fn image_requests(image: &crate::spec::Image) -> Vec<(PypiRequest, Option<String>)> {
@@ -292,5 +271,26 @@ pub fn file_glob(req: &PypiRequest) -> String {
         (PypiFormat::Wheel, None) => format!("{name}-*.whl"),
         (PypiFormat::Sdist, Some(v)) => format!("{name}-{v}.*"),
         (PypiFormat::Sdist, None) => format!("{name}-*"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requirement_names() {
+        assert_eq!(requirement_name("cmake==3.31.6").unwrap(), "cmake");
+        assert_eq!(requirement_name("Foo_bar.baz[x,y] >=1,<2").unwrap(), "Foo_bar.baz");
+        assert_eq!(requirement_name("ninja").unwrap(), "ninja");
+        for bad in ["", "-r x", "--index-url=http://x", "x @ https://y", "x; os_name=='nt'", "==1"] {
+            assert!(requirement_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn platforms() {
+        assert_eq!(default_platform("amd64"), "manylinux_2_28_x86_64");
+        assert_eq!(default_platform("arm64"), "manylinux_2_28_aarch64");
     }
 }
