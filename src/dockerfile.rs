@@ -213,11 +213,21 @@ fn render_pypi_source(
     for (name, path) in bin {
         links.push_str(&format!(" && ln -sfn {sp}/{path} {dest}/bin/{name}"));
     }
-    writeln!(
-        out,
-        "RUN set -e; cd {tmp} && unzip -q *.whl -d w && cd w && mkdir -p {dest}/bin {sp} && \\\n             for d in *.data; do [ -d \"$d\" ] || continue; \\\n               if [ -d \"$d/scripts\" ]; then cp -a \"$d/scripts/.\" {dest}/bin/; fi; \\\n               if [ -d \"$d/data\" ]; then cp -a \"$d/data/.\" {dest}/; fi; \\\n               for l in purelib platlib; do if [ -d \"$d/$l\" ]; then cp -a \"$d/$l/.\" .; fi; done; rm -rf \"$d\"; done && \\\n             cp -a . {sp}/ && \\\n             for n in $(sed -n '/^\\[console_scripts\\]/,/^\\[/s/^ *\\([A-Za-z0-9._-]*\\) *=.*/\\1/p' *.dist-info/entry_points.txt 2>/dev/null); do \\\n               t=$(find . -path \"*/bin/$n\" -type f -perm -u+x | sort | head -n1); \\\n               if [ -n \"$t\" ] && [ ! -e {dest}/bin/$n ]; then ln -s {sp}/${{t#./}} {dest}/bin/$n; fi; done{links} && \\\n             rm -rf {tmp}"
-    )
-    .unwrap();
+    let lines = [
+        format!("RUN set -e; cd {tmp} && unzip -q *.whl -d w && cd w && mkdir -p {dest}/bin {sp} &&"),
+        "for d in *.data; do [ -d \"$d\" ] || continue;".to_string(),
+        format!("  if [ -d \"$d/scripts\" ]; then cp -a \"$d/scripts/.\" {dest}/bin/; fi;"),
+        format!("  if [ -d \"$d/data\" ]; then cp -a \"$d/data/.\" {dest}/; fi;"),
+        "  for l in purelib platlib; do if [ -d \"$d/$l\" ]; then cp -a \"$d/$l/.\" .; fi; done; rm -rf \"$d\"; done &&"
+            .to_string(),
+        format!("cp -a . {sp}/ &&"),
+        "for n in $(sed -n '/^\\[console_scripts\\]/,/^\\[/s/^ *\\([A-Za-z0-9._-]*\\) *=.*/\\1/p' *.dist-info/entry_points.txt 2>/dev/null); do"
+            .to_string(),
+        "  t=$(find . -path \"*/bin/$n\" -type f -perm -u+x | sort | head -n1);".to_string(),
+        format!("  if [ -n \"$t\" ] && [ ! -e {dest}/bin/$n ]; then ln -s {sp}/${{t#./}} {dest}/bin/$n; fi; done{links} &&"),
+        format!("rm -rf {tmp}"),
+    ];
+    writeln!(out, "{}", lines.join(" \\\n    ")).unwrap();
 }
 
 /// A `packages` base as the distro's own image plus apt: the nearest a
