@@ -68,13 +68,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else if out.release.is_empty() {
         println!("{}: {} PyPI file(s) pinned", out.lock.display(), out.pypi);
     } else {
-        println!(
-            "{}: {} packages and {} PyPI file(s) pinned (release {})",
-            out.lock.display(),
-            out.packages,
-            out.pypi,
-            out.release
-        );
+        let pypi = if out.pypi > 0 { format!(" and {} PyPI file(s)", out.pypi) } else { String::new() };
+        println!("{}: {} packages{pypi} pinned (release {})", out.lock.display(), out.packages, out.release);
     }
     Ok(0)
 }
