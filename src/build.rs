@@ -45,6 +45,10 @@ pub enum BuildError {
     Distro { file: String, err: Box<crate::distro::DistroError> },
     #[error("{file}: layer `{layer}`: packages: {err}")]
     DistroLayer { file: String, layer: String, err: Box<crate::distro::DistroError> },
+    #[error("{file}: `{field}`: {err}")]
+    Pypi { file: String, field: String, err: Box<crate::pypi::PypiError> },
+    #[error("{file}: {err}")]
+    Lock { file: String, err: Box<crate::distro::DistroError> },
 }
 
 #[derive(Debug, Clone)]
@@ -148,6 +152,10 @@ struct Builder<'a> {
     /// `quarry lock`: resolve every packages base and layer afresh (the
     /// lock beside the image is not read) and collect the pins here.
     relock: Option<crate::distro::lock::LockFile>,
+    /// The image's OCI architecture (for pip's platform tags).
+    arch: String,
+    /// `[[pypi]]` pins from the image's lock file.
+    pypi_pins: Vec<crate::lockfile::PypiPin>,
 }
 
 impl Builder<'_> {
@@ -159,9 +167,42 @@ impl Builder<'_> {
         self.history.push(h.build().expect("all fields set"));
     }
 
+    /// A PyPI file for a source or input: pinned by the definition or the
+    /// lock, from the download cache when there, else fetched with pip.
+    fn fetch_pypi(
+        &self,
+        layer: &Layer,
+        field: &str,
+        request: &spec::PypiRequest,
+        def_pin: Option<&str>,
+    ) -> Result<crate::pypi::Fetched, BuildError> {
+        let req = crate::pypi::resolved(request, &self.arch);
+        let err = |err| BuildError::Pypi {
+            file: layer.file.display().to_string(),
+            field: field.to_string(),
+            err: Box::new(err),
+        };
+        let lock_pin = crate::pypi::find_pin(&self.pypi_pins, &req);
+        let pin = crate::pypi::pinned_sha(&req, def_pin, lock_pin).map_err(err)?;
+        if pin.is_none() {
+            eprintln!(
+                "quarry: layer `{}`: `{}` is not pinned; pip chooses the file on every build (run `quarry lock` on the image, or add `sha256`)",
+                layer.name, req.requirement
+            );
+        }
+        crate::pypi::fetch(&self.cache, &req, pin.as_deref()).map_err(err)
+    }
+
     /// Build one layer from its sources, or take it from the cache.
     fn source_layer(&mut self, layer: &Layer, field_prefix: &str) -> Result<(), BuildError> {
-        let scan = source::scan(layer, field_prefix)?;
+        let mut wheels = BTreeMap::new();
+        for (i, s) in layer.sources.iter().enumerate() {
+            if let SourceKind::Pypi { request, .. } = &s.kind {
+                let f = self.fetch_pypi(layer, &format!("{field_prefix}[{i}].pypi"), request, s.sha256.as_deref())?;
+                wheels.insert(i, source::FetchedWheel { path: f.path, sha256: f.sha256 });
+            }
+        }
+        let scan = source::scan(layer, field_prefix, &wheels)?;
         let hashed_before = self.hasher.files_hashed;
         let stale_before = self.hasher.stale_entries;
         let fingerprint = scan.fingerprint(&mut self.hasher, self.opts.source_date_epoch)?;
@@ -223,16 +264,17 @@ impl Builder<'_> {
         for (j, input) in layer.inputs.iter().enumerate() {
             let f = format!("{field}input[{j}]");
             let path = match &input.kind {
-                spec::InputKind::File(p) => p,
+                spec::InputKind::File(p) => p.clone(),
                 spec::InputKind::Pypi(req) => {
-                    return Err(BuildError::Unsupported {
-                        file,
-                        message: format!(
-                            "`{f}.pypi` (`{req}`): PyPI inputs are not supported in this version; download the file with `pip download --no-deps` and use `file = \"...\"` with its `sha256`"
-                        ),
-                    })
+                    // Fetched, pinned and verified on the host; the step
+                    // itself runs without network.
+                    let fetched = self.fetch_pypi(layer, &format!("{f}.pypi"), req, input.sha256.as_deref())?;
+                    k.field(&input.dest).field(&fetched.sha256);
+                    inputs.push(crate::engine::copy::CopyIn { host: fetched.path, dest: input.dest.clone() });
+                    continue;
                 }
             };
+            let path = &path;
             if !path.is_file() {
                 return Err(SourceError {
                     file,
@@ -668,15 +710,22 @@ pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, Bu
 /// only packages are its base's builds nothing.
 pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<(PathBuf, crate::distro::lock::LockFile), BuildError> {
     let file = image.file.display().to_string();
-    if crate::distro::packages_layers(image).is_empty() {
-        return crate::distro::lock_base(image, &Cache::open(&opts.cache_dir)?)
-            .map_err(|err| BuildError::Distro { file, err: Box::new(err) });
-    }
-    let done = assemble(image, opts, &Cache::open(&opts.cache_dir)?, true)?;
-    let pins = done.pins.expect("a lock run collects pins");
+    let cache = Cache::open(&opts.cache_dir)?;
+    let distro_err = |err| BuildError::Distro { file: file.clone(), err: Box::new(err) };
+    let pypi = crate::pypi::lock_image(image, &cache)
+        .map_err(|err| BuildError::Pypi { file: file.clone(), field: "pypi".into(), err: Box::new(err) })?;
+    let mut lock = if !crate::distro::packages_layers(image).is_empty() {
+        assemble(image, opts, &cache, true)?.pins.expect("a lock run collects pins")
+    } else if matches!(image.base, Base::Packages(_)) || pypi.is_empty() {
+        // No packages at all and no PyPI file is the "nothing to pin" error.
+        crate::distro::lock_base(image, &cache).map_err(distro_err)?
+    } else {
+        crate::distro::lock::LockFile { version: crate::distro::lock::LOCK_VERSION, ..Default::default() }
+    };
+    lock.pypi = pypi;
     let path = crate::distro::lock::lock_path(&image.file);
-    pins.write(&path).map_err(|err| BuildError::Distro { file, err: Box::new(err) })?;
-    Ok((path, pins))
+    lock.write(&path).map_err(distro_err)?;
+    Ok((path, lock))
 }
 
 /// A definition's layers and config, before a layout is written.
@@ -717,7 +766,14 @@ fn assemble(image: &Image, opts: &BuildOptions, cache: &Cache, relock: bool) -> 
             version: crate::distro::lock::LOCK_VERSION,
             ..Default::default()
         }),
+        arch: arch.clone(),
+        pypi_pins: Vec::new(),
     };
+    // A relock fetches every PyPI file afresh, like every package.
+    if !relock && !crate::pypi::image_requests(image).is_empty() {
+        b.pypi_pins = crate::lockfile::read_pypi_pins(&crate::distro::lock::lock_path(&image.file))
+            .map_err(|err| BuildError::Lock { file: image.file.display().to_string(), err: Box::new(err) })?;
+    }
     let last_packages_layer = crate::distro::packages_layers(image).last().map(|(i, _, _)| *i);
 
     let mut base_config = None;

@@ -124,6 +124,15 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
             }
             SourceKind::Remove => {}
             SourceKind::Packages(p) => render_packages_layer(out, image, layer, p),
+            SourceKind::Pypi { request, site_packages, bin } => {
+                render_pypi_source(out, image, s, request, site_packages, bin);
+            }
+            SourceKind::Rocm { .. } => {
+                writeln!(out, "# a ROCm dist tree: copy it into rocm-dist/ in the context, or, for build artifacts,")
+                    .unwrap();
+                writeln!(out, "#   quarry rocm flatten --artifact-dir ARTIFACTS --output rocm-dist").unwrap();
+                writeln!(out, "COPY{chown} \"rocm-dist/\" {}", q(&dest_dir(&s.dest))).unwrap();
+            }
             SourceKind::RocmArtifacts { dir, .. } => {
                 writeln!(out, "# ROCm artifacts from {}: flatten them first with", dir.display()).unwrap();
                 writeln!(out, "#   quarry rocm flatten --artifact-dir {} --output rocm-dist", dir.display()).unwrap();
@@ -143,9 +152,15 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
                 InputKind::File(p) => {
                     writeln!(out, "COPY {} {}", q(&in_context(image, context, p)?), q(&input.dest)).unwrap();
                 }
-                InputKind::Pypi(spec) => {
-                    writeln!(out, "# fetched on the host with: pip download --no-deps {spec}").unwrap();
-                    writeln!(out, "COPY {} {}", q(&format!("pypi/{}", spec.replace("==", "-"))), q(&input.dest))
+                InputKind::Pypi(req) => {
+                    let req = crate::pypi::resolved(req, &image.platform().1);
+                    writeln!(out, "# pypi `{}`: fetch it into the context first with", req.requirement).unwrap();
+                    writeln!(out, "#   {}", crate::pypi::pip_command_line(&req, "pypi")).unwrap();
+                    if let Some(sha) = &input.sha256 {
+                        writeln!(out, "# pinned sha256: {sha}").unwrap();
+                    }
+                    let dest = if input.dest.ends_with('/') { input.dest.clone() } else { format!("{}/", input.dest) };
+                    writeln!(out, "COPY {} {}", q(&format!("pypi/{}", crate::pypi::file_glob(&req))), q(&dest))
                         .unwrap();
                 }
             }
@@ -188,6 +203,54 @@ fn render_packages_layer(out: &mut String, image: &Image, layer: &Layer, p: &cra
         list.join(" ")
     )
     .unwrap();
+}
+
+/// A `pypi` source: the wheel is copied in from `pypi/` in the context and
+/// unpacked as quarry does (see `pypi::install`), with `unzip` and a shell.
+fn render_pypi_source(
+    out: &mut String,
+    image: &Image,
+    s: &crate::spec::Source,
+    request: &crate::spec::PypiRequest,
+    site_packages: &str,
+    bin: &std::collections::BTreeMap<String, String>,
+) {
+    let req = crate::pypi::resolved(request, &image.platform().1);
+    let dest = s.dest.trim_end_matches('/');
+    let dest = if dest.is_empty() { "" } else { dest };
+    let sp = if site_packages.starts_with('/') { site_packages.to_string() } else { format!("{dest}/{site_packages}") };
+    let tmp = "/tmp/quarry-pypi";
+    writeln!(out, "# pypi `{}`: fetch the wheel into the context first with", req.requirement).unwrap();
+    writeln!(out, "#   {}", crate::pypi::pip_command_line(&req, "pypi")).unwrap();
+    if let Some(sha) = &s.sha256 {
+        writeln!(out, "# pinned sha256: {sha}").unwrap();
+    }
+    writeln!(
+        out,
+        "# installed like `pip install --prefix {dest}`, without Python: programs the wheel ships under bin/"
+    )
+    .unwrap();
+    writeln!(out, "# are linked into {dest}/bin in place of their console scripts (needs unzip in the image)").unwrap();
+    writeln!(out, "COPY {} {}", q(&format!("pypi/{}", crate::pypi::file_glob(&req))), q(&format!("{tmp}/"))).unwrap();
+    let mut links = String::new();
+    for (name, path) in bin {
+        links.push_str(&format!(" && ln -sfn {sp}/{path} {dest}/bin/{name}"));
+    }
+    let lines = [
+        format!("RUN set -e; cd {tmp} && unzip -q *.whl -d w && cd w && mkdir -p {dest}/bin {sp} &&"),
+        "for d in *.data; do [ -d \"$d\" ] || continue;".to_string(),
+        format!("  if [ -d \"$d/scripts\" ]; then cp -a \"$d/scripts/.\" {dest}/bin/; fi;"),
+        format!("  if [ -d \"$d/data\" ]; then cp -a \"$d/data/.\" {dest}/; fi;"),
+        "  for l in purelib platlib; do if [ -d \"$d/$l\" ]; then cp -a \"$d/$l/.\" .; fi; done; rm -rf \"$d\"; done &&"
+            .to_string(),
+        format!("cp -a . {sp}/ &&"),
+        "for n in $(sed -n '/^\\[console_scripts\\]/,/^\\[/s/^ *\\([A-Za-z0-9._-]*\\) *=.*/\\1/p' *.dist-info/entry_points.txt 2>/dev/null); do"
+            .to_string(),
+        "  t=$(find . -path \"*/bin/$n\" -type f -perm -u+x | sort | head -n1);".to_string(),
+        format!("  if [ -n \"$t\" ] && [ ! -e {dest}/bin/$n ]; then ln -s {sp}/${{t#./}} {dest}/bin/$n; fi; done{links} &&"),
+        format!("rm -rf {tmp}"),
+    ];
+    writeln!(out, "{}", lines.join(" \\\n    ")).unwrap();
 }
 
 /// A `packages` base as the distro's own image plus apt: the nearest a

@@ -31,14 +31,17 @@ struct Locked {
     packages: usize,
     /// Packages pinned per packages layer.
     layers: std::collections::BTreeMap<String, usize>,
+    /// Files pinned from PyPI.
+    pypi: usize,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let sets = parse_sets(&a.sets).map_err(|e| anyhow!(e))?;
     let loaded = load_image(&a.image, &sets)?;
     // An image built on another definition pins that one's packages,
-    // unless it has packages layers of its own.
-    let image = if crate::distro::packages_layers(&loaded).is_empty() { loaded.root_image() } else { &loaded };
+    // unless it has packages layers or PyPI files of its own.
+    let own_pins = !crate::distro::packages_layers(&loaded).is_empty() || !crate::pypi::image_requests(&loaded).is_empty();
+    let image = if own_pins { &loaded } else { loaded.root_image() };
     if a.dry_run {
         let spec = crate::distro::packages_of(image)?;
         let plan =
@@ -55,7 +58,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    crate::distro::packages_of(image)?;
     let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
     let opts = BuildOptions::defaults(sets, cache_dir, Progress::new(a.json, false)).map_err(|e| anyhow!(e))?;
     let (path, lock) =
@@ -65,12 +67,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         release: lock.base.as_ref().map(|b| b.release.clone()),
         packages: lock.package_count(),
         layers: lock.layer.iter().map(|(n, l)| (n.clone(), l.packages.len())).collect(),
+        pypi: lock.pypi.len(),
     };
     if a.json {
         super::print_json(&out)?;
     } else {
         let mut parts: Vec<String> = out.release.iter().map(|r| format!("release {r}")).collect();
         parts.extend(out.layers.iter().map(|(n, c)| format!("layer {n}: {c}")));
+        if out.pypi > 0 {
+            parts.push(format!("{} PyPI file(s)", out.pypi));
+        }
         println!("{}: {} packages pinned ({})", out.lock.display(), out.packages, parts.join("; "));
     }
     Ok(0)

@@ -58,7 +58,7 @@ enum Command {
     /// Check and repair Python wheels
     #[command(subcommand)]
     Wheel(wheel::Command),
-    /// Resolve a `[base.packages]` image and pin every package in IMAGE.lock
+    /// Pin a `[base.packages]` image's packages and every PyPI file in IMAGE.lock
     Lock(lock::Args),
 }
 

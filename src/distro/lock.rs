@@ -49,6 +49,9 @@ pub struct LockFile {
     /// Packages layers by layer name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub layer: BTreeMap<String, Lock>,
+    /// Files fetched with pip (`pypi` sources and inputs).
+    #[serde(default, rename = "pypi", skip_serializing_if = "Vec::is_empty")]
+    pub pypi: Vec<crate::lockfile::PypiPin>,
 }
 
 /// The pins of one `packages` base or layer.
@@ -136,7 +139,7 @@ impl LockFile {
                     below: None,
                     packages: v1.packages,
                 };
-                Ok(Some(LockFile { version: LOCK_VERSION, base: Some(base), layer: BTreeMap::new() }))
+                Ok(Some(LockFile { version: LOCK_VERSION, base: Some(base), ..Default::default() }))
             }
             LOCK_VERSION => Ok(Some(toml::from_str(&text).map_err(bad)?)),
             v => Err(DistroError::Lock {

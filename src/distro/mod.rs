@@ -349,7 +349,7 @@ pub fn packages_of(image: &crate::spec::Image) -> Result<&PackagesBase, DistroEr
         _ => packages_layers(image).first().map(|(_, _, p)| *p).ok_or_else(|| DistroError::Lock {
             lock: lock::lock_path(&image.file).display().to_string(),
             message: format!(
-                "has nothing to pin: `{}` has no `[base.packages]` table and no `packages` layer source (other inputs are pinned in the definition by sha256)",
+                "has nothing to pin: `{}` has no `[base.packages]` table, no `packages` layer source and no `pypi` source or input (other inputs are pinned in the definition by sha256)",
                 image.file.display()
             ),
         }),
@@ -357,16 +357,13 @@ pub fn packages_of(image: &crate::spec::Image) -> Result<&PackagesBase, DistroEr
 }
 
 /// `quarry lock` for an image whose only packages are its base's: resolve
-/// now (nothing is built) and write `IMAGE.lock` beside the image.
-pub fn lock_base(image: &crate::spec::Image, cache: &Cache) -> Result<(PathBuf, LockFile), DistroError> {
+/// now (nothing is built).
+pub fn lock_base(image: &crate::spec::Image, cache: &Cache) -> Result<LockFile, DistroError> {
     let spec = packages_of(image)?;
     let spool = tempfile::Builder::new()
         .prefix("lock-")
         .tempdir_in(cache.tmp_dir())
         .map_err(|e| DistroError::io(&cache.tmp_dir(), e))?;
     let lock = resolve_now(spec, Some(spec.variant), &[], None, cache, spool.path())?;
-    let file = LockFile { version: lock::LOCK_VERSION, base: Some(lock), layer: Default::default() };
-    let path = lock::lock_path(&image.file);
-    file.write(&path)?;
-    Ok((path, file))
+    Ok(LockFile { version: lock::LOCK_VERSION, base: Some(lock), ..Default::default() })
 }

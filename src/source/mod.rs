@@ -31,10 +31,58 @@ impl SourceError {
 /// One source after scanning.
 enum Scanned {
     Dir(dir::DirScan),
-    File { path: PathBuf, meta: std::fs::Metadata },
-    Archive { path: PathBuf, meta: std::fs::Metadata },
+    File {
+        path: PathBuf,
+        meta: std::fs::Metadata,
+    },
+    Archive {
+        path: PathBuf,
+        meta: std::fs::Metadata,
+    },
     Remove,
     Rocm(crate::rocm::artifacts::Artifacts, crate::rocm::artifacts::Selection, Vec<dir::DirScan>),
+    /// A wheel already fetched into the download cache (verified).
+    Pypi {
+        path: PathBuf,
+        sha256: String,
+    },
+}
+
+/// A `pypi` source's file, fetched before the scan (see `pypi::fetch`).
+#[derive(Debug, Clone)]
+pub struct FetchedWheel {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+/// Does `dir` hold ROCm build artifacts (subdirectories with an
+/// `artifact_manifest.txt`) rather than a dist tree?
+pub fn is_rocm_artifacts(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries.filter_map(|e| e.ok()).any(|e| e.path().join(crate::rocm::artifacts::MANIFEST).is_file())
+        })
+        .unwrap_or(false)
+}
+
+fn scan_rocm_artifacts(
+    layer: &Layer,
+    s: &Source,
+    field: String,
+    root: &Path,
+    components: &[String],
+    targets: &[String],
+) -> Result<Scanned, SourceError> {
+    let a = crate::rocm::artifacts::read(root).map_err(|e| SourceError::new(layer, field.clone(), e.to_string()))?;
+    let sel = crate::rocm::artifacts::Selection { components: components.to_vec(), targets: targets.to_vec() };
+    // Scanned now for the fingerprint; flattened again on a miss.
+    let mut scans = Vec::new();
+    for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
+        for p in &art.prefixes {
+            scans.push(dir::scan(p, s).map_err(|m| SourceError::new(layer, field.clone(), m))?);
+        }
+    }
+    Ok(Scanned::Rocm(a, sel, scans))
 }
 
 /// A layer's sources, scanned.
@@ -53,7 +101,12 @@ pub struct TreeReport {
 
 /// Scan every source of `layer`. `field_prefix` is how the definition
 /// names the layer's sources (`source` or `layer[0].source`).
-pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, SourceError> {
+/// `wheels` holds the fetched file of each `pypi` source, by source index.
+pub fn scan<'a>(
+    layer: &'a Layer,
+    field_prefix: &str,
+    wheels: &std::collections::BTreeMap<usize, FetchedWheel>,
+) -> Result<LayerScan<'a>, SourceError> {
     let mut scans = Vec::new();
     for (i, s) in layer.sources.iter().enumerate() {
         let field = |what: &str| format!("{field_prefix}[{i}].{what}");
@@ -91,18 +144,40 @@ pub fn scan<'a>(layer: &'a Layer, field_prefix: &str) -> Result<LayerScan<'a>, S
                 ));
             }
             SourceKind::RocmArtifacts { dir: root, components, targets } => {
-                let a = crate::rocm::artifacts::read(root)
-                    .map_err(|e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()))?;
-                let sel =
-                    crate::rocm::artifacts::Selection { components: components.clone(), targets: targets.clone() };
-                // Scanned now for the fingerprint; flattened again on a miss.
-                let mut scans = Vec::new();
-                for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
-                    for p in &art.prefixes {
-                        scans.push(dir::scan(p, s).map_err(|m| SourceError::new(layer, field("rocm_artifacts"), m))?);
+                scan_rocm_artifacts(layer, s, field("rocm_artifacts"), root, components, targets)?
+            }
+            SourceKind::Rocm { dir: root, components, targets } => {
+                if is_rocm_artifacts(root) {
+                    scan_rocm_artifacts(layer, s, field("rocm"), root, components, targets)?
+                } else if root.join("bin").is_dir() || root.join("lib").is_dir() {
+                    if !components.is_empty() || !targets.is_empty() {
+                        return Err(SourceError::new(
+                            layer,
+                            field("rocm"),
+                            format!(
+                                "`{}` is a dist tree: `components` and `targets` select artifacts only; remove them",
+                                root.display()
+                            ),
+                        ));
                     }
+                    Scanned::Dir(dir::scan(root, s).map_err(|m| SourceError::new(layer, field("rocm"), m))?)
+                } else {
+                    return Err(SourceError::new(
+                        layer,
+                        field("rocm"),
+                        format!(
+                            "`{}` is neither a ROCm dist tree (with `bin/` or `lib/`) nor an artifacts directory (subdirectories with `{}`)",
+                            root.display(),
+                            crate::rocm::artifacts::MANIFEST
+                        ),
+                    ));
                 }
-                Scanned::Rocm(a, sel, scans)
+            }
+            SourceKind::Pypi { request, .. } => {
+                let w = wheels.get(&i).ok_or_else(|| {
+                    SourceError::new(layer, field("pypi"), format!("`{}` was not fetched", request.requirement))
+                })?;
+                Scanned::Pypi { path: w.path.clone(), sha256: w.sha256.clone() }
             }
         };
         scans.push((i, s, scanned));
@@ -149,6 +224,9 @@ impl LayerScan<'_> {
                     }
                 }
                 Scanned::Remove => {}
+                Scanned::Pypi { sha256, .. } => {
+                    h.field("pypi").field(sha256);
+                }
                 Scanned::Rocm(_, _, scans) => {
                     for d in scans {
                         let fp = d
@@ -219,8 +297,17 @@ impl LayerScan<'_> {
                 }
                 Scanned::Remove => {}
                 Scanned::Rocm(a, sel, _) => {
+                    let key = if matches!(s.kind, SourceKind::Rocm { .. }) { "rocm" } else { "rocm_artifacts" };
                     crate::rocm::flatten::into_tree(&a, &sel, &dest, s.owner, &mut tree)
-                        .map_err(|e| SourceError::new(layer, field("rocm_artifacts"), e.to_string()))?;
+                        .map_err(|e| SourceError::new(layer, field(key), e.to_string()))?;
+                }
+                Scanned::Pypi { path, .. } => {
+                    let SourceKind::Pypi { site_packages, bin, .. } = &s.kind else {
+                        unreachable!("pypi scans come from pypi sources")
+                    };
+                    let opts = crate::pypi::install::Install { dest: &dest, site_packages, bin, owner: s.owner };
+                    crate::pypi::install::wheel_into_tree(&path, &opts, &mut tree, spool_dir)
+                        .map_err(|m| SourceError::new(layer, field("pypi"), m))?;
                 }
             }
             for (j, r) in s.remove.iter().enumerate() {

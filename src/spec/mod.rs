@@ -115,7 +115,47 @@ pub enum SourceKind {
     /// Packages from a Debian/Ubuntu archive installed over the layers
     /// below (`variant`, `users` and `groups` are unused: base only).
     Packages(Box<PackagesBase>),
+    /// A ROCm dist tree (copied as a `dir`) or an artifacts directory
+    /// (flattened as `rocm_artifacts`), whichever the directory holds.
+    Rocm {
+        dir: PathBuf,
+        components: Vec<String>,
+        targets: Vec<String>,
+    },
+    /// A wheel fetched with pip and installed under `dest` (see `pypi::install`).
+    Pypi {
+        request: PypiRequest,
+        /// Where the package files go: relative to `dest`, or absolute.
+        site_packages: String,
+        /// `NAME` -> path inside the wheel, linked as `DEST/bin/NAME`.
+        bin: BTreeMap<String, String>,
+    },
 }
+
+/// Which kind of file pip fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PypiFormat {
+    Wheel,
+    Sdist,
+}
+
+/// A file to fetch from the package index with the user's pip.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PypiRequest {
+    /// As written: `cmake==3.31.6`.
+    pub requirement: String,
+    pub format: PypiFormat,
+    /// pip's `--platform` for wheels; derived from the image's platform when absent.
+    pub platform: Option<String>,
+    /// pip's `--python-version` for wheels (`3.12`); pip's own when absent.
+    pub python: Option<String>,
+}
+
+/// Where a `pypi` source puts package files when `site_packages` is not given.
+pub const DEFAULT_SITE_PACKAGES: &str = "lib/python3/site-packages";
+/// Where a `pypi` source installs when `dest` is not given.
+pub const DEFAULT_PYPI_DEST: &str = "/usr/local";
 
 /// One validated source of a layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,7 +189,7 @@ pub struct Layer {
 #[derive(Debug, Clone, PartialEq)]
 pub enum InputKind {
     File(PathBuf),
-    Pypi(String),
+    Pypi(PypiRequest),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -668,9 +708,37 @@ fn validate_layer(file: &Path, prefix: &str, body: LayerBody, oci_arch: &str) ->
     let mut inputs = Vec::new();
     for (i, inp) in body.input.into_iter().enumerate() {
         let f = format!("{prefix}input[{i}]");
+        let is_pypi = inp.pypi.is_some();
+        for (k, given) in
+            [("format", inp.format.is_some()), ("platform", inp.platform.is_some()), ("python", inp.python.is_some())]
+        {
+            if given && !is_pypi {
+                return Err(field_err(file, format!("{f}.{k}"), "applies only to `pypi` inputs"));
+            }
+        }
         let kind = match (inp.file, inp.pypi) {
             (Some(p), None) => InputKind::File(resolve_path(file, &p)),
-            (None, Some(spec)) => InputKind::Pypi(spec),
+            (None, Some(req)) => {
+                let format = match inp.format.as_deref() {
+                    None | Some("sdist") => PypiFormat::Sdist,
+                    Some("wheel") => PypiFormat::Wheel,
+                    Some(o) => {
+                        return Err(field_err(
+                            file,
+                            format!("{f}.format"),
+                            format!("`{o}` is not \"sdist\" or \"wheel\""),
+                        ))
+                    }
+                };
+                if format == PypiFormat::Sdist && (inp.platform.is_some() || inp.python.is_some()) {
+                    return Err(field_err(
+                        file,
+                        f,
+                        "`platform` and `python` choose a wheel; add `format = \"wheel\"` or remove them",
+                    ));
+                }
+                InputKind::Pypi(pypi_request(file, &f, req, format, inp.platform, inp.python)?)
+            }
             _ => return Err(field_err(file, f, "give exactly one of `file` or `pypi`")),
         };
         if let Some(s) = &inp.sha256 {
@@ -759,6 +827,37 @@ fn validate_packages_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) 
     })
 }
 
+/// A validated `pypi` request; the requirement must name one package.
+fn pypi_request(
+    file: &Path,
+    f: &str,
+    requirement: String,
+    format: PypiFormat,
+    platform: Option<String>,
+    python: Option<String>,
+) -> Result<PypiRequest, SpecError> {
+    if let Err(m) = crate::pypi::requirement_name(&requirement) {
+        return Err(field_err(file, format!("{f}.pypi"), m));
+    }
+    if let Some(p) = &platform {
+        if p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+            return Err(field_err(
+                file,
+                format!("{f}.platform"),
+                format!("`{p}` is not a platform tag like \"manylinux_2_28_x86_64\""),
+            ));
+        }
+    }
+    if let Some(v) = &python {
+        let ok =
+            v.split('.').count() == 2 && v.split('.').all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if !ok {
+            return Err(field_err(file, format!("{f}.python"), format!("`{v}` is not a Python version like \"3.12\"")));
+        }
+    }
+    Ok(PypiRequest { requirement, format, platform, python })
+}
+
 fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result<Source, SpecError> {
     if s.packages.is_some() {
         return validate_packages_source(file, f, s, oci_arch);
@@ -768,6 +867,8 @@ fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result
         ("file", s.file.is_some()),
         ("archive", s.archive.is_some()),
         ("rocm_artifacts", s.rocm_artifacts.is_some()),
+        ("rocm", s.rocm.is_some()),
+        ("pypi", s.pypi.is_some()),
     ]
     .iter()
     .filter(|(_, g)| *g)
@@ -777,7 +878,10 @@ fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result
         return Err(field_err(
             file,
             f,
-            format!("give one of `dir`, `file`, `archive` or `rocm_artifacts`, not {}", given.join(" and ")),
+            format!(
+                "give one of `dir`, `file`, `archive`, `rocm_artifacts`, `rocm` or `pypi`, not {}",
+                given.join(" and ")
+            ),
         ));
     }
     let kind = if let Some(d) = &s.dir {
@@ -792,10 +896,37 @@ fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result
             components: s.components.clone(),
             targets: s.targets.clone(),
         }
+    } else if let Some(r) = &s.rocm {
+        SourceKind::Rocm { dir: resolve_path(file, r), components: s.components.clone(), targets: s.targets.clone() }
+    } else if let Some(req) = &s.pypi {
+        let request = pypi_request(file, f, req.clone(), PypiFormat::Wheel, s.platform.clone(), s.python.clone())?;
+        let site_packages = s.site_packages.clone().unwrap_or_else(|| DEFAULT_SITE_PACKAGES.into());
+        if crate::tarball::path::normalize_dest(&site_packages).is_err() {
+            return Err(field_err(
+                file,
+                format!("{f}.site_packages"),
+                format!("`{site_packages}` must not contain `..`"),
+            ));
+        }
+        for (name, path) in &s.bin {
+            let bad_name = name.is_empty() || name.contains('/') || name == "." || name == "..";
+            if bad_name || crate::tarball::path::normalize_member(path.as_bytes()).map_or(true, |p| p.is_empty()) {
+                return Err(field_err(
+                    file,
+                    format!("{f}.bin.{name}"),
+                    format!("`{name}` = `{path}`: keys are command names, values relative paths inside the wheel"),
+                ));
+            }
+        }
+        SourceKind::Pypi { request, site_packages, bin: s.bin.clone() }
     } else if !s.remove.is_empty() {
         SourceKind::Remove
     } else {
-        return Err(field_err(file, f, "give one of `dir`, `file`, `archive`, `rocm_artifacts` or `remove`"));
+        return Err(field_err(
+            file,
+            f,
+            "give one of `dir`, `file`, `archive`, `rocm_artifacts`, `rocm`, `pypi` or `remove`",
+        ));
     };
     let only = |field: &str, ok: bool, what: &str| -> Result<(), SpecError> {
         if ok {
@@ -807,7 +938,12 @@ fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result
     let is_dir = matches!(kind, SourceKind::Dir(_));
     let is_file = matches!(kind, SourceKind::File(_));
     let is_archive = matches!(kind, SourceKind::Archive(_));
-    let is_rocm = matches!(kind, SourceKind::RocmArtifacts { .. });
+    let is_rocm = matches!(kind, SourceKind::RocmArtifacts { .. } | SourceKind::Rocm { .. });
+    let is_pypi = matches!(kind, SourceKind::Pypi { .. });
+    only("platform", s.platform.is_none() || is_pypi, "`pypi`")?;
+    only("python", s.python.is_none() || is_pypi, "`pypi`")?;
+    only("site_packages", s.site_packages.is_none() || is_pypi, "`pypi`")?;
+    only("bin", s.bin.is_empty() || is_pypi, "`pypi`")?;
     only("mode", s.mode.is_none() || is_file, "`file`")?;
     only("components", s.components.is_empty() || is_rocm, "`rocm_artifacts`")?;
     only("targets", s.targets.is_empty() || is_rocm, "`rocm_artifacts`")?;
@@ -815,7 +951,7 @@ fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result
     only("exclude", s.exclude.is_empty() || is_dir, "`dir`")?;
     only("strip_components", s.strip_components.is_none() || is_archive, "`archive`")?;
     only("map", s.map.is_empty() || is_archive, "`archive`")?;
-    only("sha256", s.sha256.is_none() || is_archive || is_file, "`archive` and `file`")?;
+    only("sha256", s.sha256.is_none() || is_archive || is_file || is_pypi, "`archive`, `file` and `pypi`")?;
     only("devices", s.devices.is_none() || is_archive || is_dir, "`archive` and `dir`")?;
     if matches!(kind, SourceKind::Remove) && (s.dest.is_some() || s.owner.is_some()) {
         return Err(field_err(file, f, "a `remove` source takes no `dest` or `owner`"));
@@ -825,7 +961,7 @@ fn validate_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) -> Result
     if let Some(h) = &s.sha256 {
         check_sha256(file, &format!("{f}.sha256"), h)?;
     }
-    let dest = s.dest.unwrap_or_else(|| "/".into());
+    let dest = s.dest.unwrap_or_else(|| if is_pypi { DEFAULT_PYPI_DEST.into() } else { "/".into() });
     if crate::tarball::path::normalize_dest(&dest).is_err() {
         return Err(field_err(file, format!("{f}.dest"), format!("`{dest}` must not contain `..`")));
     }

@@ -149,6 +149,19 @@ pub(super) struct SourceDef {
     pub file: Option<String>,
     pub archive: Option<String>,
     pub rocm_artifacts: Option<String>,
+    /// A ROCm dist tree or artifacts directory (detected when built).
+    pub rocm: Option<String>,
+    /// A wheel from PyPI (a requirement like `cmake==3.31.6`), installed natively.
+    pub pypi: Option<String>,
+    /// pypi: the pip platform tag the wheel is chosen for.
+    pub platform: Option<String>,
+    /// pypi: the Python version the wheel is chosen for (`3.12`).
+    pub python: Option<String>,
+    /// pypi: where the package files go, relative to `dest` (or absolute).
+    pub site_packages: Option<String>,
+    /// pypi: extra links `NAME = "path/in/the/wheel"` made in `DEST/bin`.
+    #[serde(default)]
+    pub bin: BTreeMap<String, String>,
     #[serde(default)]
     pub components: Vec<String>,
     #[serde(default)]
@@ -192,6 +205,10 @@ pub struct RunDef {
 pub struct InputDef {
     pub file: Option<String>,
     pub pypi: Option<String>,
+    /// pypi: `sdist` (the default) or `wheel`.
+    pub format: Option<String>,
+    pub platform: Option<String>,
+    pub python: Option<String>,
     pub sha256: Option<String>,
     pub dest: String,
 }
