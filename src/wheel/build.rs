@@ -249,6 +249,12 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
             }
             pythons.retain(|p| want.contains(&p.tag));
         }
+        // Repairing with the image's patchelf: refuse a missing or old one now, not after the builds.
+        if o.repair && o.patchelf.is_none() {
+            let (_, out) = s.exec(&id, sh(super::image::FIND_PATCHELF), vec![], None, ExecOutput::Capture).await?;
+            super::image::patchelf_in_image(&o.image, &String::from_utf8_lossy(&out), true)
+                .map_err(|e| BuildError::Wheel(e.into()).into_engine())?;
+        }
         for python in &pythons {
             for axes in &combos {
                 let n = jobs.len();

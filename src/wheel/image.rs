@@ -87,7 +87,7 @@ impl RepairImage<'_> {
     /// Resolve the libraries of `elf_files` (paths inside the wheel
     /// unpacked at `root`) in the image and mirror them under `mirror` (a
     /// new directory). With `patchelf`, also find the image's patchelf and
-    /// refuse it when missing or older than 0.19 (`host_tried`: this
+    /// refuse it when missing or older than 0.19 (`Some(true)`: this
     /// machine has none either, for the message).
     pub fn libraries(
         &self,
@@ -125,12 +125,7 @@ impl RepairImage<'_> {
             .map_err(|e| self.failed("resolving the wheel's libraries", e))?;
         let patchelf_version = match patchelf {
             None => None,
-            Some(host_tried) => match &report.patchelf {
-                Some((path, output)) if !path.is_empty() => {
-                    Some(patchelf::check_image_version(&self.image, path, output)?)
-                }
-                _ => return Err(PatchelfError::not_in_image(&self.image, host_tried).into()),
-            },
+            Some(host_has_none) => Some(checked_patchelf(&self.image, report.patchelf.as_ref(), host_has_none)?),
         };
         if report.no_ldd {
             return Err(self.unusable(
@@ -181,6 +176,31 @@ impl RepairImage<'_> {
                 Ok(())
             })
             .map_err(|e| self.failed("running patchelf", e))
+    }
+}
+
+/// Prints the path and `--version` line of the image's patchelf, tab
+/// separated, or nothing when it has none.
+pub(crate) const FIND_PATCHELF: &str =
+    r#"if p=$(command -v patchelf); then printf '%s\t%s\n' "$p" "$("$p" --version 2>&1 | head -n 1)"; fi"#;
+
+/// The version of the image's patchelf from what [`FIND_PATCHELF`] printed.
+pub(crate) fn patchelf_in_image(image: &str, printed: &str, host_has_none: bool) -> Result<String, PatchelfError> {
+    let line = printed.lines().next().unwrap_or("");
+    let found = line.split_once('\t').map(|(p, v)| (p.to_string(), v.to_string()));
+    checked_patchelf(image, found.as_ref(), host_has_none)
+}
+
+/// The image's patchelf (path, version line; None or an empty path when it
+/// has none) when it is 0.19 or later.
+fn checked_patchelf(
+    image: &str,
+    found: Option<&(String, String)>,
+    host_has_none: bool,
+) -> Result<String, PatchelfError> {
+    match found {
+        Some((path, output)) if !path.is_empty() => patchelf::check_image_version(image, path, output),
+        _ => Err(PatchelfError::not_in_image(image, host_has_none)),
     }
 }
 
@@ -276,6 +296,9 @@ mod tests {
         let libs: Vec<&str> = r.libraries.iter().map(String::as_str).collect();
         assert_eq!(libs, ["/lib/x86_64-linux-gnu/libffi.so.8", "/lib64/ld-linux-x86-64.so.2"]);
         assert_eq!(parse_resolve("patchelf\t\t\nno-ldd\n").patchelf, Some((String::new(), String::new())));
+        assert_eq!(patchelf_in_image("i", "/usr/local/bin/patchelf\tpatchelf 0.19.3\n", false).unwrap(), "0.19.3");
+        let none = patchelf_in_image("i:1", "", true).unwrap_err().to_string();
+        assert!(none.contains("i:1") && none.contains("neither has this machine"), "{none}");
     }
 
     #[test]
