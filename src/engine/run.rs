@@ -504,7 +504,14 @@ async fn forward(
     output: Output,
 ) {
     while let Some(item) = stream.next().await {
-        let Ok(item) = item else { break };
+        let item = match item {
+            Ok(item) => item,
+            // Say so rather than cut the output short in silence.
+            Err(e) => {
+                eprintln!("quarry: warning: the container's output stream broke: {}", super::describe(&e));
+                break;
+            }
+        };
         let (to_err, bytes) = match item {
             LogOutput::StdErr { message } => (true, message),
             LogOutput::StdOut { message } | LogOutput::Console { message } => (output == Output::Stderr, message),
