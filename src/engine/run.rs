@@ -285,7 +285,7 @@ fn bind_spec(m: &Mount) -> String {
 
 /// POSIX shell quoting for display (a dozen lines; not worth a dependency):
 /// plain words stay as they are, anything else is single-quoted.
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./:=@%+,".contains(&b));
     if plain {
         s.to_string()
@@ -430,6 +430,11 @@ impl Session<'_> {
             let id = created.id;
             self.containers.borrow_mut().push(id.clone());
             copy::copy_in(d, &id, copy_in.to_vec(), stamp).await?;
+            // Attached before the start, streams only: the engine subscribes
+            // to the output before it answers, so nothing is missed. With
+            // `logs` it would also replay the log file after answering, and
+            // output written between the start and that read would arrive
+            // twice (once from the log, once from the stream).
             let attach = d
                 .attach_container(
                     &id,
@@ -438,7 +443,7 @@ impl Session<'_> {
                             .stream(true)
                             .stdout(true)
                             .stderr(true)
-                            .logs(true)
+                            .logs(false)
                             .build(),
                     ),
                 )
@@ -499,7 +504,14 @@ async fn forward(
     output: Output,
 ) {
     while let Some(item) = stream.next().await {
-        let Ok(item) = item else { break };
+        let item = match item {
+            Ok(item) => item,
+            // Say so rather than cut the output short in silence.
+            Err(e) => {
+                eprintln!("quarry: warning: the container's output stream broke: {}", super::describe(&e));
+                break;
+            }
+        };
         let (to_err, bytes) = match item {
             LogOutput::StdErr { message } => (true, message),
             LogOutput::StdOut { message } | LogOutput::Console { message } => (output == Output::Stderr, message),

@@ -1,14 +1,16 @@
 //! `quarry wheel build`: build wheels in a container for every Python of an
-//! image and every combination of build axes, then (on the host) give them
-//! a local version label, repair them, and test each in a fresh container.
+//! image and every combination of build axes, then give them a local
+//! version label, repair them (with the libraries of the image they were
+//! built in), and test each in a fresh container.
 //!
 //! The project is copied in through the engine's archive API, never
 //! bind-mounted, so remote engines work. One idle container per image runs
 //! every build with `exec`; it is removed however the build ends.
 
+use super::image::RepairImage;
 use super::local_version::add_local_version;
 use super::name::WheelName;
-use super::repair::{repair, RepairOptions};
+use super::repair::{repair, RepairIn, RepairOptions};
 use super::version::{expand_template, normalize_local_label};
 use super::WheelError;
 use crate::elf::patchelf::Patchelf;
@@ -75,8 +77,10 @@ pub struct BuildOptions {
     pub axes: Vec<(String, Vec<String>)>,
     /// A local version template (`rocm{ROCM_VERSION}torch{TORCH_VERSION}`).
     pub local_version: Option<String>,
-    /// Repair on the host with this patchelf.
-    pub repair: Option<Patchelf>,
+    /// Repair each wheel with the libraries of the image.
+    pub repair: bool,
+    /// The patchelf to repair with; None: the image's.
+    pub patchelf: Option<Patchelf>,
     pub exclude: Vec<String>,
     /// A command to run against each installed wheel.
     pub test: Option<String>,
@@ -245,6 +249,12 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
             }
             pythons.retain(|p| want.contains(&p.tag));
         }
+        // Repairing with the image's patchelf: refuse a missing or old one now, not after the builds.
+        if o.repair && o.patchelf.is_none() {
+            let (_, out) = s.exec(&id, sh(super::image::FIND_PATCHELF), vec![], None, ExecOutput::Capture).await?;
+            super::image::patchelf_in_image(&o.image, &String::from_utf8_lossy(&out), true)
+                .map_err(|e| BuildError::Wheel(e.into()).into_engine())?;
+        }
         for python in &pythons {
             for axes in &combos {
                 let n = jobs.len();
@@ -337,16 +347,16 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
         }
         let pure = parse_name(&wheel)?.is_pure();
         let mut repaired = false;
-        if let (Some(patchelf), false) = (&o.repair, pure) {
+        if o.repair && !pure {
+            let within = RepairIn::Image {
+                image: RepairImage { engine, image: o.image.clone() },
+                patchelf: o.patchelf.clone(),
+                host_has_none: o.patchelf.is_none(),
+            };
             let report = repair(
                 &wheel,
                 &staging.path().join(format!("repair-{n}")),
-                &RepairOptions {
-                    exclude: o.exclude.clone(),
-                    plat: None,
-                    patchelf: patchelf.clone(),
-                    system_paths: None,
-                },
+                &RepairOptions { exclude: o.exclude.clone(), plat: None, within },
             )?;
             wheel = report.output;
             repaired = true;
@@ -457,6 +467,7 @@ impl BuildError {
     pub fn exit_code(&self) -> i32 {
         match self {
             BuildError::Engine(e) => e.exit_code(),
+            BuildError::Wheel(e) => e.exit_code(),
             _ => 1,
         }
     }

@@ -58,16 +58,51 @@ pub struct SystemPaths {
     pub env: Vec<PathBuf>,
     /// From /etc/ld.so.conf (and its includes), then the trusted directories.
     pub conf: Vec<PathBuf>,
+    /// Where an image's files are mirrored: its absolute search directories
+    /// (these, RPATH entries, the interpreter's) are looked up under it.
+    /// None: this machine.
+    pub root: Option<PathBuf>,
 }
+
+const TRUSTED_DIRS: [&str; 4] = ["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
 
 impl SystemPaths {
     /// This machine's paths.
     pub fn from_host() -> SystemPaths {
-        let env = std::env::var("LD_LIBRARY_PATH").map(|v| parse_ld_paths(&v, None)).unwrap_or_default();
-        let mut conf = dedupe(parse_ld_so_conf(Path::new("/etc/ld.so.conf"), 0));
+        let env = std::env::var("LD_LIBRARY_PATH").map(|v| parse_ld_paths(&v, None, None)).unwrap_or_default();
+        let mut conf = dedupe(parse_ld_so_conf(Path::new("/etc/ld.so.conf"), None, 0));
         conf.retain(|p| p.is_dir());
-        conf.extend(["/lib", "/lib64", "/usr/lib", "/usr/lib64"].map(PathBuf::from));
-        SystemPaths { env, conf }
+        conf.extend(TRUSTED_DIRS.map(PathBuf::from));
+        SystemPaths { env, conf, root: None }
+    }
+
+    /// An image's paths: its files (the libraries it resolves, its
+    /// /etc/ld.so.conf) mirrored under `root` at their image paths, and the
+    /// LD_LIBRARY_PATH of its environment.
+    pub fn from_image(root: &Path, ld_library_path: &str) -> SystemPaths {
+        let env = parse_ld_paths(ld_library_path, None, Some(root));
+        let mut conf = dedupe(parse_ld_so_conf(&root.join("etc/ld.so.conf"), Some(root), 0));
+        conf.retain(|p| p.is_dir());
+        conf.extend(TRUSTED_DIRS.map(|d| rooted(Some(root), Path::new(d))));
+        SystemPaths { env, conf, root: Some(root.to_path_buf()) }
+    }
+
+    /// A path as the machine that owns it names it: a path under the image
+    /// mirror becomes the image's path (for messages and reports).
+    pub fn display_path(&self, p: &Path) -> PathBuf {
+        match self.root.as_deref().and_then(|r| p.strip_prefix(r).ok()) {
+            Some(rel) => Path::new("/").join(rel),
+            None => p.to_path_buf(),
+        }
+    }
+}
+
+/// An absolute path of the searched machine as a path here: under `root`
+/// for an image mirror, unchanged for this machine.
+fn rooted(root: Option<&Path>, p: &Path) -> PathBuf {
+    match root {
+        Some(r) => normpath(&r.join(normpath(&Path::new("/").join(p)).strip_prefix("/").unwrap_or(p))),
+        None => p.to_path_buf(),
     }
 }
 
@@ -120,18 +155,21 @@ impl Resolver {
         let mut libc = None;
         let mut interp_dirs = Vec::new();
         if let Some(interp) = &info.interpreter {
-            let interp_path = normpath(Path::new(interp));
+            let root = self.system.root.as_deref();
+            let image_interp = normpath(Path::new(interp));
+            let interp_path = rooted(root, &image_interp);
             let soname = interp_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             libc = Some(if soname.starts_with("ld-musl-") { Libc::Musl } else { Libc::Glibc });
-            let dir = interp_path.parent().unwrap_or(Path::new("/")).to_path_buf();
-            interp_dirs =
-                vec![normpath(&dir), normpath(&Path::new("/usr").join(dir.strip_prefix("/").unwrap_or(&dir)))];
+            let dir = image_interp.parent().unwrap_or(Path::new("/")).to_path_buf();
+            interp_dirs = [normpath(&dir), normpath(&Path::new("/usr").join(dir.strip_prefix("/").unwrap_or(&dir)))]
+                .map(|d| rooted(root, &d))
+                .to_vec();
             libraries.insert(
                 soname.clone(),
                 Library {
                     soname,
                     path: Some(interp_path.clone()),
-                    realpath: Some(follow_links(&interp_path)),
+                    realpath: Some(follow_links_in(&interp_path, root)),
                     info: Some(info.clone()),
                     needed: Vec::new(),
                 },
@@ -144,7 +182,7 @@ impl Resolver {
                 libc.get_or_insert(Libc::Glibc);
             }
         }
-        let (rpath, runpath) = search_paths(&info, path);
+        let (rpath, runpath) = search_paths(&info, path, self.system.root.as_deref());
         let main = MainPaths { rpath: rpath.clone(), runpath: runpath.clone(), interp: interp_dirs };
         let needed = self.resolve_needed(&info, &rpath, &runpath, &main, &mut libraries)?;
         Ok(Tree { path: path.to_path_buf(), info, libc, needed, libraries })
@@ -205,7 +243,7 @@ impl Resolver {
                     needed: Vec::new(),
                 },
             );
-            let (dep_rpath, dep_runpath) = search_paths(&dep, &realpath);
+            let (dep_rpath, dep_runpath) = search_paths(&dep, &realpath, self.system.root.as_deref());
             let dep_needed = self.resolve_needed(&dep, &dep_rpath, &dep_runpath, main, libraries)?;
             if let Some(lib) = libraries.get_mut(soname) {
                 lib.needed = dep_needed;
@@ -223,7 +261,7 @@ impl Resolver {
     ) -> Option<(PathBuf, PathBuf, Arc<ElfInfo>)> {
         for dir in search {
             let path = dir.join(soname);
-            let target = follow_links(&path);
+            let target = follow_links_in(&path, self.system.root.as_deref());
             if !target.exists() {
                 continue;
             }
@@ -239,9 +277,9 @@ impl Resolver {
 
 /// RPATH and RUNPATH of a file, parsed; RPATH is dropped when RUNPATH
 /// names an existing directory (the loader ignores RPATH then).
-fn search_paths(info: &ElfInfo, path: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let mut rpath = info.rpath.as_deref().map(|r| parse_ld_paths(r, Some(path))).unwrap_or_default();
-    let runpath = info.runpath.as_deref().map(|r| parse_ld_paths(r, Some(path))).unwrap_or_default();
+fn search_paths(info: &ElfInfo, path: &Path, root: Option<&Path>) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut rpath = info.rpath.as_deref().map(|r| parse_ld_paths(r, Some(path), root)).unwrap_or_default();
+    let runpath = info.runpath.as_deref().map(|r| parse_ld_paths(r, Some(path), root)).unwrap_or_default();
     if !runpath.is_empty() {
         rpath.clear();
     }
@@ -275,12 +313,16 @@ pub fn is_libpython(soname: &str) -> bool {
 }
 
 /// Split a colon-separated search path; `$ORIGIN` is the directory of
-/// `origin_of` (entries using it are dropped when there is no file);
+/// `origin_of` (a path here; entries using it are dropped when there is no
+/// file); other entries are paths of the searched machine (see [`rooted`]);
 /// directories that do not exist are dropped.
-pub fn parse_ld_paths(value: &str, origin_of: Option<&Path>) -> Vec<PathBuf> {
+pub fn parse_ld_paths(value: &str, origin_of: Option<&Path>, root: Option<&Path>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in value.split(':') {
         let p = if entry.is_empty() {
+            if root.is_some() {
+                continue; // the image process's working directory: unknown here
+            }
             std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
         } else if entry.contains("$ORIGIN") || entry.contains("${ORIGIN}") {
             let Some(file) = origin_of else { continue };
@@ -292,7 +334,7 @@ pub fn parse_ld_paths(value: &str, origin_of: Option<&Path>) -> Vec<PathBuf> {
             let dir = abs.parent().unwrap_or(Path::new("/")).to_string_lossy().into_owned();
             PathBuf::from(entry.replace("${ORIGIN}", &dir).replace("$ORIGIN", &dir))
         } else {
-            PathBuf::from(entry)
+            rooted(root, Path::new(entry))
         };
         out.push(normpath(&p));
     }
@@ -301,8 +343,9 @@ pub fn parse_ld_paths(value: &str, origin_of: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
-/// The directories named by an ld.so.conf file and its `include`s.
-fn parse_ld_so_conf(path: &Path, depth: usize) -> Vec<PathBuf> {
+/// The directories named by an ld.so.conf file (`path`, a path here) and
+/// its `include`s, as paths here (see [`rooted`]).
+fn parse_ld_so_conf(path: &Path, root: Option<&Path>, depth: usize) -> Vec<PathBuf> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
@@ -318,15 +361,15 @@ fn parse_ld_so_conf(path: &Path, depth: usize) -> Vec<PathBuf> {
         if let Some(pattern) = line.strip_prefix("include ") {
             let pattern = pattern.trim();
             let pattern = if pattern.starts_with('/') {
-                PathBuf::from(pattern)
+                rooted(root, Path::new(pattern))
             } else {
                 path.parent().unwrap_or(Path::new("/")).join(pattern)
             };
             for inc in glob_files(&pattern) {
-                out.extend(parse_ld_so_conf(&inc, depth + 1));
+                out.extend(parse_ld_so_conf(&inc, root, depth + 1));
             }
         } else {
-            out.push(normpath(Path::new(line)));
+            out.push(rooted(root, &normpath(Path::new(line))));
         }
     }
     out
@@ -379,9 +422,16 @@ pub fn normpath(p: &Path) -> PathBuf {
 
 /// Follow symbolic links on the last component until a non-link is reached.
 pub fn follow_links(path: &Path) -> PathBuf {
+    follow_links_in(path, None)
+}
+
+/// [`follow_links`] in an image mirror: absolute link targets are image
+/// paths, looked up under `root`.
+pub fn follow_links_in(path: &Path, root: Option<&Path>) -> PathBuf {
     let mut p = path.to_path_buf();
     for _ in 0..40 {
         match std::fs::read_link(&p) {
+            Ok(target) if target.is_absolute() => p = rooted(root, &target),
             Ok(target) => p = p.parent().unwrap_or(Path::new("/")).join(target),
             Err(_) => break,
         }
@@ -411,12 +461,38 @@ mod tests {
         let lib = dir.path().join("pkg/mod.so");
         std::fs::create_dir_all(dir.path().join("pkg.libs")).unwrap();
         std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
-        let got = parse_ld_paths("$ORIGIN/../pkg.libs:${ORIGIN}/missing:/nonexistent", Some(&lib));
+        let got = parse_ld_paths("$ORIGIN/../pkg.libs:${ORIGIN}/missing:/nonexistent", Some(&lib), None);
         assert_eq!(got, vec![dir.path().join("pkg.libs")]);
-        assert!(parse_ld_paths("$ORIGIN", None).is_empty());
+        assert!(parse_ld_paths("$ORIGIN", None, None).is_empty());
 
         std::fs::write(dir.path().join("real.so.1.2"), b"x").unwrap();
         std::os::unix::fs::symlink("real.so.1.2", dir.path().join("real.so.1")).unwrap();
         assert_eq!(follow_links(&dir.path().join("real.so.1")), dir.path().join("real.so.1.2"));
+    }
+
+    #[test]
+    fn image_mirror_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["etc/ld.so.conf.d", "opt/x/lib", "usr/lib/x86_64-linux-gnu", "env/lib"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n").unwrap();
+        std::fs::write(root.join("etc/ld.so.conf.d/x.conf"), "/opt/x/lib\n/missing\n").unwrap();
+        let sys = SystemPaths::from_image(root, "/env/lib:/nowhere:");
+        assert_eq!(sys.env, vec![root.join("env/lib")]);
+        assert_eq!(sys.conf[0], root.join("opt/x/lib"));
+        assert!(sys.conf.contains(&root.join("usr/lib")), "{:?}", sys.conf);
+        // RPATH entries of the image are image paths; $ORIGIN is where the file is here.
+        let file = root.join("opt/x/lib/libx.so");
+        let got = parse_ld_paths("/usr/lib/x86_64-linux-gnu:$ORIGIN", Some(&file), Some(root));
+        assert_eq!(got, vec![root.join("usr/lib/x86_64-linux-gnu"), root.join("opt/x/lib")]);
+        // An absolute link target stays inside the mirror.
+        std::fs::write(root.join("usr/lib/x86_64-linux-gnu/liby.so.1.2"), b"x").unwrap();
+        std::os::unix::fs::symlink("/usr/lib/x86_64-linux-gnu/liby.so.1.2", root.join("opt/x/lib/liby.so.1")).unwrap();
+        let real = follow_links_in(&root.join("opt/x/lib/liby.so.1"), Some(root));
+        assert_eq!(real, root.join("usr/lib/x86_64-linux-gnu/liby.so.1.2"));
+        assert_eq!(sys.display_path(&real), PathBuf::from("/usr/lib/x86_64-linux-gnu/liby.so.1.2"));
+        assert_eq!(rooted(Some(root), Path::new("/../etc")), root.join("etc"));
     }
 }

@@ -2,10 +2,10 @@
 //! the file name, METADATA's `Version`, the `.dist-info` (and `.data`)
 //! directory names and RECORD all change together.
 
-use super::archive::{self, WheelZip};
-use super::check::record_problems;
+use super::archive;
 use super::metadata;
 use super::name::WheelName;
+use super::unpack::unpack;
 use super::version::with_local_label;
 use super::WheelError;
 use std::path::{Path, PathBuf};
@@ -15,22 +15,9 @@ use std::path::{Path, PathBuf};
 /// version. Returns the new wheel's path.
 pub fn add_local_version(wheel: &Path, label: &str, out_dir: &Path) -> Result<PathBuf, WheelError> {
     let file_name = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let name = WheelName::parse(&file_name)?;
-    let new_version = with_local_label(&name.version, label)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
-    let work = tempfile::Builder::new()
-        .prefix(".quarry-relabel-")
-        .tempdir_in(out_dir)
-        .map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
-    let root = work.path().join("wheel");
-
-    let mut zip = WheelZip::open(wheel)?;
-    let dist_info = zip.dist_info_dir()?;
-    let scan = zip.scan(Some(&root), |_, _| true)?;
-    let problems = record_problems(&mut zip, &dist_info, &scan)?;
-    if !problems.is_empty() {
-        return Err(WheelError::Record { wheel: wheel.to_path_buf(), problems });
-    }
+    let new_version = with_local_label(&WheelName::parse(&file_name)?.version, label)?;
+    let u = unpack(wheel, out_dir, "relabel")?;
+    let (root, dist_info) = (&u.root, &u.dist_info);
 
     // `{name}-{version}.dist-info`: the name part has no `-` in a valid wheel.
     let stem = dist_info.strip_suffix(".dist-info").expect("found by suffix");
@@ -46,7 +33,7 @@ pub fn add_local_version(wheel: &Path, label: &str, out_dir: &Path) -> Result<Pa
         }
         Ok(())
     };
-    rename(&dist_info, &new_dist_info)?;
+    rename(dist_info, &new_dist_info)?;
     rename(&format!("{stem}.data"), &format!("{dist_name}-{new_version}.data"))?;
 
     let metadata_path = root.join(&new_dist_info).join("METADATA");
@@ -55,19 +42,16 @@ pub fn add_local_version(wheel: &Path, label: &str, out_dir: &Path) -> Result<Pa
     let text = metadata::set_metadata_version(&text, &new_version)?;
     std::fs::write(&metadata_path, text).map_err(|source| WheelError::Io { path: metadata_path.clone(), source })?;
 
-    let new_name = WheelName { version: new_version, ..name };
-    let time = match archive::source_date_epoch()? {
-        Some(epoch) => archive::zip_time(epoch),
-        None => scan.latest_time.unwrap_or_default(),
-    };
+    let new_name = WheelName { version: new_version, ..u.name.clone() };
     let output = out_dir.join(new_name.to_string());
-    archive::pack_dir(&root, &new_dist_info, &output, time)?;
+    archive::pack_dir(root, &new_dist_info, &output, u.zip_time()?)?;
     Ok(output)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wheel::archive::WheelZip;
     use crate::wheel::record;
 
     #[test]

@@ -11,6 +11,7 @@ pub mod analyze;
 pub mod archive;
 pub mod build;
 pub mod check;
+pub mod image;
 pub mod ldd;
 pub mod local_version;
 pub mod metadata;
@@ -18,6 +19,7 @@ pub mod name;
 pub mod policy;
 pub mod record;
 pub mod repair;
+pub mod unpack;
 pub mod version;
 
 use std::path::PathBuf;
@@ -52,4 +54,19 @@ pub enum WheelError {
     Elf(#[from] crate::elf::ElfError),
     #[error(transparent)]
     Patchelf(#[from] crate::elf::patchelf::PatchelfError),
+    #[error("image `{image}`: {what}: {source}")]
+    Image { image: String, what: String, source: Box<crate::engine::EngineError> },
+    #[error("image `{image}` cannot be used: {why}")]
+    ImageUnusable { image: String, why: String },
+}
+
+impl WheelError {
+    /// The exit status for the CLI: 130/143 when a signal stopped a
+    /// container step, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            WheelError::Image { source, .. } => source.exit_code(),
+            _ => 1,
+        }
+    }
 }

@@ -6,33 +6,45 @@
 //! succeeded.
 
 use super::analyze::{self, Analysis, Options};
-use super::archive::{self, WheelZip};
-use super::check::{arch_from_name, record_problems};
+use super::archive;
+use super::check::arch_from_name;
+use super::image::RepairImage;
 use super::ldd::{is_libpython, SystemPaths};
 use super::metadata;
-use super::name::WheelName;
 use super::policy::Policies;
+use super::unpack::unpack;
 use super::WheelError;
-use crate::elf::patchelf::Patchelf;
+use crate::elf::patchelf::{args, Patchelf};
 use crate::elf::{self};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+/// Where the external libraries come from and where patchelf runs.
+pub enum RepairIn<'e> {
+    /// This machine's libraries, this patchelf.
+    Host(Patchelf),
+    /// The libraries of an image (the one the wheel was built in), as its
+    /// loader finds them. `patchelf` runs here when given, else the
+    /// image's runs there (`host_has_none`: this machine has none, for the
+    /// message when the image has none either).
+    Image { image: RepairImage<'e>, patchelf: Option<Patchelf>, host_has_none: bool },
+}
+
 /// How to repair.
-pub struct RepairOptions {
+pub struct RepairOptions<'e> {
     /// Globs of sonames (or resolved paths) never bundled.
     pub exclude: Vec<String>,
     /// Target policy (`manylinux_2_28_x86_64`, `manylinux_2_28`, an alias);
     /// None or `auto` picks the highest reachable one.
     pub plat: Option<String>,
-    pub patchelf: Patchelf,
-    pub system_paths: Option<SystemPaths>,
+    pub within: RepairIn<'e>,
 }
 
 /// A library copied into the wheel.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Bundled {
     pub soname: String,
+    /// Where it came from (a path in the image when repairing with one).
     pub source: PathBuf,
     /// Its path inside the repaired wheel.
     pub path: String,
@@ -48,44 +60,62 @@ pub struct RepairReport {
     pub platform_tags: Vec<String>,
     pub bundled: Vec<Bundled>,
     pub excluded_libs: Vec<String>,
+    /// The image the libraries were taken from, if any.
+    pub image: Option<String>,
 }
+
+/// One patchelf run: the file (inside the wheel) and its options.
+type Edit = (String, Vec<String>);
 
 /// Repair `wheel` into `out_dir`.
 pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
     let fail = |why: String| WheelError::Repair { wheel: wheel.to_path_buf(), why };
-    let file_name = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let name = WheelName::parse(&file_name)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
-    let work = tempfile::Builder::new()
-        .prefix(".quarry-repair-")
-        .tempdir_in(out_dir)
-        .map_err(|source| WheelError::Io { path: out_dir.to_path_buf(), source })?;
-    let root = work.path().join("wheel");
-
-    let mut zip = WheelZip::open(wheel)?;
-    let dist_info = zip.dist_info_dir()?;
-    let scan = zip.scan(Some(&root), |_, _| true)?;
-    let problems = record_problems(&mut zip, &dist_info, &scan)?;
-    if !problems.is_empty() {
-        return Err(WheelError::Record { wheel: wheel.to_path_buf(), problems });
-    }
+    let u = unpack(wheel, out_dir, "repair")?;
+    let (name, dist_info) = (&u.name, &u.dist_info);
     let elf_files: Vec<String> =
-        scan.extracted.iter().filter(|f| !f.ends_with(".py") && elf::is_elf(&root.join(f))).cloned().collect();
+        u.scan.extracted.iter().filter(|f| !f.ends_with(".py") && elf::is_elf(&u.root.join(f))).cloned().collect();
     if elf_files.is_empty() {
         return Err(fail("it holds no ELF file: a pure wheel needs no repair".into()));
     }
-    let analyze_options = Options { exclude: options.exclude.clone(), system_paths: options.system_paths.clone() };
-    let analysis = analyze::analyze(wheel, &root, &elf_files, arch_from_name(&name), &analyze_options)?;
-    let root = root.canonicalize().map_err(|source| WheelError::Io { path: root.clone(), source })?;
+
+    // Where libraries are looked up, and which patchelf edits the files.
+    let (system_paths, patchelf_name, image_name) = match &options.within {
+        RepairIn::Host(pe) => (SystemPaths::from_host(), format!("patchelf {}", pe.version()), None),
+        RepairIn::Image { image, patchelf, host_has_none } => {
+            let ask = patchelf.is_none().then_some(*host_has_none);
+            let found = image.libraries(&u.root, &elf_files, &u.work.path().join("image"), ask)?;
+            let pe_name = match (patchelf, &found.patchelf_version) {
+                (Some(pe), _) => format!("patchelf {}", pe.version()),
+                (None, v) => format!("patchelf {} in image `{}`", v.as_deref().unwrap_or("?"), image.image),
+            };
+            (found.system_paths, pe_name, Some(image.image.clone()))
+        }
+    };
+    let not_found = |rel: &str, soname: &str| match &image_name {
+        None => format!(
+            "`{rel}` needs `{soname}`, which was not found on this machine; install it, \
+             add its directory to LD_LIBRARY_PATH, or leave it out with --exclude '{soname}'"
+        ),
+        Some(image) => format!(
+            "`{rel}` needs `{soname}`, which the loader of image `{image}` does not find; install it in the \
+             image (or set LD_LIBRARY_PATH in its environment), or leave it out with --exclude '{soname}'"
+        ),
+    };
+
+    let analyze_options = Options { exclude: options.exclude.clone(), system_paths: Some(system_paths.clone()) };
+    let analysis = analyze::analyze(wheel, &u.root, &elf_files, arch_from_name(name), &analyze_options)?;
+    let root = u.root.canonicalize().map_err(|source| WheelError::Io { path: u.root.clone(), source })?;
     let abis = choose_tags(&analysis, options.plat.as_deref()).map_err(fail)?;
     let target = analysis.policies.find(&abis[0]).expect("chosen from the policies");
 
-    // Bundle, rename, point every file at its bundled libraries.
+    // Bundle and rename the libraries, and plan every file's edits: they
+    // depend only on the files as they are now, so they can run here one
+    // by one or in the image in one go.
     let libs_dir = format!("{}.libs", name.name);
-    let pe = &options.patchelf;
     let mut soname_map: BTreeMap<String, (String, String)> = BTreeMap::new(); // old soname -> (new soname, path)
     let mut bundled = Vec::new();
     let mut patched: Vec<String> = Vec::new();
+    let mut edits: Vec<Edit> = Vec::new();
     for (rel, refs) in &analysis.external_refs_by_file {
         let libs = &refs[target].libs;
         let file = root.join(rel);
@@ -97,27 +127,32 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
                 continue;
             }
             let Some(src) = src else {
-                return Err(fail(format!(
-                    "`{rel}` needs `{soname}`, which was not found on this machine; install it, \
-                     add its directory to LD_LIBRARY_PATH, or leave it out with --exclude '{soname}'"
-                )));
+                return Err(fail(not_found(rel, soname)));
             };
-            let (new_soname, new_rel) = match soname_map.get(soname) {
-                Some(done) => done.clone(),
+            let new_soname = match soname_map.get(soname) {
+                Some((new_soname, _)) => new_soname.clone(),
                 None => {
-                    let (new_soname, new_rel, copied) = copy_library(src, &root, &libs_dir, pe)?;
+                    let (new_soname, new_rel, copied) = copy_library(src, &root, &libs_dir)?;
                     if copied {
-                        bundled.push(Bundled { soname: soname.clone(), source: src.clone(), path: new_rel.clone() });
+                        bundled.push(Bundled {
+                            soname: soname.clone(),
+                            source: system_paths.display_path(src),
+                            path: new_rel.clone(),
+                        });
+                        edits.push((new_rel.clone(), args::set_soname(&new_soname)));
                     }
-                    soname_map.insert(soname.clone(), (new_soname.clone(), new_rel.clone()));
-                    (new_soname, new_rel)
+                    soname_map.insert(soname.clone(), (new_soname.clone(), new_rel));
+                    new_soname
                 }
             };
-            let _ = new_rel;
             replacements.push((soname.clone(), new_soname));
         }
-        pe.remove_needed(&file, &remove)?;
-        pe.replace_needed(&file, &replacements)?;
+        if !remove.is_empty() {
+            edits.push((rel.clone(), args::remove_needed(&remove)));
+        }
+        if !replacements.is_empty() {
+            edits.push((rel.clone(), args::replace_needed(&replacements)));
+        }
         if !libs.is_empty() {
             let parts: Vec<&str> = rel.split('/').collect();
             if parts.len() == 3 && parts[0].ends_with(".data") && parts[1] == "scripts" {
@@ -127,6 +162,7 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
             }
             let parent = Path::new(rel).parent().unwrap_or(Path::new(""));
             let new_rpath = format!("$ORIGIN/{}", relative_path(parent, Path::new(&libs_dir)));
+            // Removing or renaming NEEDED entries leaves the search path as it is.
             let info = elf::read(&file)?;
             let mut rpaths: Vec<String> = info
                 .effective_search_path()
@@ -142,33 +178,38 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
                     unique.push(r);
                 }
             }
-            pe.set_rpath(&file, &unique.join(":"))?;
+            edits.push((rel.clone(), args::set_rpath(&unique.join(":"))));
         }
         if !libs.is_empty() || !remove.is_empty() {
             patched.push(rel.clone());
         }
     }
     // Bundled libraries may need each other: rename those references too.
-    for (new_soname, rel) in soname_map.values() {
-        let file = root.join(rel);
-        let info = elf::read(&file)?;
+    for (_, rel) in soname_map.values() {
+        let info = elf::read(&root.join(rel))?;
         let replacements: Vec<(String, String)> =
             info.needed.iter().filter_map(|n| soname_map.get(n).map(|(new, _)| (n.clone(), new.clone()))).collect();
         if replacements.is_empty() {
-            pe.remove_rpath(&file)?;
+            edits.push((rel.clone(), args::remove_rpath()));
         } else {
-            pe.set_rpath(&file, "$ORIGIN")?;
-            pe.replace_needed(&file, &replacements)?;
+            edits.push((rel.clone(), args::set_rpath("$ORIGIN")));
+            edits.push((rel.clone(), args::replace_needed(&replacements)));
         }
-        let _ = new_soname;
         patched.push(rel.clone());
+    }
+    match &options.within {
+        RepairIn::Host(pe) | RepairIn::Image { patchelf: Some(pe), .. } => {
+            for (rel, a) in &edits {
+                pe.run(&root.join(rel), a)?;
+            }
+        }
+        RepairIn::Image { image, patchelf: None, .. } => image.patch(&root, &edits)?,
     }
 
     // Every patched file must be sound and say what was asked.
     for rel in &patched {
         let file = root.join(rel);
-        let info =
-            elf::verify(&file).map_err(|e| fail(format!("patchelf {} produced a broken file: {e}", pe.version())))?;
+        let info = elf::verify(&file).map_err(|e| fail(format!("{patchelf_name} produced a broken file: {e}")))?;
         if let Some(old) = info.needed.iter().find(|n| soname_map.contains_key(*n)) {
             return Err(fail(format!("`{rel}` still needs `{old}` after patching")));
         }
@@ -185,20 +226,16 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
 
     // Retag the file name and WHEEL.
     let remove = metadata::replaced_platforms(&abis[0]);
-    let new_name = metadata::retag_name(&name, &abis, &remove);
-    let wheel_file = root.join(&dist_info).join("WHEEL");
+    let new_name = metadata::retag_name(name, &abis, &remove);
+    let wheel_file = root.join(dist_info).join("WHEEL");
     let text =
         std::fs::read_to_string(&wheel_file).map_err(|source| WheelError::Io { path: wheel_file.clone(), source })?;
     let text =
         metadata::retag_wheel_file(&text, &abis, &remove).map_err(|e| fail(format!("{dist_info}/WHEEL: {e}")))?;
     std::fs::write(&wheel_file, text).map_err(|source| WheelError::Io { path: wheel_file.clone(), source })?;
 
-    let time = match archive::source_date_epoch()? {
-        Some(epoch) => archive::zip_time(epoch),
-        None => scan.latest_time.unwrap_or_default(),
-    };
     let output = out_dir.join(new_name.to_string());
-    archive::pack_dir(&root, &dist_info, &output, time)?;
+    archive::pack_dir(&root, dist_info, &output, u.zip_time()?)?;
     bundled.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(RepairReport {
         input: wheel.to_path_buf(),
@@ -207,6 +244,7 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
         platform_tags: new_name.platform_tags.clone(),
         bundled,
         excluded_libs: analysis.excluded.iter().cloned().collect(),
+        image: image_name,
     })
 }
 
@@ -270,9 +308,9 @@ fn choose_tags(a: &Analysis, plat: Option<&str>) -> Result<Vec<String>, String> 
 }
 
 /// Copy a library into `<root>/<libs_dir>/` as `{stem}-{sha256[..8]}.{rest}`
-/// and set its SONAME to that name. Returns (new soname, path inside the
-/// wheel, whether it was copied now).
-fn copy_library(src: &Path, root: &Path, libs_dir: &str, pe: &Patchelf) -> Result<(String, String, bool), WheelError> {
+/// (its SONAME is set to that name by an edit). Returns (new soname, path
+/// inside the wheel, whether it was copied now).
+fn copy_library(src: &Path, root: &Path, libs_dir: &str) -> Result<(String, String, bool), WheelError> {
     let hash = crate::digest::sha256_file(src).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
     let short = &hash[..8];
     let src_name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -292,7 +330,6 @@ fn copy_library(src: &Path, root: &Path, libs_dir: &str, pe: &Patchelf) -> Resul
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))
         .map_err(|source| WheelError::Io { path: dest.clone(), source })?;
-    pe.set_soname(&dest, &new_name)?;
     Ok((new_name, rel, true))
 }
 

@@ -1,8 +1,6 @@
-use crate::elf::patchelf::Patchelf;
+use crate::elf::patchelf::{Patchelf, PatchelfError};
 use crate::engine::gpu::{self, GpuMode};
-use crate::engine::image_arg::{self, ImageArg};
 use crate::engine::Engine;
-use crate::progress::Progress;
 use crate::wheel::build::{build, parse_axis, BuildOptions};
 use std::path::PathBuf;
 
@@ -28,7 +26,8 @@ pub struct Args {
     /// With --repair: never bundle libraries matching this glob (`libamdhip64.so*`)
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
-    /// Repair the wheels on this machine (needs patchelf 0.19 or later on PATH)
+    /// Repair the wheels, bundling the libraries the image provides; patchelf
+    /// (0.19 or later) is this machine's when on PATH, else the image's
     #[arg(long)]
     repair: bool,
     /// Install each wheel in a fresh virtualenv in a fresh container and run this command there
@@ -59,27 +58,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "auto" => None,
         list => Some(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
     };
-    let patchelf = if a.repair { Some(Patchelf::find(None)?) } else { None };
+    // An old patchelf on PATH is refused, not passed over for the image's.
+    let patchelf = match a.repair.then(|| Patchelf::find(None)) {
+        Some(Ok(p)) => Some(p),
+        Some(Err(PatchelfError::NotFound)) | None => None,
+        Some(Err(e)) => return Err(e.into()),
+    };
     let gpu_plan = gpu::plan(a.gpu, &[])?;
     let targets = match a.gpu {
         GpuMode::None => gpu::build_targets(&[]),
         _ => gpu::targets_for_builds(),
     };
     let engine = Engine::connect()?;
-    let image = match image_arg::classify(&a.image)? {
-        ImageArg::Layout(d) => {
-            let tag = image_arg::layout_tag(&d)?;
-            engine.load_layout(&d, &tag, &cache_dir)?;
-            tag
-        }
-        ImageArg::Definition(f) => {
-            let (dir, tag) =
-                crate::cli::build_definition_for_engine(&f, &a.sets, &cache_dir, Progress::new(false, false))?;
-            engine.load_layout(&dir, &tag, &cache_dir)?;
-            tag
-        }
-        ImageArg::Reference(r) => r,
-    };
+    let image = super::image_in_engine(&engine, &a.image, &a.sets, &cache_dir)?;
     let opts = BuildOptions {
         source: a.source,
         image,
@@ -87,7 +78,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         pythons,
         axes,
         local_version: a.local_version,
-        repair: patchelf,
+        repair: a.repair,
+        patchelf,
         exclude: a.exclude,
         test: a.test,
         find_links: a.find_links,
