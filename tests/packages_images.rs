@@ -205,8 +205,7 @@ fn configure_step_runs_maintainer_scripts() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(stdout.trim(), "Hello, world!", "every package configured (ii), hello runs: {stdout}");
-    let left = Command::new("docker").args(["ps", "-aq", "--filter", "label=io.quarry.managed=true"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "no quarry container is left");
+    assert_eq!(leaked_quarry_containers(), Vec::<String>::new(), "no quarry container is left");
 }
 
 /// Every path of a layer blob (gzip tar), with its type.

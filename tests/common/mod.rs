@@ -138,3 +138,20 @@ pub fn rocm_artifacts(mode: &str, into: &Path) -> PathBuf {
     assert!(Command::new("cp").arg("-a").arg(&cached).arg(&dest).status().unwrap().success());
     dest
 }
+
+/// quarry-managed containers whose quarry process is gone: leaks. (A
+/// container of a quarry still running, e.g. a parallel test's, is not.)
+pub fn leaked_quarry_containers() -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-a", "--filter", "label=io.quarry.managed=true", "--format", "{{.ID}} {{.Label \"io.quarry.pid\"}}"])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            let pid = l.split_whitespace().nth(1).unwrap_or("");
+            pid.is_empty() || !Path::new("/proc").join(pid).exists()
+        })
+        .map(String::from)
+        .collect()
+}
