@@ -712,8 +712,11 @@ pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<(PathBuf, crate:
     let file = image.file.display().to_string();
     let cache = Cache::open(&opts.cache_dir)?;
     let distro_err = |err| BuildError::Distro { file: file.clone(), err: Box::new(err) };
-    let pypi = crate::pypi::lock_image(image, &cache)
-        .map_err(|err| BuildError::Pypi { file: file.clone(), field: "pypi".into(), err: Box::new(err) })?;
+    let pypi = crate::pypi::lock_image(image, &cache).map_err(|err| BuildError::Pypi {
+        file: file.clone(),
+        field: "pypi".into(),
+        err: Box::new(err),
+    })?;
     let mut lock = if !crate::distro::packages_layers(image).is_empty() {
         assemble(image, opts, &cache, true)?.pins.expect("a lock run collects pins")
     } else if matches!(image.base, Base::Packages(_)) || pypi.is_empty() {
@@ -784,17 +787,9 @@ fn assemble(image: &Image, opts: &BuildOptions, cache: &Cache, relock: bool) -> 
                 name: "base".into(),
                 file: image.file.clone(),
                 sources: vec![Source {
-                    kind: SourceKind::Archive(path.clone()),
-                    dest: "/".into(),
-                    owner: None,
-                    mode: None,
-                    include: vec![],
-                    exclude: vec![],
                     sha256: sha256.clone(),
-                    strip_components: 0,
-                    map: BTreeMap::new(),
-                    remove: vec![],
                     devices: *devices,
+                    ..Source::new(SourceKind::Archive(path.clone()), "/")
                 }],
                 remove: vec![],
                 run: None,

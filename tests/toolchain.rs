@@ -7,13 +7,10 @@
 
 mod common;
 
+use common::registry::*;
 use common::*;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
-
-const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+use std::process::Command;
 
 /// The layer cache the tests share (downloads and layers survive reruns).
 fn shared_cache() -> PathBuf {
@@ -23,56 +20,6 @@ fn shared_cache() -> PathBuf {
 /// The Debian base with a C/C++ toolchain.
 fn debian_with_compilers() -> PathBuf {
     debian_rootfs("g++,make")
-}
-
-/// A running `docker-registry`, killed when dropped.
-struct Registry {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Registry {
-    fn start() -> Registry {
-        let dir = tempfile::Builder::new().prefix("quarry-test-registry-").tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-            dir.path().join("storage").display()
-        );
-        std::fs::write(dir.path().join("config.yml"), config).unwrap();
-        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
-        let child = Command::new(REGISTRY_BIN)
-            .arg("serve")
-            .arg(dir.path().join("config.yml"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start docker-registry");
-        let r = Registry { child, port, _dir: dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "docker-registry did not listen within 20 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        r
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn have_registry() -> bool {
-    let ok = Path::new(REGISTRY_BIN).exists();
-    if !ok {
-        assert!(!in_ci(), "CI is set but {REGISTRY_BIN} is missing: scripts/setup must install docker-registry");
-        eprintln!("skipping: {REGISTRY_BIN} is not installed");
-    }
-    ok
 }
 
 /// A work directory whose `layers` is the repository's, so image files
@@ -143,7 +90,7 @@ fn builder_image_on_the_debian_base() {
     );
     let base_out = w.path().join("out/debian-base");
     build_json(&base_def, &base_out, &cache, &[]);
-    let reg = Registry::start();
+    let reg = Registry::start("");
     let reference = format!("127.0.0.1:{}/quarry-test/debian-base:1", reg.port);
     let pushed = stdout_json(&run_expect(
         quarry().arg("push").arg(&base_out).arg(&reference).args(["--plain-http", "--json"]),

@@ -40,7 +40,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let loaded = load_image(&a.image, &sets)?;
     // An image built on another definition pins that one's packages,
     // unless it has packages layers or PyPI files of its own.
-    let own_pins = !crate::distro::packages_layers(&loaded).is_empty() || !crate::pypi::image_requests(&loaded).is_empty();
+    let own_pins =
+        !crate::distro::packages_layers(&loaded).is_empty() || !crate::pypi::image_requests(&loaded).is_empty();
     let image = if own_pins { &loaded } else { loaded.root_image() };
     if a.dry_run {
         let spec = crate::distro::packages_of(image)?;

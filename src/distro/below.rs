@@ -45,35 +45,13 @@ fn layer_reader(blob: &Path) -> std::io::Result<Box<dyn Read>> {
 /// component) through `tree`, as dpkg and layer extraction do on a real
 /// filesystem: with `/bin -> usr/bin` below, `bin/ls` is `usr/bin/ls`.
 pub fn resolve_parents(tree: &Tree, path: &[u8]) -> Vec<u8> {
-    let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
-    let Some((last, dirs)) = comps.split_last() else {
-        return path.to_vec();
-    };
-    let mut todo: Vec<Vec<u8>> = dirs.iter().rev().map(|c| c.to_vec()).collect();
-    let mut cur: Vec<u8> = Vec::new();
-    let mut hops = 0;
-    while let Some(comp) = todo.pop() {
-        match comp.as_slice() {
-            b"." => continue,
-            b".." => {
-                cur = parent(&cur).unwrap_or(b"").to_vec();
-                continue;
-            }
-            _ => {}
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => {
+            let dir = tree.follow_symlinks(&path[..i], false).unwrap_or_default();
+            join(&dir, &path[i + 1..])
         }
-        let next = join(&cur, &comp);
-        match tree.get(&next).map(|n| &n.kind) {
-            Some(Kind::Symlink(t)) if hops < 40 => {
-                hops += 1;
-                if t.first() == Some(&b'/') {
-                    cur.clear();
-                }
-                todo.extend(t.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev());
-            }
-            _ => cur = next,
-        }
+        None => path.to_vec(),
     }
-    join(&cur, last)
 }
 
 /// Insert as extraction onto a real filesystem would: through symlinked

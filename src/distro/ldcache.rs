@@ -9,7 +9,7 @@
 //! sorted exactly as ldconfig sorts them (`_dl_cache_libcmp`, descending).
 
 use super::system::merged_usr_path;
-use crate::tarball::path::{display, join, normalize_dest, parent};
+use crate::tarball::path::{display, normalize_dest, parent};
 use crate::tarball::{Content, Kind, Tree};
 use object::read::elf::{Dyn, FileHeader};
 use object::{Endianness, ReadCache, ReadRef};
@@ -72,36 +72,7 @@ pub fn libcmp(a: &[u8], b: &[u8]) -> Ordering {
 
 /// Follow symlinks (absolute or relative, any component) to a tree path.
 fn resolve(tree: &Tree, path: &[u8]) -> Option<Vec<u8>> {
-    let mut todo: Vec<Vec<u8>> =
-        path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev().collect();
-    let mut cur: Vec<u8> = Vec::new();
-    let mut hops = 0;
-    while let Some(comp) = todo.pop() {
-        match comp.as_slice() {
-            b"." => continue,
-            b".." => {
-                cur = parent(&cur).unwrap_or(b"").to_vec();
-                continue;
-            }
-            _ => {}
-        }
-        let next = join(&cur, &comp);
-        match tree.get(&next).map(|n| &n.kind) {
-            Some(Kind::Symlink(t)) => {
-                hops += 1;
-                if hops > 40 {
-                    return None;
-                }
-                if t.first() == Some(&b'/') {
-                    cur.clear();
-                }
-                todo.extend(t.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev());
-            }
-            Some(_) => cur = next,
-            None => return None,
-        }
-    }
-    Some(cur)
+    tree.follow_symlinks(path, true)
 }
 
 pub(crate) fn is_dso(name: &[u8]) -> bool {

@@ -5,7 +5,6 @@
 use super::artifacts::{Artifacts, Selection};
 use crate::spec::{Source, SourceKind};
 use crate::tarball::Tree;
-use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error)]
 #[error("artifact `{artifact}`: {message}")]
@@ -30,19 +29,7 @@ pub fn into_tree(
     tree: &mut Tree,
 ) -> Result<FlattenReport, FlattenError> {
     let mut report = FlattenReport::default();
-    let as_source = Source {
-        kind: SourceKind::Dir(a.root.clone()),
-        dest: "/".into(),
-        owner,
-        mode: None,
-        include: vec![],
-        exclude: vec![],
-        sha256: None,
-        strip_components: 0,
-        map: BTreeMap::new(),
-        remove: vec![],
-        devices: false,
-    };
+    let as_source = Source { owner, ..Source::new(SourceKind::Dir(a.root.clone()), "/") };
     for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
         let label = art.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         for prefix in &art.prefixes {

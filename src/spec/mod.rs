@@ -174,6 +174,25 @@ pub struct Source {
     pub devices: bool,
 }
 
+impl Source {
+    /// `kind` at `dest` with every option at its default.
+    pub fn new(kind: SourceKind, dest: &str) -> Source {
+        Source {
+            kind,
+            dest: dest.to_string(),
+            owner: None,
+            mode: None,
+            include: vec![],
+            exclude: vec![],
+            sha256: None,
+            strip_components: 0,
+            map: BTreeMap::new(),
+            remove: vec![],
+            devices: false,
+        }
+    }
+}
+
 /// One layer, named (from `layers/NAME.toml`) or inline (`[[layer]]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layer {
@@ -812,19 +831,7 @@ fn validate_packages_source(file: &Path, f: &str, s: SourceDef, oci_arch: &str) 
     if spec.include.is_empty() {
         return Err(field_err(file, format!("{pf}.include"), "is empty; name the packages this layer installs"));
     }
-    Ok(Source {
-        kind: SourceKind::Packages(Box::new(spec)),
-        dest: "/".into(),
-        owner: None,
-        mode: None,
-        include: vec![],
-        exclude: vec![],
-        sha256: None,
-        strip_components: 0,
-        map: BTreeMap::new(),
-        remove: vec![],
-        devices: false,
-    })
+    Ok(Source::new(SourceKind::Packages(Box::new(spec)), "/"))
 }
 
 /// A validated `pypi` request; the requirement must name one package.

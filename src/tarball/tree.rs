@@ -119,6 +119,40 @@ impl Tree {
         self.entries.get(path)
     }
 
+    /// `path` with its symlinks (absolute or relative, any component)
+    /// followed, as the kernel would in the image. `strict`: a missing
+    /// component or a loop (more than 40 hops) gives None; otherwise the
+    /// missing component is taken as it is and a loop stops being followed.
+    pub fn follow_symlinks(&self, path: &[u8], strict: bool) -> Option<Vec<u8>> {
+        let mut todo: Vec<Vec<u8>> =
+            path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev().collect();
+        let mut cur: Vec<u8> = Vec::new();
+        let mut hops = 0;
+        while let Some(comp) = todo.pop() {
+            match comp.as_slice() {
+                b"." => continue,
+                b".." => {
+                    cur = parent(&cur).unwrap_or(b"").to_vec();
+                    continue;
+                }
+                _ => {}
+            }
+            let next = join(&cur, &comp);
+            match self.get(&next).map(|n| &n.kind) {
+                Some(Kind::Symlink(t)) if hops < 40 => {
+                    hops += 1;
+                    if t.first() == Some(&b'/') {
+                        cur.clear();
+                    }
+                    todo.extend(t.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).rev());
+                }
+                Some(Kind::Symlink(_)) | None if strict => return None,
+                _ => cur = next,
+            }
+        }
+        Some(cur)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &Node)> {
         self.entries.iter()
     }

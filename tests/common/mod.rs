@@ -3,6 +3,8 @@
 //! fails the test instead of skipping it.
 #![allow(dead_code)]
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -143,7 +145,14 @@ pub fn rocm_artifacts(mode: &str, into: &Path) -> PathBuf {
 /// container of a quarry still running, e.g. a parallel test's, is not.)
 pub fn leaked_quarry_containers() -> Vec<String> {
     let out = Command::new("docker")
-        .args(["ps", "-a", "--filter", "label=io.quarry.managed=true", "--format", "{{.ID}} {{.Label \"io.quarry.pid\"}}"])
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=io.quarry.managed=true",
+            "--format",
+            "{{.ID}} {{.Label \"io.quarry.pid\"}}",
+        ])
         .output()
         .expect("docker ps");
     String::from_utf8_lossy(&out.stdout)
