@@ -1,16 +1,18 @@
 //! The layer pipeline: tree -> deterministic tar -> sha256 (diff_id) ->
 //! compressor -> sha256 (digest) -> a blob in the cache.
 //!
-//! Three stages on their own threads, joined by bounded queues of 1 MiB
-//! chunks, so that reading files, compressing and writing the blob overlap
-//! and memory stays flat whatever the layer's size:
-//! - the calling thread walks the tree, writes the tar and hashes it;
+//! Four stages on their own threads, joined by bounded queues of 1 MiB
+//! chunks, so that reading files, hashing, compressing and writing the blob
+//! overlap and memory stays flat whatever the layer's size:
+//! - the calling thread walks the tree and writes the tar;
+//! - a hashing thread computes the tar's sha256 (the diff_id);
 //! - a compressing thread drives the encoder (whose own workers compress
 //!   gzip blocks or zstd jobs in parallel);
-//! - a writing thread hashes the compressed bytes and writes the file.
+//! - a writing thread hashes the compressed bytes (the digest; for an
+//!   uncompressed layer that is the diff_id) and writes the file.
 
-use crate::compress::{self, LayerCodec};
-use crate::digest::HashingWriter;
+use crate::compress::{self, Compression, LayerCodec};
+use sha2::{Digest, Sha256};
 use crate::store::cache::{Cache, CacheError};
 use crate::store::LayerBlob;
 use crate::tarball::write::{write_tar, WriteError, WriteOptions};
@@ -51,7 +53,7 @@ impl ChunkSender {
         let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
         // The receiver only goes away when its stage failed; that stage's
         // error is the one reported.
-        self.tx.send(full).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the next pipeline stage stopped"))
+        self.tx.send(full).map_err(|_| next_stage_stopped())
     }
 }
 
@@ -81,42 +83,68 @@ pub fn pack_tree(
 ) -> Result<LayerBlob, PackError> {
     let tmp = cache.temp_file()?;
     let file = tmp.reopen().map_err(WriteError::Io)?;
+    let uncompressed = codec.compression == Compression::None;
     let (tar_tx, tar_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+    let (hashed_tx, hashed_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
     let (blob_tx, blob_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
 
-    let (produced, compressed, written) = std::thread::scope(|s| {
+    let (produced, hashed, compressed, written) = std::thread::scope(|s| {
         let writer = s.spawn(move || -> io::Result<(String, u64)> {
-            let mut out = HashingWriter::new(BufWriter::with_capacity(CHUNK, file));
+            // An uncompressed blob is the tar itself: its digest is the
+            // diff_id, hashed once upstream.
+            let mut out = BufWriter::with_capacity(CHUNK, file);
+            let mut hasher = (!uncompressed).then(Sha256::new);
+            let mut size = 0u64;
             for chunk in blob_rx {
                 out.write_all(&chunk)?;
+                if let Some(h) = hasher.as_mut() {
+                    h.update(&chunk);
+                }
+                size += chunk.len() as u64;
             }
-            let (mut file, digest_hex, size) = out.finish();
-            file.flush()?;
-            Ok((digest_hex, size))
+            out.flush()?;
+            Ok((hasher.map(|h| hex::encode(h.finalize())).unwrap_or_default(), size))
+        });
+        // Hashing the tar on its own thread keeps the walk and the
+        // compressor busy on both cores instead of waiting for it.
+        let to_next = if uncompressed { blob_tx.clone() } else { hashed_tx };
+        let hasher = s.spawn(move || -> io::Result<String> {
+            let mut h = Sha256::new();
+            for chunk in tar_rx {
+                h.update(&chunk);
+                to_next.send(chunk).map_err(|_| next_stage_stopped())?;
+            }
+            Ok(hex::encode(h.finalize()))
         });
         let compressor = s.spawn(move || -> io::Result<()> {
+            if uncompressed {
+                drop(blob_tx);
+                return Ok(());
+            }
             let mut enc = compress::encoder(codec, threads, ChunkSender::new(blob_tx))?;
-            for chunk in tar_rx {
+            for chunk in hashed_rx {
                 enc.write_all(&chunk)?;
             }
             enc.finish()?.flush()
         });
-        let produced = (|| -> Result<String, WriteError> {
-            let tar = write_tar(tree, HashingWriter::new(ChunkSender::new(tar_tx)), opts, on_bytes)?;
-            let (mut sender, diff_hex, _) = tar.finish();
+        let produced = (|| -> Result<(), WriteError> {
+            let mut sender = write_tar(tree, ChunkSender::new(tar_tx), opts, on_bytes)?;
             sender.flush()?;
-            Ok(diff_hex)
+            Ok(())
         })();
         // The tar sender is dropped by now: the other stages drain and end.
-        let compressed = compressor.join().unwrap_or_else(|_| Err(io::Error::other("the compressing thread panicked")));
-        let written = writer.join().unwrap_or_else(|_| Err(io::Error::other("the blob writing thread panicked")));
-        (produced, compressed, written)
+        let hashed = join(hasher.join(), "tar hashing");
+        let compressed = join(compressor.join(), "compressing");
+        let written = join(writer.join(), "blob writing");
+        (produced, hashed, compressed, written)
     });
     // A stage's failure makes the stages before it fail with BrokenPipe:
     // report the furthest one, which is the cause.
     let (digest_hex, size) = written.map_err(WriteError::Io)?;
     compressed.map_err(WriteError::Io)?;
-    let diff_hex = produced?;
+    let diff_hex = hashed.map_err(WriteError::Io)?;
+    produced?;
+    let digest_hex = if uncompressed { diff_hex.clone() } else { digest_hex };
     cache.commit_blob(tmp, &digest_hex)?;
     Ok(LayerBlob {
         digest: format!("sha256:{digest_hex}"),
@@ -126,10 +154,17 @@ pub fn pack_tree(
     })
 }
 
+fn join<T>(r: std::thread::Result<io::Result<T>>, what: &str) -> io::Result<T> {
+    r.unwrap_or_else(|_| Err(io::Error::other(format!("the {what} thread panicked"))))
+}
+
+fn next_stage_stopped() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the next pipeline stage stopped")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compress::Compression;
     use crate::tarball::{Node, Tree};
     use std::io::Read;
 
