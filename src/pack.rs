@@ -12,11 +12,11 @@
 //!   uncompressed layer that is the diff_id) and writes the file.
 
 use crate::compress::{self, Compression, LayerCodec};
-use sha2::{Digest, Sha256};
 use crate::store::cache::{Cache, CacheError};
 use crate::store::LayerBlob;
 use crate::tarball::write::{write_tar, WriteError, WriteOptions};
 use crate::tarball::Tree;
+use sha2::{Digest, Sha256};
 use std::io::{self, BufWriter, Write};
 use std::sync::mpsc;
 
