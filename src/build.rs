@@ -217,12 +217,8 @@ impl Builder<'_> {
         let mut k = KeyHasher::new();
         k.field(&self.chain).field(fingerprint).field(self.opts.compression.format_id());
         let key = k.finish();
-        self.chain = key.clone();
-        if !self.opts.no_cache {
-            if let Some(blob) = self.cache.lookup(&key) {
-                self.push(layer.name.clone(), blob, true);
-                return Ok(());
-            }
+        if self.reuse_cached(&key, &layer.name) {
+            return Ok(());
         }
         let (tree, report) = scan.into_tree(self.spool.path())?;
         if report.dropped_devices > 0 {
@@ -295,12 +291,8 @@ impl Builder<'_> {
             inputs.push(crate::engine::copy::CopyIn { host: path.clone(), dest: input.dest.clone() });
         }
         let key = k.finish();
-        self.chain = key.clone();
-        if !self.opts.no_cache {
-            if let Some(blob) = self.cache.lookup(&key) {
-                self.push(layer.name.clone(), blob, true);
-                return Ok(());
-            }
+        if self.reuse_cached(&key, &layer.name) {
+            return Ok(());
         }
         // The image so far, as a layout the engine can load.
         let partial = self.spool.path().join(format!("partial-{}", self.layers.len()));
@@ -369,12 +361,8 @@ impl Builder<'_> {
         let mut k = KeyHasher::new();
         k.field(&self.chain).field(distro::fingerprint(spec, &lock)).field(self.opts.compression.format_id());
         let key = k.finish();
-        self.chain = key.clone();
-        if !self.opts.no_cache {
-            if let Some(blob) = self.cache.lookup(&key) {
-                self.push("base".into(), blob, true);
-                return Ok(lock.packages.len());
-            }
+        if self.reuse_cached(&key, "base") {
+            return Ok(lock.packages.len());
         }
         let debs = distro::fetch_debs(spec, &lock, &self.cache).map_err(derr)?;
         let tree = distro::assemble(spec, &lock, &debs, self.spool.path()).map_err(derr)?;
@@ -432,16 +420,28 @@ impl Builder<'_> {
             }
         }
         let key = key_of(&self.chain, &lock, &format);
-        self.chain = key.clone();
-        if !self.opts.no_cache {
-            if let Some(blob) = self.cache.lookup(&key) {
-                self.push(layer.name.clone(), blob, true);
-                return Ok(());
-            }
+        if self.reuse_cached(&key, &layer.name) {
+            return Ok(());
         }
         let debs = distro::fetch_debs(spec, &lock, &self.cache).map_err(derr)?;
         let tree = distro::assemble_layer(spec, &lock, &debs, below, self.spool.path()).map_err(derr)?;
         self.pack_and_record(&layer.name, &key, &tree)
+    }
+
+    /// The chain moves on to `key`; a layer the cache holds under it (and
+    /// `--no-cache` not given) is taken as `name`, and true returned.
+    fn reuse_cached(&mut self, key: &str, name: &str) -> bool {
+        self.chain = key.to_string();
+        if self.opts.no_cache {
+            return false;
+        }
+        match self.cache.lookup(key) {
+            Some(blob) => {
+                self.push(name.to_string(), blob, true);
+                true
+            }
+            None => false,
+        }
     }
 
     fn push(&mut self, name: String, blob: LayerBlob, cached: bool) {
@@ -509,7 +509,7 @@ impl Builder<'_> {
     /// the cache) as for its own build, then reused as they are. Layer
     /// names say where they came from (`BASE/LAYER`).
     fn image_base(&mut self, base: &Image) -> Result<ImageConfiguration, BuildError> {
-        let built = assemble(base, self.opts, &self.cache, false)?;
+        let built = assemble(base, self.opts, &self.cache, None)?;
         for l in built.layers {
             self.layers.push(BuiltLayer { name: format!("{}/{}", base.name, l.name), ..l });
         }
@@ -682,7 +682,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
     let cache = Cache::open(&opts.cache_dir)?;
-    let done = assemble(image, opts, &cache, false)?;
+    let done = assemble(image, opts, &cache, None)?;
     let (os, arch, variant) = image.platform();
     let output = opts.output.clone().unwrap_or_else(|| PathBuf::from("out").join(&image.name));
     let blobs: Vec<LayerBlob> = done.layers.iter().map(BuiltLayer::blob).collect();
@@ -718,7 +718,7 @@ pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<(PathBuf, crate:
         err: Box::new(err),
     })?;
     let mut lock = if !crate::distro::packages_layers(image).is_empty() {
-        assemble(image, opts, &cache, true)?.pins.expect("a lock run collects pins")
+        assemble(image, opts, &cache, Some(&pypi))?.pins.expect("a lock run collects pins")
     } else if matches!(image.base, Base::Packages(_)) || pypi.is_empty() {
         // No packages at all and no PyPI file is the "nothing to pin" error.
         crate::distro::lock_base(image, &cache).map_err(distro_err)?
@@ -743,8 +743,18 @@ struct Assembled {
 }
 
 /// Build (or take from the cache) the base and every layer of `image`
-/// (`relock`: only as far as its last packages layer, collecting fresh pins).
-fn assemble(image: &Image, opts: &BuildOptions, cache: &Cache, relock: bool) -> Result<Assembled, BuildError> {
+/// (`relock`, with the PyPI pins just made: only as far as its last packages
+/// layer, collecting fresh package pins).
+fn assemble(
+    image: &Image,
+    opts: &BuildOptions,
+    cache: &Cache,
+    relock: Option<&[crate::lockfile::PypiPin]>,
+) -> Result<Assembled, BuildError> {
+    // Relocking resolves every package afresh; its PyPI files were just
+    // fetched and pinned by the caller and are not fetched again.
+    let fresh_pypi_pins = relock;
+    let relock = relock.is_some();
     let cache = cache.clone();
     let spool = tempfile::Builder::new().prefix("spool-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
         dir: opts.cache_dir.display().to_string(),
@@ -772,8 +782,9 @@ fn assemble(image: &Image, opts: &BuildOptions, cache: &Cache, relock: bool) -> 
         arch: arch.clone(),
         pypi_pins: Vec::new(),
     };
-    // A relock fetches every PyPI file afresh, like every package.
-    if !relock && !crate::pypi::image_requests(image).is_empty() {
+    if let Some(pins) = fresh_pypi_pins {
+        b.pypi_pins = pins.to_vec();
+    } else if !crate::pypi::image_requests(image).is_empty() {
         b.pypi_pins = crate::lockfile::read_pypi_pins(&crate::distro::lock::lock_path(&image.file))
             .map_err(|err| BuildError::Lock { file: image.file.display().to_string(), err: Box::new(err) })?;
     }

@@ -35,7 +35,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Format::DockerArchive => {
                 let tag = match &a.tag {
                     Some(t) => t.clone(),
-                    None => default_repo_tag(&a.oci_dir)?,
+                    None => crate::engine::image_arg::layout_tag(&a.oci_dir)?,
                 };
                 write_docker_archive(&a.oci_dir, None, &tag, &mut w, &|_| false)?;
             }
@@ -44,15 +44,4 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     tmp.persist(&a.output).map_err(|e| e.error)?;
     Ok(0)
-}
-
-/// `NAME:TAG` from the layout: the directory name and its tag annotation.
-pub(crate) fn default_repo_tag(dir: &std::path::Path) -> anyhow::Result<String> {
-    let img = crate::store::layout::open_image(dir, None, None)?;
-    let name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()))
-        .unwrap_or_else(|| "quarry-image".into());
-    Ok(format!("{}:{}", name, img.tag.unwrap_or_else(|| "latest".into())))
 }

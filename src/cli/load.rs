@@ -2,7 +2,6 @@ use crate::engine::image_arg::{self, ImageArg};
 use crate::engine::Engine;
 use crate::progress::Progress;
 use anyhow::bail;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -11,26 +10,22 @@ pub struct Args {
     /// Name in the engine (NAME:TAG) [default: the layout's directory name and tag, or the definition's name:tag]
     #[arg(long)]
     tag: Option<String>,
-    /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
-    #[arg(long = "set", value_name = "K=V")]
-    sets: Vec<String>,
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    def: super::DefinitionArgs,
     /// Print one JSON object on stdout: image_id, tag, layers_sent, layers_skipped
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
+    let cache_dir = a.def.cache_dir();
     let (dir, default_tag) = match image_arg::classify(&a.image)? {
         ImageArg::Layout(d) => {
             let t = image_arg::layout_tag(&d)?;
             (d, t)
         }
         ImageArg::Definition(f) => {
-            crate::cli::build_definition_for_engine(&f, &a.sets, &cache_dir, Progress::new(a.json, false))?
+            crate::cli::build_definition_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(a.json, false))?
         }
         ImageArg::Reference(r) => bail!("`{r}` is neither an OCI layout directory nor an image definition (.toml); `quarry load` loads those into the engine"),
     };

@@ -93,6 +93,24 @@ pub fn main() -> i32 {
 /// Build a definition with default options (gzip, all cores,
 /// SOURCE_DATE_EPOCH from the env) on the way to the engine; returns the
 /// layout and the tag to load it as. `sets` are `--set K=V` arguments.
+/// `--set` and `--cache-dir`, for the commands that take an image
+/// definition as well as a layout or an engine image.
+#[derive(clap::Args)]
+pub(crate) struct DefinitionArgs {
+    /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
+    #[arg(long = "set", value_name = "K=V")]
+    pub sets: Vec<String>,
+    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
+    #[arg(long)]
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+impl DefinitionArgs {
+    pub fn cache_dir(&self) -> std::path::PathBuf {
+        self.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir)
+    }
+}
+
 pub(crate) fn build_definition_for_engine(
     file: &std::path::Path,
     sets: &[String],

@@ -3,7 +3,6 @@ use crate::engine::image_arg::{self, ImageArg};
 use crate::engine::run::{parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions};
 use crate::engine::{Engine, EngineError};
 use crate::progress::Progress;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -39,19 +38,15 @@ pub struct Args {
     /// Print the equivalent `docker` command line and exit
     #[arg(long)]
     print_docker: bool,
-    /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
-    #[arg(long = "set", value_name = "K=V")]
-    sets: Vec<String>,
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    def: super::DefinitionArgs,
     /// The command to run (after `--`); the image's own when absent
     #[arg(last = true)]
     cmd: Vec<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir);
+    let cache_dir = a.def.cache_dir();
     let mut opts = RunOptions {
         image: String::new(),
         cmd: a.cmd.clone(),
@@ -70,7 +65,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             ImageArg::Layout(d) => image_arg::layout_tag(d)?,
             ImageArg::Definition(f) => {
                 let img =
-                    crate::spec::load_image(f, &crate::spec::parse_sets(&a.sets).map_err(|e| anyhow::anyhow!(e))?)?;
+                    crate::spec::load_image(f, &crate::spec::parse_sets(&a.def.sets).map_err(|e| anyhow::anyhow!(e))?)?;
                 format!("{}:{}", img.name.to_lowercase(), img.tag)
             }
             ImageArg::Reference(r) => r.clone(),
@@ -84,7 +79,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some((d, tag))
         }
         ImageArg::Definition(f) => {
-            Some(crate::cli::build_definition_for_engine(&f, &a.sets, &cache_dir, Progress::new(false, false))?)
+            Some(crate::cli::build_definition_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(false, false))?)
         }
         ImageArg::Reference(r) => {
             opts.image = r;

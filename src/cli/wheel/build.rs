@@ -40,19 +40,15 @@ pub struct Args {
     /// PYTORCH_ROCM_ARCH / GPU_ARCHS, else the detected GPUs, else the default list
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     gpu: GpuMode,
-    /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
-    #[arg(long = "set", value_name = "K=V")]
-    sets: Vec<String>,
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    def: crate::cli::DefinitionArgs,
     /// Print a JSON list of the wheels on stdout
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir);
+    let cache_dir = a.def.cache_dir();
     let axes = a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?;
     let pythons = match a.python.as_str() {
         "auto" => None,
@@ -70,7 +66,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         _ => gpu::targets_for_builds(),
     };
     let engine = Engine::connect()?;
-    let image = super::image_in_engine(&engine, &a.image, &a.sets, &cache_dir)?;
+    let image = super::image_in_engine(&engine, &a.image, &a.def.sets, &cache_dir)?;
     let opts = BuildOptions {
         source: a.source,
         image,
