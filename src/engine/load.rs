@@ -99,9 +99,52 @@ impl Engine {
     ) -> Result<LoadReport, EngineError> {
         let tag = normalize_repo_tag(tag);
         check_tag(&tag)?;
-        let img = open_image(layout, reference, None)?;
-        let diff_ids = img.config.rootfs().diff_ids().clone();
-        let known = self.known_prefix_async(&diff_ids, Some(&tag)).await?;
+        match self.load_once(layout, reference, &tag, scratch, true).await {
+            // The layers left out were the engine's when checked, but an
+            // image removed meanwhile (`docker rmi`, a concurrent gc) can
+            // take them away before the engine reads the archive: send all.
+            (Err(EngineError::Api { .. }), elided) if elided > 0 => {
+                self.load_once(layout, reference, &tag, scratch, false).await.0
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// One load; `elide`: leave out the layers the engine already has.
+    /// Returns how many were left out with the result.
+    async fn load_once(
+        &self,
+        layout: &Path,
+        reference: Option<&str>,
+        tag: &str,
+        scratch: &Path,
+        elide: bool,
+    ) -> (Result<LoadReport, EngineError>, usize) {
+        let mut known = 0;
+        let result = async {
+            let img = open_image(layout, reference, None)?;
+            let diff_ids = img.config.rootfs().diff_ids().clone();
+            if elide {
+                known = self.known_prefix_async(&diff_ids, Some(tag)).await?;
+            }
+            self.send_layout(layout, reference, tag, scratch, &img, known).await
+        }
+        .await;
+        (result, known)
+    }
+
+    /// Stream `layout` as a docker-archive leaving out its first `known`
+    /// layers, and check that the engine has `tag` afterwards.
+    async fn send_layout(
+        &self,
+        layout: &Path,
+        reference: Option<&str>,
+        tag: &str,
+        scratch: &Path,
+        img: &crate::store::layout::OpenImage,
+        known: usize,
+    ) -> Result<LoadReport, EngineError> {
+        let tag = tag.to_string();
 
         // zstd layers that will be sent, for an engine that cannot read them.
         let needs_gzip: Vec<usize> = img
@@ -120,7 +163,7 @@ impl Engine {
                 .prefix("load-gzip-")
                 .tempdir_in(scratch)
                 .map_err(|e| EngineError::io("cannot create a scratch directory in", scratch, e))?;
-            recompress_layout(layout, &img, &needs_gzip, dir.path())?;
+            recompress_layout(layout, img, &needs_gzip, dir.path())?;
             let p = dir.path().to_path_buf();
             _scratch_dir = Some(dir);
             (p, None)
