@@ -6,7 +6,7 @@
 # first build. Prints a table: seconds, MB/s of input, throughput and size
 # ratios against the baseline tool, output size, peak RSS (GNU time).
 #
-# Usage: benches/pack.sh            (RUNS=3 benches/pack.sh: median of 3)
+# Usage: benches/pack.sh            (RUNS=3 benches/pack.sh: 3 rounds, medians)
 # Inputs and outputs live under target/bench/ (about 8 GB of disk).
 set -euo pipefail
 
@@ -38,6 +38,15 @@ make_tree() {
         mkdir -p "$dest"
         local d
         for d in "$@"; do
+            mkdir -p "$dest/$(dirname "$d")"
+            cp -a "$d" "$dest/$d"
+        done
+        # A machine with fewer packages has a smaller /usr: top up with more
+        # of /usr/lib, one directory at a time, until the tree is big enough.
+        for d in /usr/lib/*/; do
+            d=${d%/}
+            [ "$(($(du -sb "$dest" | cut -f1) / 1000000))" -ge "$min_mb" ] && break
+            [ -e "$dest/$d" ] && continue
             mkdir -p "$dest/$(dirname "$d")"
             cp -a "$d" "$dest/$d"
         done
@@ -77,43 +86,30 @@ mkdir -p "$OUT"
 # Warm the page cache so every contender reads the tree from memory.
 tar -c -C "$TREE" --exclude=./.complete . | cat >/dev/null
 
-# run LABEL OUTPUT COMMAND...: median wall seconds, peak RSS (MB) and output
-# bytes over RUNS runs, appended to $RESULTS. OUTPUT is a file, or
-# `json:CACHE_DIR` for the layer blob a `quarry build --json` run wrote there.
+# Rows are run in rounds (every row once per round, RUNS rounds), so that a
+# slow spell on a shared machine hits every row alike; a row's speed against
+# its baseline is the median of the per-round ratios.
+# run LABEL OUTPUT COMMAND...: one timed run, appended to $RESULTS as
+# label, round, wall s, peak RSS MB, output bytes, CPU s. OUTPUT is a file,
+# or `json:CACHE_DIR` for the layer blob a `quarry build --json` run wrote.
 RESULTS=$BENCH/results.tsv
 : >"$RESULTS"
+ROUND=0
 run() {
     local label=$1 output=$2
     shift 2
-    local times=() rss=() cpus=() i
-    for ((i = 0; i < RUNS; i++)); do
-        [[ $output == json:* ]] || rm -f "$output"
-        /usr/bin/time -v -o "$BENCH/time.txt" "$@" >"$BENCH/stdout.txt"
-        times+=("$(python3 - "$BENCH/time.txt" <<'PY'
-import sys
-for line in open(sys.argv[1]):
-    if "Elapsed (wall clock)" in line:
-        parts = [float(p) for p in line.rsplit(" ", 1)[1].split(":")]
-        s = 0.0
-        for p in parts:
-            s = s * 60 + p
-        print(f"{s:.2f}")
-PY
-)")
-        rss+=("$(awk -F: '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$BENCH/time.txt")")
-        cpus+=("$(awk -F: '/User time|System time/ {s += $2} END {printf "%.1f", s}' "$BENCH/time.txt")")
-    done
-    local t r cpu
-    t=$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(((RUNS + 1) / 2))p")
-    r=$(printf '%s\n' "${rss[@]}" | sort -n | sed -n "$(((RUNS + 1) / 2))p")
-    cpu=$(printf '%s\n' "${cpus[@]}" | sort -n | sed -n "$(((RUNS + 1) / 2))p")
-    local size=0
+    [[ $output == json:* ]] || rm -f "$output"
+    /usr/bin/time -v -o "$BENCH/time.txt" "$@" >"$BENCH/stdout.txt"
+    local t r cpu size=0
+    t=$(awk '/Elapsed \(wall clock\)/ {n = split($NF, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; printf "%.2f", s}' "$BENCH/time.txt")
+    r=$(awk -F: '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$BENCH/time.txt")
+    cpu=$(awk -F: '/User time|System time/ {s += $2} END {printf "%.1f", s}' "$BENCH/time.txt")
     case $output in
         json:*) output=$(blob_of "${output#json:}") ;;
     esac
     [ -e "$output" ] && size=$(stat -c %s "$output")
-    printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$t" "$r" "$size" "$cpu" >>"$RESULTS"
-    echo "  $label: ${t}s, ${cpu} CPU s, ${r} MB RSS" >&2
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$ROUND" "$t" "$r" "$size" "$cpu" >>"$RESULTS"
+    echo "  round $ROUND, $label: ${t}s, ${cpu} CPU s, ${r} MB RSS" >&2
 }
 
 # The layer blob a `quarry build --json` run wrote into its cache.
@@ -123,11 +119,7 @@ blob_of() {
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 TARC=(tar -c -C "$TREE" --exclude=./.complete .)
-echo "packing $TREE ($(du -sh --exclude=.complete "$TREE" | cut -f1)), RUNS=$RUNS" >&2
-run "tar -c > file" "$OUT/plain.tar" bash -c "${TARC[*]} > $OUT/plain.tar"
-run "tar -c | gzip -6" "$OUT/tar.gz" bash -c "${TARC[*]} | gzip -6 > $OUT/tar.gz"
-run "tar -c | pigz -6 -p2" "$OUT/tar.pigz.gz" bash -c "${TARC[*]} | pigz -6 -p2 > $OUT/tar.pigz.gz"
-run "tar -c | zstd -3 -T2" "$OUT/tar.zst" bash -c "${TARC[*]} | zstd -q -3 -T2 > $OUT/tar.zst"
+echo "packing $TREE ($(du -sh --exclude=.complete "$TREE" | cut -f1)), RUNS=$RUNS rounds" >&2
 # quarry hashes file contents for its cache key; a first build of a tree
 # reads every file once more for that. Like a user's rebuilds, the timed
 # `--no-cache` runs share one cache dir whose stat memo one untimed build
@@ -136,16 +128,24 @@ CACHE=$BENCH/cache-pack
 rm -rf "$CACHE"
 "$Q" build "$BENCH/pack.toml" --json --compression none --cache-dir "$CACHE" -o "$OUT/img-warm" >/dev/null
 rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT/img-warm"
-# zstd level 1 too: the same libzstd as the CLI does the same work at level
-# 3, so only a faster level can outrun `zstd -3 -T2` (its size is reported).
-for c in none gzip zstd "zstd --compression-level 1"; do
-    id=${c// /}
-    # shellcheck disable=SC2086 # $c carries the flag and its value
-    run "quarry build --compression $c" "json:$CACHE" \
-        "$Q" build "$BENCH/pack.toml" --json --no-cache --compression $c --cache-dir "$CACHE" -o "$OUT/img-$id"
-    cp "$BENCH/stdout.txt" "$BENCH/build-$id.json"
-    rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT/img-$id"
+# zstd levels 1 and 3 too: level 2 (the default) and the CLI's level 3 give
+# about the same output size; the sizes are reported.
+QUARRY_ROWS=(none gzip zstd "zstd --compression-level 1" "zstd --compression-level 3")
+for ((ROUND = 1; ROUND <= RUNS; ROUND++)); do
+    run "tar -c > file" "$OUT/plain.tar" bash -c "${TARC[*]} > $OUT/plain.tar"
+    run "tar -c | gzip -6" "$OUT/tar.gz" bash -c "${TARC[*]} | gzip -6 > $OUT/tar.gz"
+    run "tar -c | pigz -6 -p2" "$OUT/tar.pigz.gz" bash -c "${TARC[*]} | pigz -6 -p2 > $OUT/tar.pigz.gz"
+    run "tar -c | zstd -3 -T2" "$OUT/tar.zst" bash -c "${TARC[*]} | zstd -q -3 -T2 > $OUT/tar.zst"
+    for c in "${QUARRY_ROWS[@]}"; do
+        id=${c// /}
+        rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT/img-$id"
+        # shellcheck disable=SC2086 # $c carries the flag and its value
+        run "quarry build --compression $c" "json:$CACHE" \
+            "$Q" build "$BENCH/pack.toml" --json --no-cache --compression $c --cache-dir "$CACHE" -o "$OUT/img-$id"
+        cp "$BENCH/stdout.txt" "$BENCH/build-$id.json"
+    done
 done
+rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT"/img-*
 INPUT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["layers"][0]["size"])' "$BENCH/build-none.json")
 
 # No-op rebuild of the ~2 GB image: a first build into a fresh cache, then the same build again.
@@ -159,13 +159,19 @@ FIRST_S=$(awk '/Elapsed/ {print $NF}' "$BENCH/time.txt")
 FIRST_CPU=$(awk -F: '/User time|System time/ {s += $2} END {printf "%.1f", s}' "$BENCH/time.txt")
 FIRST_RSS=$(awk -F: '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$BENCH/time.txt")
 FIRST_JSON=$(cat "$BENCH/stdout.txt")
-run "no-op rebuild (2 GB dir layer)" /nonexistent "${NOOP[@]}"
+for ((ROUND = 1; ROUND <= RUNS; ROUND++)); do
+    run "no-op rebuild (2 GB dir layer)" /nonexistent "${NOOP[@]}"
+done
 NOOP_JSON=$(cat "$BENCH/stdout.txt")
 
 python3 - "$RESULTS" "$INPUT" "$FIRST_S" "$FIRST_RSS" "$FIRST_JSON" "$NOOP_JSON" "$FIRST_CPU" "$LOAD_BEFORE" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)" <<'PY'
-import json, sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-res = {r[0]: (float(r[1]), int(r[2]), int(r[3]), float(r[4])) for r in rows}
+import json, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    label, rnd, s, rss, size, cpu = line.rstrip("\n").split("\t")
+    runs.setdefault(label, {})[int(rnd)] = (float(s), int(rss), int(size), float(cpu))
+med = lambda xs: statistics.median(xs)
+res = {k: tuple(med([r[i] for r in v.values()]) for i in range(4)) for k, v in runs.items()}
 inp = int(sys.argv[2])
 def secs(s):
     t = 0.0
@@ -179,9 +185,12 @@ base = {
     "quarry build --compression gzip": "tar -c | pigz -6 -p2",
     "quarry build --compression zstd": "tar -c | zstd -3 -T2",
     "quarry build --compression zstd --compression-level 1": "tar -c | zstd -3 -T2",
+    "quarry build --compression zstd --compression-level 3": "tar -c | zstd -3 -T2",
 }
 md = lambda s: s.replace("|", "\\|")
-print(f"input: {inp / 1e6:.0f} MB of tar ({inp} bytes) from copies of /usr; MB/s are of input;")
+rounds = len(next(iter(runs.values())))
+print(f"input: {inp / 1e6:.0f} MB of tar ({inp} bytes) from copies of /usr; MB/s are of input; medians of {rounds} round(s);")
+print(f"'vs baseline' is the median of the per-round ratios (range in brackets);")
 print(f"{sys.argv[10]} cores, load average {sys.argv[8]} before, {sys.argv[9]} after (other work on the machine slows every row)")
 print()
 print("| pipeline | wall s | CPU s | MB/s | vs baseline | CPU vs baseline | output MB | size vs baseline | peak RSS MB |")
@@ -191,10 +200,12 @@ for name, (s, rss, size, cpu) in res.items():
         continue
     vs = cpu_vs = size_vs = ""
     if name in base:
-        b = res[base[name]]
-        vs = f"{b[0] / s:.2f}x `{md(base[name])}`"
-        cpu_vs = f"{b[3] / cpu:.2f}x"
-        size_vs = f"{size / b[2]:.3f}"
+        b = base[name]
+        ratios = sorted(runs[b][r][0] / runs[name][r][0] for r in runs[name] if r in runs[b])
+        rng = f" [{ratios[0]:.2f}-{ratios[-1]:.2f}]" if len(ratios) > 1 else ""
+        vs = f"{med(ratios):.2f}x{rng} `{md(b)}`"
+        cpu_vs = f"{res[b][3] / cpu:.2f}x"
+        size_vs = f"{size / res[b][2]:.3f}"
     print(f"| `{md(name)}` | {s:.2f} | {cpu:.1f} | {inp / 1e6 / s:.0f} | {vs} | {cpu_vs} | {size / 1e6:.0f} | {size_vs} | {rss} |")
 s, rss, _, cpu = res["no-op rebuild (2 GB dir layer)"]
 print(f"| first build, 2 GB `dir` layer, empty cache (gzip) | {first_s:.2f} | {first_cpu:.1f} | | | | {first['size'] / 1e6:.0f} | | {first_rss} |")

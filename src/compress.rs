@@ -10,12 +10,18 @@ use std::sync::{mpsc, Arc, Mutex};
 /// it changes every gzip digest, so it is also part of the cache key.
 pub const GZIP_BLOCK: usize = 1 << 20;
 /// Default levels. gzip 4 (libdeflate) is as small as `gzip -6` and much
-/// faster; zstd 3 is zstd's own default.
+/// faster. zstd 2, not zstd's own default 3: on quarry's sorted tars with
+/// libzstd 1.5.7 (whose block splitter the zstd 1.5.4 CLI lacks) level 2
+/// is as small as `zstd -3` of a plain `tar -c` and costs half the CPU
+/// (benches/pack.sh reports both levels and the sizes).
 pub const GZIP_LEVEL: i32 = 4;
 /// The libdeflate bundled by `libdeflate-sys` (1.26.x in Cargo.lock); its
 /// `LIBDEFLATE_VERSION_STRING` is not exported, so bump this with the crate.
 const LIBDEFLATE_VERSION: &str = "1.26";
-pub const ZSTD_LEVEL: i32 = 3;
+pub const ZSTD_LEVEL: i32 = 2;
+/// Bytes of input per zstd job (part of the output format, like
+/// `GZIP_BLOCK`). Memory grows with it: about 160 MiB peak RSS at 8 MiB.
+pub const ZSTD_JOB: usize = 8 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
 #[serde(rename_all = "lowercase")]
@@ -96,7 +102,7 @@ impl LayerCodec {
         let level = self.level;
         match self.compression {
             Compression::Gzip => format!("gzip-libdeflate{LIBDEFLATE_VERSION}-l{level}-b{GZIP_BLOCK}"),
-            Compression::Zstd => format!("zstd{}-l{level}-mt", zstd::zstd_safe::version_string()),
+            Compression::Zstd => format!("zstd{}-l{level}-mt-j{ZSTD_JOB}", zstd::zstd_safe::version_string()),
             Compression::None => "none".to_string(),
         }
     }
@@ -120,7 +126,13 @@ pub fn encoder<W: Write>(codec: LayerCodec, threads: usize, out: W) -> io::Resul
         Compression::Zstd => {
             let mut e = zstd::stream::write::Encoder::new(out, codec.level)?;
             // Any worker count >= 1 gives the same bytes; 0 would differ.
-            e.multithread(threads.max(1) as u32)?;
+            // One worker more than threads: libzstd hands a job only to an
+            // idle worker, and a worker that finishes waits until the
+            // feeding thread runs again; a spare job keeps every core busy.
+            e.multithread(threads.max(1) as u32 + 1)?;
+            // Fixed, so the bytes do not follow libzstd's default for the
+            // level; larger jobs mean fewer hand-offs (and fewer restarts).
+            e.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB as u32))?;
             Encoder::Zstd(e)
         }
         Compression::None => Encoder::None(out),

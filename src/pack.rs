@@ -14,10 +14,10 @@
 use crate::compress::{self, Compression, LayerCodec};
 use crate::store::cache::{Cache, CacheError};
 use crate::store::LayerBlob;
-use crate::tarball::write::{write_tar, WriteError, WriteOptions};
+use crate::tarball::write::{write_tar_to, CopyError, TarSink, WriteError, WriteOptions};
 use crate::tarball::Tree;
 use sha2::{Digest, Sha256};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::sync::mpsc;
 
 /// Bytes per chunk passed between stages.
@@ -72,6 +72,30 @@ impl Write for ChunkSender {
     }
 }
 
+impl TarSink for ChunkSender {
+    /// File content goes straight into the chunk: `read_to_end` fills the
+    /// spare capacity without zeroing it, and never grows the chunk (`want`
+    /// fits), so each byte is copied once, by the kernel.
+    fn append_from(&mut self, src: &mut dyn Read, len: u64) -> Result<(), CopyError> {
+        let mut left = len;
+        while left > 0 {
+            if self.buf.len() == CHUNK {
+                self.send().map_err(CopyError::Write)?;
+            }
+            let want = ((CHUNK - self.buf.len()) as u64).min(left);
+            match src.take(want).read_to_end(&mut self.buf) {
+                Ok(0) => return Err(CopyError::Short),
+                Ok(n) => left -= n as u64,
+                Err(e) => return Err(CopyError::Read(e)),
+            }
+        }
+        if self.buf.len() == CHUNK {
+            self.send().map_err(CopyError::Write)?;
+        }
+        Ok(())
+    }
+}
+
 /// Pack `tree` into a blob in `cache`. `on_bytes` sees content progress.
 pub fn pack_tree(
     cache: &Cache,
@@ -89,7 +113,7 @@ pub fn pack_tree(
     let (blob_tx, blob_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
 
     let (produced, hashed, compressed, written) = std::thread::scope(|s| {
-        let writer = s.spawn(move || -> io::Result<(String, u64)> {
+        let writer = stage(s, "blob-write", move || -> io::Result<(String, u64)> {
             // An uncompressed blob is the tar itself: its digest is the
             // diff_id, hashed once upstream.
             let mut out = BufWriter::with_capacity(CHUNK, file);
@@ -108,7 +132,7 @@ pub fn pack_tree(
         // Hashing the tar on its own thread keeps the walk and the
         // compressor busy on both cores instead of waiting for it.
         let to_next = if uncompressed { blob_tx.clone() } else { hashed_tx };
-        let hasher = s.spawn(move || -> io::Result<String> {
+        let hasher = stage(s, "tar-hash", move || -> io::Result<String> {
             let mut h = Sha256::new();
             for chunk in tar_rx {
                 h.update(&chunk);
@@ -116,7 +140,7 @@ pub fn pack_tree(
             }
             Ok(hex::encode(h.finalize()))
         });
-        let compressor = s.spawn(move || -> io::Result<()> {
+        let compressor = stage(s, "compress", move || -> io::Result<()> {
             if uncompressed {
                 drop(blob_tx);
                 return Ok(());
@@ -128,14 +152,14 @@ pub fn pack_tree(
             enc.finish()?.flush()
         });
         let produced = (|| -> Result<(), WriteError> {
-            let mut sender = write_tar(tree, ChunkSender::new(tar_tx), opts, on_bytes)?;
+            let mut sender = write_tar_to(tree, ChunkSender::new(tar_tx), opts, on_bytes)?;
             sender.flush()?;
             Ok(())
         })();
         // The tar sender is dropped by now: the other stages drain and end.
-        let hashed = join(hasher.join(), "tar hashing");
-        let compressed = join(compressor.join(), "compressing");
-        let written = join(writer.join(), "blob writing");
+        let hashed = join(hasher, "tar hashing");
+        let compressed = join(compressor, "compressing");
+        let written = join(writer, "blob writing");
         (produced, hashed, compressed, written)
     });
     // A stage's failure makes the stages before it fail with BrokenPipe:
@@ -154,8 +178,20 @@ pub fn pack_tree(
     })
 }
 
-fn join<T>(r: std::thread::Result<io::Result<T>>, what: &str) -> io::Result<T> {
-    r.unwrap_or_else(|_| Err(io::Error::other(format!("the {what} thread panicked"))))
+/// Start a pipeline stage on a named thread (names show in `top -H` and
+/// profilers); a thread that cannot start is that stage's error.
+fn stage<'scope, 'env, T: Send + 'scope>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    name: &str,
+    f: impl FnOnce() -> io::Result<T> + Send + 'scope,
+) -> StageHandle<'scope, T> {
+    std::thread::Builder::new().name(format!("quarry-{name}")).spawn_scoped(s, f)
+}
+
+type StageHandle<'scope, T> = io::Result<std::thread::ScopedJoinHandle<'scope, io::Result<T>>>;
+
+fn join<T>(stage: StageHandle<'_, T>, what: &str) -> io::Result<T> {
+    stage?.join().unwrap_or_else(|_| Err(io::Error::other(format!("the {what} thread panicked"))))
 }
 
 fn next_stage_stopped() -> io::Error {
@@ -198,7 +234,7 @@ mod tests {
         let cache = Cache::open(tmp.path()).unwrap();
         let t = tree();
         let opts = WriteOptions::default();
-        let tar = write_tar(&t, Vec::new(), &opts, &mut |_| {}).unwrap();
+        let tar = crate::tarball::write::write_tar(&t, Vec::new(), &opts, &mut |_| {}).unwrap();
         for c in [Compression::Gzip, Compression::Zstd, Compression::None] {
             let mut progress = 0;
             let codec = LayerCodec::new(c, None).unwrap();
@@ -212,6 +248,27 @@ mod tests {
             assert_eq!(format!("sha256:{}", crate::digest::sha256_hex(&tar)), one.diff_id);
             assert!(decompress(c, &blob) == tar, "{c:?}: the blob decompresses to the tar");
         }
+    }
+
+    #[test]
+    fn a_source_shorter_than_recorded_is_an_error_for_every_sink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&tmp.path().join("cache")).unwrap();
+        let file = tmp.path().join("short");
+        std::fs::write(&file, vec![7u8; 3000]).unwrap();
+        let mut t = tree();
+        // A slice is read without a size check at open: the copy itself
+        // must notice that the source ends early (past a chunk boundary).
+        let content = crate::tarball::Content::Slice { file: std::sync::Arc::new(file.clone()), offset: 0 };
+        let node = Node::new(crate::tarball::Kind::File { size: (3 * CHUNK) as u64, content }, 0o644);
+        t.insert(b"zz/short".to_vec(), node).unwrap();
+        let plain = crate::tarball::write::write_tar(&t, Vec::new(), &WriteOptions::default(), &mut |_| {});
+        let err = plain.map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("changed while") && err.contains("short"), "{err}");
+        let err = pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
+        let err = err.to_string();
+        assert!(err.contains("changed while") && err.contains("short"), "{err}");
+        assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");
     }
 
     #[test]

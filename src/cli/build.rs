@@ -17,7 +17,7 @@ pub struct Args {
     /// Layer compression
     #[arg(long, value_enum, default_value_t = Compression::Gzip)]
     compression: Compression,
-    /// Compression level [default: gzip 4 (libdeflate, 1-12), zstd 3 (1-19)];
+    /// Compression level [default: gzip 4 (libdeflate, 1-12), zstd 2 (1-19)];
     /// lower is faster and larger
     #[arg(long)]
     compression_level: Option<i32>,

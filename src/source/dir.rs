@@ -20,6 +20,10 @@ pub struct DirEntry {
     pub path: PathBuf,
     pub meta: Metadata,
     pub link: Option<Vec<u8>>,
+    /// The `security.capability` xattr of a regular file, once the
+    /// fingerprint has learned it (from the stat memo or by reading it), so
+    /// building the tree does not ask the filesystem again.
+    pub capability: Option<Option<Vec<u8>>>,
 }
 
 pub struct DirScan {
@@ -112,7 +116,7 @@ fn walk(root: &Path, start: &Path, min_depth: usize, max_depth: usize, f: &Filte
         } else {
             None
         };
-        entries.push(DirEntry { rel: rel.to_vec(), path: e.path().to_path_buf(), meta, link });
+        entries.push(DirEntry { rel: rel.to_vec(), path: e.path().to_path_buf(), meta, link, capability: None });
     }
     Ok(entries)
 }
@@ -138,31 +142,33 @@ impl DirScan {
     /// numbers, and for regular files the size, sha256 and capability; the
     /// hardlink structure as `into_tree` will build it. File contents come
     /// from `hasher` (memoized by stat), so `touch` costs a rehash, not a
-    /// rebuild.
+    /// rebuild. Records each file's capability for `into_tree`.
     pub fn fingerprint(
-        &self,
+        &mut self,
         s: &Source,
         hasher: &mut ContentHasher,
         source_date_epoch: u64,
     ) -> Result<String, String> {
-        // Regular files that carry content (the first of each hardlink group).
-        let mut first_of_inode: HashMap<(u64, u64), &[u8]> = HashMap::new();
-        let mut link_to: HashMap<usize, &[u8]> = HashMap::new();
+        // Regular files that carry content (the first of each hardlink
+        // group) are hashed; per entry, its place among them or the entry
+        // it is a hardlink to.
+        let mut first_of_inode: HashMap<(u64, u64), usize> = HashMap::new();
+        let mut hashed = vec![None; self.entries.len()];
+        let mut link_to = vec![None; self.entries.len()];
         let mut to_hash = Vec::new();
-        let mut hashed_index: HashMap<usize, usize> = HashMap::new();
         for (i, e) in self.entries.iter().enumerate() {
             let m = &e.meta;
             if !m.file_type().is_file() {
                 continue;
             }
             if m.nlink() > 1 {
-                if let Some(first) = first_of_inode.get(&(m.dev(), m.ino())) {
-                    link_to.insert(i, first);
+                if let Some(&first) = first_of_inode.get(&(m.dev(), m.ino())) {
+                    link_to[i] = Some(first);
                     continue;
                 }
-                first_of_inode.insert((m.dev(), m.ino()), &e.rel);
+                first_of_inode.insert((m.dev(), m.ino()), i);
             }
-            hashed_index.insert(i, to_hash.len());
+            hashed[i] = Some(to_hash.len());
             to_hash.push(FileToHash { rel: &e.rel, path: &e.path, meta: m });
         }
         let root = self.root.as_path();
@@ -184,10 +190,10 @@ impl DirScan {
             } else if ft.is_symlink() {
                 h.field("l").field(e.link.as_deref().unwrap_or_default());
             } else if ft.is_file() {
-                if let Some(first) = link_to.get(&i) {
-                    h.field("h").field(first);
-                } else {
-                    let d = &digests[hashed_index[&i]];
+                if let Some(first) = link_to[i] {
+                    h.field("h").field(&self.entries[first].rel);
+                } else if let Some(j) = hashed[i] {
+                    let d = &digests[j];
                     h.field("f").field(m.size().to_string()).field(d.sha256);
                     h.field(d.capability.as_deref().unwrap_or_default());
                 }
@@ -197,6 +203,12 @@ impl DirScan {
                 h.field("p");
             } else {
                 h.field("s");
+            }
+        }
+        // A hardlink shares its inode's xattrs with the first of its group.
+        for i in 0..self.entries.len() {
+            if let Some(j) = hashed[link_to[i].unwrap_or(i)] {
+                self.entries[i].capability = Some(digests[j].capability.clone());
             }
         }
         Ok(h.finish())
@@ -247,7 +259,7 @@ impl DirScan {
             let mut node = Node::new(kind, m.mode() & 0o7777).owned(uid, gid);
             node.mtime = m.mtime().max(0) as u64;
             if ft.is_file() {
-                if let Some(cap) = capability(&e.path) {
+                if let Some(cap) = e.capability.unwrap_or_else(|| capability(&e.path)) {
                     node.xattrs.push(("security.capability".into(), cap));
                 }
             }

@@ -3,9 +3,11 @@
 //! differs from the one recorded at its last hashing, so an unchanged tree
 //! costs one `lstat` per file; `verify` ignores the memo and rehashes all.
 //!
-//! The memo is kept in the cache directory (`stat-memo/<id>`), one JSON file
-//! per source (its kind, absolute path and filters), rewritten atomically
-//! only when something changed. ctime is part of the fingerprint because it
+//! The memo is kept in the cache directory (`stat-memo/<id>`), one file per
+//! source (its kind, absolute path and filters), rewritten atomically only
+//! when something changed. It is postcard (compact binary), not JSON: it is
+//! read before every build of a `dir` layer, and for tens of thousands of
+//! files parsing JSON was a visible part of a build's single-threaded start. ctime is part of the fingerprint because it
 //! moves on every content, mode, owner or xattr change, even when a tool puts
 //! the mtime back. Like git's "racily clean" rule, a file whose timestamps are
 //! younger than `RACY_SECS` is hashed but not memoized: a write within the
@@ -24,7 +26,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 const MEMO_KIND: &str = "stat-memo";
-const MEMO_VERSION: u32 = 1;
+const MEMO_VERSION: u32 = 2;
 const RACY_SECS: i64 = 2;
 
 /// What the memo compares to decide whether a file may have changed.
@@ -83,16 +85,11 @@ struct MemoFile {
 
 #[derive(Serialize, Deserialize)]
 struct MemoEntry {
-    /// The relative path, as text when it is UTF-8...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    path: Option<String>,
-    /// ...else as hex bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    path_hex: Option<String>,
+    /// The path relative to the source.
+    path: Vec<u8>,
     stat: StatFingerprint,
-    sha256: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    capability: Option<String>,
+    sha256: [u8; 32],
+    capability: Option<Vec<u8>>,
 }
 
 type Memo = HashMap<Vec<u8>, (StatFingerprint, FileDigest)>;
@@ -161,28 +158,26 @@ impl ContentHasher {
         let digests: Vec<FileDigest> = out.into_iter().map(|d| d.expect("every file hashed or memoized")).collect();
 
         // Rewrite the memo only when it would change.
-        let mut changed = memo.len() != files.len();
-        let mut entries = Vec::with_capacity(files.len());
-        for ((f, d), ok) in files.iter().zip(&digests).zip(&memoizable) {
-            if !ok {
-                changed = true;
-                continue;
-            }
-            let fp = StatFingerprint::of(f.meta);
-            if !changed {
-                changed = memo.get(f.rel).map(|(ofp, od)| *ofp != fp || od != d).unwrap_or(true);
-            }
-            entries.push(MemoEntry {
-                path: std::str::from_utf8(f.rel).ok().map(str::to_string),
-                path_hex: std::str::from_utf8(f.rel).is_err().then(|| hex::encode(f.rel)),
-                stat: fp,
-                sha256: hex::encode(d.sha256),
-                capability: d.capability.as_ref().map(hex::encode),
+        let changed = memo.len() != files.len()
+            || memoizable.iter().any(|ok| !ok)
+            || files.iter().zip(&digests).any(|(f, d)| {
+                memo.get(f.rel).map(|(ofp, od)| *ofp != StatFingerprint::of(f.meta) || od != d).unwrap_or(true)
             });
-        }
         if changed {
+            let entries = files
+                .iter()
+                .zip(&digests)
+                .zip(&memoizable)
+                .filter(|(_, ok)| **ok)
+                .map(|((f, d), _)| MemoEntry {
+                    path: f.rel.to_vec(),
+                    stat: StatFingerprint::of(f.meta),
+                    sha256: d.sha256,
+                    capability: d.capability.clone(),
+                })
+                .collect();
             let doc = MemoFile { version: MEMO_VERSION, entries };
-            let bytes = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
+            let bytes = postcard::to_stdvec(&doc).map_err(|e| e.to_string())?;
             self.cache.write_note(MEMO_KIND, &memo_name, &bytes).map_err(|e| e.to_string())?;
         }
         Ok(digests)
@@ -194,36 +189,17 @@ impl ContentHasher {
         let Some(bytes) = self.cache.read_note(MEMO_KIND, name) else {
             return Memo::new();
         };
-        let Ok(doc) = serde_json::from_slice::<MemoFile>(&bytes) else {
+        // Another version's layout may not even parse: either way, rehash.
+        let Ok(doc) = postcard::from_bytes::<MemoFile>(&bytes) else {
             return Memo::new();
         };
         if doc.version != MEMO_VERSION {
             return Memo::new();
         }
-        let mut memo = Memo::with_capacity(doc.entries.len());
-        for e in doc.entries {
-            let rel = match (e.path, e.path_hex) {
-                (Some(p), _) => p.into_bytes(),
-                (None, Some(h)) => match hex::decode(h) {
-                    Ok(b) => b,
-                    Err(_) => continue,
-                },
-                (None, None) => continue,
-            };
-            let Ok(sha) = hex::decode(&e.sha256) else {
-                continue;
-            };
-            let Ok(sha256) = <[u8; 32]>::try_from(sha.as_slice()) else {
-                continue;
-            };
-            let capability = match e.capability.map(hex::decode) {
-                Some(Ok(c)) => Some(c),
-                Some(Err(_)) => continue,
-                None => None,
-            };
-            memo.insert(rel, (e.stat, FileDigest { sha256, capability }));
-        }
-        memo
+        doc.entries
+            .into_iter()
+            .map(|e| (e.path, (e.stat, FileDigest { sha256: e.sha256, capability: e.capability })))
+            .collect()
     }
 }
 
@@ -321,9 +297,9 @@ mod tests {
         assert_eq!(hex::encode(changed[1].sha256), crate::digest::sha256_hex(b"BETA!"));
         // ...and `verify` reads everything, reporting memo entries that lied.
         let name = memo_name("s");
-        let text = String::from_utf8(cache.read_note(MEMO_KIND, &name).unwrap()).unwrap();
-        let lying = text.replace(&crate::digest::sha256_hex(b"alpha"), &"11".repeat(32));
-        cache.write_note(MEMO_KIND, &name, lying.as_bytes()).unwrap();
+        let mut doc: MemoFile = postcard::from_bytes(&cache.read_note(MEMO_KIND, &name).unwrap()).unwrap();
+        doc.entries.iter_mut().filter(|e| e.path == b"a").for_each(|e| e.sha256 = [0x11; 32]);
+        cache.write_note(MEMO_KIND, &name, &postcard::to_stdvec(&doc).unwrap()).unwrap();
         let trusted = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
         assert_eq!(trusted[0].sha256, [0x11; 32], "the memo is trusted without verify");
         let mut v = ContentHasher::new(cache.clone(), true);
@@ -336,25 +312,23 @@ mod tests {
     }
 
     #[test]
-    fn memo_round_trips_non_utf8_paths() {
+    fn memo_round_trips_non_utf8_paths_and_ignores_other_versions() {
         let tmp = tempfile::tempdir().unwrap();
         let cache = Cache::open(tmp.path()).unwrap();
         let h = ContentHasher::new(cache.clone(), false);
         let fp = StatFingerprint { size: 1, mtime: 2, mtime_nsec: 3, ctime: 4, ctime_nsec: 5, ino: 6, dev: 7, mode: 8 };
-        let doc = MemoFile {
-            version: MEMO_VERSION,
-            entries: vec![MemoEntry {
-                path: None,
-                path_hex: Some(hex::encode(b"caf\xe9")),
-                stat: fp,
-                sha256: "00".repeat(32),
-                capability: Some("0102".into()),
-            }],
-        };
-        cache.write_note(MEMO_KIND, &memo_name("x"), &serde_json::to_vec(&doc).unwrap()).unwrap();
+        let entry = || MemoEntry { path: b"caf\xe9".to_vec(), stat: fp, sha256: [0; 32], capability: Some(vec![1, 2]) };
+        let doc = MemoFile { version: MEMO_VERSION, entries: vec![entry()] };
+        cache.write_note(MEMO_KIND, &memo_name("x"), &postcard::to_stdvec(&doc).unwrap()).unwrap();
         let memo = h.load(&memo_name("x"));
         let (got_fp, d) = memo.get(&b"caf\xe9"[..]).unwrap();
         assert_eq!(*got_fp, fp);
         assert_eq!(d.capability.as_deref(), Some(&[1u8, 2][..]));
+
+        let old = MemoFile { version: MEMO_VERSION - 1, entries: vec![entry()] };
+        cache.write_note(MEMO_KIND, &memo_name("x"), &postcard::to_stdvec(&old).unwrap()).unwrap();
+        assert!(h.load(&memo_name("x")).is_empty(), "another version is not trusted");
+        cache.write_note(MEMO_KIND, &memo_name("x"), br#"{"version":1,"entries":[]}"#).unwrap();
+        assert!(h.load(&memo_name("x")).is_empty(), "a JSON memo of an older quarry is not trusted");
     }
 }

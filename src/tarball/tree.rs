@@ -171,30 +171,28 @@ impl Tree {
     /// Make sure every ancestor of `path` is a directory, creating implicit
     /// ones; refuse to go through a symlink or a file.
     fn ensure_parents(&mut self, path: &[u8]) -> Result<(), TreeError> {
-        let mut ancestors = Vec::new();
+        // Every stored entry's ancestors are stored directories (a non-dir
+        // replacing a dir takes its subtree with it), so the walk up stops
+        // at the nearest ancestor present: one lookup for most inserts.
+        let mut missing = Vec::new();
         let mut p = parent(path);
-        while let Some(a) = p {
-            if a.is_empty() {
-                break;
+        while let Some(a) = p.filter(|a| !a.is_empty()) {
+            match self.entries.get(a) {
+                Some(n) => match n.kind {
+                    Kind::Dir => break,
+                    Kind::Symlink(_) => {
+                        return Err(TreeError::ThroughSymlink { path: display(path), link: display(a) })
+                    }
+                    _ => return Err(TreeError::NotADirectory { path: display(path), ancestor: display(a) }),
+                },
+                None => missing.push(a),
             }
-            ancestors.push(a.to_vec());
             p = parent(a);
         }
-        for a in ancestors.into_iter().rev() {
-            match self.entries.get(&a) {
-                Some(n) => match n.kind {
-                    Kind::Dir => {}
-                    Kind::Symlink(_) => {
-                        return Err(TreeError::ThroughSymlink { path: display(path), link: display(&a) })
-                    }
-                    _ => return Err(TreeError::NotADirectory { path: display(path), ancestor: display(&a) }),
-                },
-                None => {
-                    let mut d = Node::dir(0o755);
-                    d.implicit = true;
-                    self.entries.insert(a, d);
-                }
-            }
+        for a in missing.into_iter().rev() {
+            let mut d = Node::dir(0o755);
+            d.implicit = true;
+            self.entries.insert(a.to_vec(), d);
         }
         Ok(())
     }

@@ -29,30 +29,51 @@ pub struct WriteOptions {
     pub source_date_epoch: u64,
 }
 
-/// A reader that must yield exactly `left` bytes.
-struct Exact<R> {
-    inner: R,
-    left: u64,
-    what: String,
-}
-
-impl<R: Read> Read for Exact<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.left == 0 {
-            return Ok(0);
+/// Where `write_tar_to` writes. `append_from` copies a file's content;
+/// a sink with its own buffer (the pack pipeline's) reads straight into it,
+/// saving a copy of every byte.
+pub trait TarSink: Write {
+    /// Append exactly `len` bytes from `src`.
+    fn append_from(&mut self, src: &mut dyn Read, len: u64) -> Result<(), CopyError> {
+        let mut buf = vec![0u8; (len as usize).clamp(1, 256 << 10)];
+        let mut left = len;
+        while left > 0 {
+            let want = (buf.len() as u64).min(left) as usize;
+            let n = match src.read(&mut buf[..want]) {
+                Ok(0) => return Err(CopyError::Short),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(CopyError::Read(e)),
+            };
+            self.write_all(&buf[..n]).map_err(CopyError::Write)?;
+            left -= n as u64;
         }
-        let want = (buf.len() as u64).min(self.left) as usize;
-        let n = self.inner.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("{} is shorter than recorded", self.what),
-            ));
-        }
-        self.left -= n as u64;
-        Ok(n)
+        Ok(())
     }
 }
+
+/// Why `TarSink::append_from` stopped.
+#[derive(Debug)]
+pub enum CopyError {
+    /// The source ended before `len` bytes.
+    Short,
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// Any writer, as a sink that copies through a buffer.
+struct Plain<W>(W);
+
+impl<W: Write> Write for Plain<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write> TarSink for Plain<W> {}
 
 fn set_bytes(field: &mut [u8], value: &[u8]) {
     let n = value.len().min(field.len());
@@ -129,6 +150,7 @@ fn header_for(path: &[u8], node: &Node, opts: &WriteOptions) -> (tar::Header, Ve
 
 fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Box<dyn Read>, WriteError> {
     let read_err = |src: &str, err| WriteError::Read { entry: display(path), source_path: src.to_string(), err };
+    // Files are read unbuffered: the sink asks for large reads.
     match content {
         Content::Host(p) => {
             let src = p.display().to_string();
@@ -137,13 +159,13 @@ fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Box<dyn Rea
             if len != size {
                 return Err(WriteError::Changed { source_path: src, expected: size });
             }
-            Ok(Box::new(Exact { inner: io::BufReader::with_capacity(256 << 10, f), left: size, what: src }))
+            Ok(Box::new(f))
         }
         Content::Slice { file, offset } => {
             let src = file.display().to_string();
             let mut f = File::open(file.as_ref()).map_err(|e| read_err(&src, e))?;
             f.seek(SeekFrom::Start(*offset)).map_err(|e| read_err(&src, e))?;
-            Ok(Box::new(Exact { inner: io::BufReader::with_capacity(256 << 10, f), left: size, what: src }))
+            Ok(Box::new(f))
         }
         Content::Bytes(b) => Ok(Box::new(io::Cursor::new(b.clone()))),
     }
@@ -157,6 +179,16 @@ pub fn write_tar<W: Write>(
     opts: &WriteOptions,
     on_bytes: &mut dyn FnMut(u64),
 ) -> Result<W, WriteError> {
+    Ok(write_tar_to(tree, Plain(out), opts, on_bytes)?.0)
+}
+
+/// `write_tar` into a `TarSink`.
+pub fn write_tar_to<S: TarSink>(
+    tree: &Tree,
+    out: S,
+    opts: &WriteOptions,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<S, WriteError> {
     let mut b = tar::Builder::new(out);
     for (path, node) in tree.iter() {
         let (header, pax) = header_for(path, node, opts);
@@ -165,11 +197,25 @@ pub fn write_tar<W: Write>(
         }
         match &node.kind {
             Kind::File { size, content } => {
-                let reader = open_content(path, content, *size)?;
-                b.append(&header, reader).map_err(|e| match e.kind() {
-                    io::ErrorKind::UnexpectedEof => WriteError::Changed { source_path: display(path), expected: *size },
-                    _ => WriteError::Io(e),
+                let mut reader = open_content(path, content, *size)?;
+                let source_path = || match content {
+                    Content::Host(p) => p.display().to_string(),
+                    Content::Slice { file, .. } => file.display().to_string(),
+                    Content::Bytes(_) => display(path),
+                };
+                // What `tar::Builder::append` writes, with the content
+                // copied by the sink: header, content, zeros to 512 bytes.
+                let sink = b.get_mut();
+                sink.write_all(header.as_bytes())?;
+                sink.append_from(&mut reader, *size).map_err(|e| match e {
+                    CopyError::Short => WriteError::Changed { source_path: source_path(), expected: *size },
+                    CopyError::Read(err) => WriteError::Read { entry: display(path), source_path: source_path(), err },
+                    CopyError::Write(err) => WriteError::Io(err),
                 })?;
+                let tail = (*size % 512) as usize;
+                if tail != 0 {
+                    sink.write_all(&[0u8; 512][..512 - tail])?;
+                }
                 on_bytes(*size);
             }
             _ => b.append(&header, io::empty())?,
