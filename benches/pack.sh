@@ -130,23 +130,30 @@ rm -rf "$CACHE"
 rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT/img-warm"
 # zstd levels 1 and 3 too: level 2 (the default) and the CLI's level 3 give
 # about the same output size; the sizes are reported.
-QUARRY_ROWS=(none gzip zstd "zstd --compression-level 1" "zstd --compression-level 3")
+# quarry_row FLAGS...: one timed `quarry build --no-cache` with these flags.
+quarry_row() {
+    local id
+    id=$(tr -d ' -' <<<"$*")
+    rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT/img-$id"
+    run "quarry build $*" "json:$CACHE" \
+        "$Q" build "$BENCH/pack.toml" --json --no-cache "$@" --cache-dir "$CACHE" -o "$OUT/img-$id"
+    cp "$BENCH/stdout.txt" "$BENCH/build-$id.json"
+}
+# Each baseline runs right before the quarry rows compared with it, so a
+# ratio compares runs seconds apart, not minutes.
 for ((ROUND = 1; ROUND <= RUNS; ROUND++)); do
     run "tar -c > file" "$OUT/plain.tar" bash -c "${TARC[*]} > $OUT/plain.tar"
-    run "tar -c | gzip -6" "$OUT/tar.gz" bash -c "${TARC[*]} | gzip -6 > $OUT/tar.gz"
-    run "tar -c | pigz -6 -p2" "$OUT/tar.pigz.gz" bash -c "${TARC[*]} | pigz -6 -p2 > $OUT/tar.pigz.gz"
+    quarry_row --compression none
     run "tar -c | zstd -3 -T2" "$OUT/tar.zst" bash -c "${TARC[*]} | zstd -q -3 -T2 > $OUT/tar.zst"
-    for c in "${QUARRY_ROWS[@]}"; do
-        id=${c// /}
-        rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT/img-$id"
-        # shellcheck disable=SC2086 # $c carries the flag and its value
-        run "quarry build --compression $c" "json:$CACHE" \
-            "$Q" build "$BENCH/pack.toml" --json --no-cache --compression $c --cache-dir "$CACHE" -o "$OUT/img-$id"
-        cp "$BENCH/stdout.txt" "$BENCH/build-$id.json"
-    done
+    quarry_row --compression zstd
+    quarry_row --compression zstd --compression-level 1
+    quarry_row --compression zstd --compression-level 3
+    run "tar -c | pigz -6 -p2" "$OUT/tar.pigz.gz" bash -c "${TARC[*]} | pigz -6 -p2 > $OUT/tar.pigz.gz"
+    quarry_row --compression gzip
+    run "tar -c | gzip -6" "$OUT/tar.gz" bash -c "${TARC[*]} | gzip -6 > $OUT/tar.gz"
 done
 rm -rf "$CACHE/blobs" "$CACHE/layers" "$OUT"/img-*
-INPUT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["layers"][0]["size"])' "$BENCH/build-none.json")
+INPUT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["layers"][0]["size"])' "$BENCH/build-compressionnone.json")
 
 # No-op rebuild of the ~2 GB image: a first build into a fresh cache, then the same build again.
 NOOP_CACHE=$BENCH/cache-noop

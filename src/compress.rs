@@ -126,12 +126,13 @@ pub fn encoder<W: Write>(codec: LayerCodec, threads: usize, out: W) -> io::Resul
         Compression::Zstd => {
             let mut e = zstd::stream::write::Encoder::new(out, codec.level)?;
             // Any worker count >= 1 gives the same bytes; 0 would differ.
-            // One worker more than threads: libzstd hands a job only to an
-            // idle worker, and a worker that finishes waits until the
-            // feeding thread runs again; a spare job keeps every core busy.
-            e.multithread(threads.max(1) as u32 + 1)?;
+            // (A spare worker beyond the cores was tried: more CPU, no
+            // faster.)
+            e.multithread(threads.max(1) as u32)?;
             // Fixed, so the bytes do not follow libzstd's default for the
-            // level; larger jobs mean fewer hand-offs (and fewer restarts).
+            // level. libzstd hands a job only to an idle worker, and a
+            // worker that finishes waits for the feeding thread: larger
+            // jobs mean fewer such waits (and fewer window restarts).
             e.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB as u32))?;
             Encoder::Zstd(e)
         }
