@@ -12,15 +12,15 @@ pub const GZIP_BLOCK: usize = 1 << 20;
 /// Default levels. gzip 4 (libdeflate) is as small as `gzip -6` and much
 /// faster. zstd 2, not zstd's own default 3: on quarry's sorted tars with
 /// libzstd 1.5.7 (whose block splitter the zstd 1.5.4 CLI lacks) level 2
-/// is as small as `zstd -3` of a plain `tar -c` and costs half the CPU
-/// (benches/pack.sh reports both levels and the sizes).
+/// is as small as `zstd -3` of a plain `tar -c` and compresses about twice
+/// as fast (benches/pack.sh reports both levels and the sizes).
 pub const GZIP_LEVEL: i32 = 4;
 /// The libdeflate bundled by `libdeflate-sys` (1.26.x in Cargo.lock); its
 /// `LIBDEFLATE_VERSION_STRING` is not exported, so bump this with the crate.
 const LIBDEFLATE_VERSION: &str = "1.26";
 pub const ZSTD_LEVEL: i32 = 2;
 /// Bytes of input per zstd job (part of the output format, like
-/// `GZIP_BLOCK`). Memory grows with it: about 160 MiB peak RSS at 8 MiB.
+/// `GZIP_BLOCK`). Memory grows with it: about 150 MB peak RSS at 8 MiB.
 pub const ZSTD_JOB: usize = 8 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, Default)]
