@@ -202,7 +202,7 @@ impl Builder<'_> {
                 wheels.insert(i, source::FetchedWheel { path: f.path, sha256: f.sha256 });
             }
         }
-        let mut scan = source::scan(layer, field_prefix, &wheels)?;
+        let scan = source::scan(layer, field_prefix, &wheels)?;
         let hashed_before = self.hasher.files_hashed;
         let stale_before = self.hasher.stale_entries;
         let fingerprint = scan.fingerprint(&mut self.hasher, self.opts.source_date_epoch)?;

@@ -15,10 +15,10 @@ pub const GZIP_BLOCK: usize = 1 << 20;
 /// is as small as `zstd -3` of a plain `tar -c` and compresses about twice
 /// as fast (benches/pack.sh reports both levels and the sizes).
 pub const GZIP_LEVEL: i32 = 4;
+pub const ZSTD_LEVEL: i32 = 2;
 /// The libdeflate bundled by `libdeflate-sys` (1.26.x in Cargo.lock); its
 /// `LIBDEFLATE_VERSION_STRING` is not exported, so bump this with the crate.
 const LIBDEFLATE_VERSION: &str = "1.26";
-pub const ZSTD_LEVEL: i32 = 2;
 /// Bytes of input per zstd job (part of the output format, like
 /// `GZIP_BLOCK`). Memory grows with it: about 150 MB peak RSS at 8 MiB.
 pub const ZSTD_JOB: usize = 8 << 20;

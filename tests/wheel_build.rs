@@ -105,44 +105,36 @@ fn run_in_python_image(dirs: &[(&Path, &str)], script: &str) -> std::process::Ou
     cmd.args(["--", "sh", "-c", script]).output().unwrap()
 }
 
-/// A wheelhouse with pycparser (cffi's dependency), fetched once with `pip download`.
-fn pycparser_wheelhouse(fx: &Fixtures) -> PathBuf {
-    let dir = fixture_dir().join("wheelhouse");
-    common::with_lock("wheelbuild-wheelhouse", || {
+/// `pip download --no-deps REQUIREMENT` into the fixture dir `name`, once
+/// (`binary` is `--only-binary` or `--no-binary`).
+fn pip_download_once(fx: &Fixtures, name: &str, binary: &str, requirement: &str) -> PathBuf {
+    let dir = fixture_dir().join(name);
+    common::with_lock(&format!("wheelbuild-{name}"), || {
         if dir.join("done").exists() {
             return;
         }
         let st = Command::new(fx.bin.join("python"))
             .args(["-m", "pip", "--disable-pip-version-check", "download", "-q", "--no-deps"])
-            .args(["--only-binary", ":all:", "-d"])
+            .args([binary, ":all:", "-d"])
             .arg(&dir)
-            .arg("pycparser")
+            .arg(requirement)
             .status()
             .unwrap();
-        assert!(st.success(), "pip download pycparser failed");
+        assert!(st.success(), "pip download {requirement} failed");
         std::fs::write(dir.join("done"), "").unwrap();
     });
     dir
 }
 
+/// A wheelhouse with pycparser (cffi's dependency).
+fn pycparser_wheelhouse(fx: &Fixtures) -> PathBuf {
+    pip_download_once(fx, "wheelhouse", "--only-binary", "pycparser")
+}
+
 /// The crcmod sdist (legacy setup.py), fetched with `pip download` as
 /// tests/fixtures/wheel-fixtures.sh fetches the others.
 fn crcmod_sdist(fx: &Fixtures) -> PathBuf {
-    let dir = fixture_dir().join("sdists");
-    common::with_lock("wheelbuild-sdists", || {
-        if dir.join("done").exists() {
-            return;
-        }
-        let st = Command::new(fx.bin.join("python"))
-            .args(["-m", "pip", "--disable-pip-version-check", "download", "-q", "--no-deps"])
-            .args(["--no-binary", ":all:", "-d"])
-            .arg(&dir)
-            .arg("crcmod==1.7")
-            .status()
-            .unwrap();
-        assert!(st.success(), "pip download crcmod failed");
-        std::fs::write(dir.join("done"), "").unwrap();
-    });
+    let dir = pip_download_once(fx, "sdists", "--no-binary", "crcmod==1.7");
     sdist(&dir, "crcmod-")
 }
 

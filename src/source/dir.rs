@@ -13,6 +13,7 @@ use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 pub struct DirEntry {
     /// Relative to the source directory; empty for the directory itself.
@@ -23,7 +24,7 @@ pub struct DirEntry {
     /// The `security.capability` xattr of a regular file, once the
     /// fingerprint has learned it (from the stat memo or by reading it), so
     /// building the tree does not ask the filesystem again.
-    pub capability: Option<Option<Vec<u8>>>,
+    pub capability: OnceLock<Option<Vec<u8>>>,
 }
 
 pub struct DirScan {
@@ -116,7 +117,13 @@ fn walk(root: &Path, start: &Path, min_depth: usize, max_depth: usize, f: &Filte
         } else {
             None
         };
-        entries.push(DirEntry { rel: rel.to_vec(), path: e.path().to_path_buf(), meta, link, capability: None });
+        entries.push(DirEntry {
+            rel: rel.to_vec(),
+            path: e.path().to_path_buf(),
+            meta,
+            link,
+            capability: OnceLock::new(),
+        });
     }
     Ok(entries)
 }
@@ -144,7 +151,7 @@ impl DirScan {
     /// from `hasher` (memoized by stat), so `touch` costs a rehash, not a
     /// rebuild. Records each file's capability for `into_tree`.
     pub fn fingerprint(
-        &mut self,
+        &self,
         s: &Source,
         hasher: &mut ContentHasher,
         source_date_epoch: u64,
@@ -206,9 +213,9 @@ impl DirScan {
             }
         }
         // A hardlink shares its inode's xattrs with the first of its group.
-        for i in 0..self.entries.len() {
+        for (i, e) in self.entries.iter().enumerate() {
             if let Some(j) = hashed[link_to[i].unwrap_or(i)] {
-                self.entries[i].capability = Some(digests[j].capability.clone());
+                let _ = e.capability.set(digests[j].capability.clone());
             }
         }
         Ok(h.finish())
@@ -259,7 +266,7 @@ impl DirScan {
             let mut node = Node::new(kind, m.mode() & 0o7777).owned(uid, gid);
             node.mtime = m.mtime().max(0) as u64;
             if ft.is_file() {
-                if let Some(cap) = e.capability.unwrap_or_else(|| capability(&e.path)) {
+                if let Some(cap) = e.capability.into_inner().unwrap_or_else(|| capability(&e.path)) {
                     node.xattrs.push(("security.capability".into(), cap));
                 }
             }

@@ -190,11 +190,11 @@ impl LayerScan<'_> {
     /// and the compression: the canonical definition and the *content* of
     /// every input (files hashed through `hasher`'s stat memo), so a changed
     /// mtime alone never rebuilds a layer unless the tar would store it.
-    pub fn fingerprint(&mut self, hasher: &mut ContentHasher, source_date_epoch: u64) -> Result<String, SourceError> {
+    pub fn fingerprint(&self, hasher: &mut ContentHasher, source_date_epoch: u64) -> Result<String, SourceError> {
         let mut h = KeyHasher::new();
         h.field("layer-v2").field(&self.layer.name);
         h.field(format!("{:?}", self.layer.remove));
-        for (i, s, scanned) in &mut self.scans {
+        for (i, s, scanned) in &self.scans {
             let field = |what: &str| format!("{}[{i}].{what}", self.field_prefix);
             // The validated definition, paths included, in a fixed order.
             h.field(format!("{s:?}"));
@@ -205,11 +205,10 @@ impl LayerScan<'_> {
                         .map_err(|m| SourceError::new(self.layer, field("dir"), m))?;
                     h.field(fp);
                 }
-                Scanned::File { .. } | Scanned::Archive { .. } => {
-                    let (kind, name, path, meta) = match scanned {
-                        Scanned::File { path, meta } => ("file", "file", &*path, &*meta),
-                        Scanned::Archive { path, meta } => ("archive", "archive", &*path, &*meta),
-                        _ => unreachable!("matched above"),
+                Scanned::File { path, meta } | Scanned::Archive { path, meta } => {
+                    let (kind, name) = match scanned {
+                        Scanned::File { .. } => ("file", "file"),
+                        _ => ("archive", "archive"),
                     };
                     let id = hashes::source_id(kind, path, &[]);
                     let one = [FileToHash { rel: b"", path, meta }];

@@ -148,12 +148,21 @@ fn header_for(path: &[u8], node: &Node, opts: &WriteOptions) -> (tar::Header, Ve
     (h, pax)
 }
 
+/// What error messages call an entry's content: its host file, else the entry.
+fn source_name(path: &[u8], content: &Content) -> String {
+    match content {
+        Content::Host(p) => p.display().to_string(),
+        Content::Slice { file, .. } => file.display().to_string(),
+        Content::Bytes(_) => display(path),
+    }
+}
+
 fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Box<dyn Read>, WriteError> {
+    let src = source_name(path, content);
     let read_err = |src: &str, err| WriteError::Read { entry: display(path), source_path: src.to_string(), err };
     // Files are read unbuffered: the sink asks for large reads.
     match content {
         Content::Host(p) => {
-            let src = p.display().to_string();
             let f = File::open(p).map_err(|e| read_err(&src, e))?;
             let len = f.metadata().map_err(|e| read_err(&src, e))?.len();
             if len != size {
@@ -162,7 +171,6 @@ fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Box<dyn Rea
             Ok(Box::new(f))
         }
         Content::Slice { file, offset } => {
-            let src = file.display().to_string();
             let mut f = File::open(file.as_ref()).map_err(|e| read_err(&src, e))?;
             f.seek(SeekFrom::Start(*offset)).map_err(|e| read_err(&src, e))?;
             Ok(Box::new(f))
@@ -198,18 +206,17 @@ pub fn write_tar_to<S: TarSink>(
         match &node.kind {
             Kind::File { size, content } => {
                 let mut reader = open_content(path, content, *size)?;
-                let source_path = || match content {
-                    Content::Host(p) => p.display().to_string(),
-                    Content::Slice { file, .. } => file.display().to_string(),
-                    Content::Bytes(_) => display(path),
-                };
                 // What `tar::Builder::append` writes, with the content
                 // copied by the sink: header, content, zeros to 512 bytes.
                 let sink = b.get_mut();
                 sink.write_all(header.as_bytes())?;
                 sink.append_from(&mut reader, *size).map_err(|e| match e {
-                    CopyError::Short => WriteError::Changed { source_path: source_path(), expected: *size },
-                    CopyError::Read(err) => WriteError::Read { entry: display(path), source_path: source_path(), err },
+                    CopyError::Short => {
+                        WriteError::Changed { source_path: source_name(path, content), expected: *size }
+                    }
+                    CopyError::Read(err) => {
+                        WriteError::Read { entry: display(path), source_path: source_name(path, content), err }
+                    }
                     CopyError::Write(err) => WriteError::Io(err),
                 })?;
                 let tail = (*size % 512) as usize;
