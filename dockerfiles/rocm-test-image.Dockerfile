@@ -3,7 +3,7 @@
 # Parameters: ROCM_DIST=../rocm-dist SMOKE_TESTS=rocm-test-image/smoke TEST_IMAGE=no_rocm_image_debian12.toml WHEELS=../wheelhouse
 # base: the image of images/no_rocm_image_debian12.toml, as a stage
 FROM debian:bookworm AS no_rocm_image_debian12
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv python3-pip git curl ca-certificates jq zip unzip cmake ninja-build clang lld valgrind libgfortran5 sudo && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv python3-pip python3-setuptools python3-wheel git git-lfs curl wget ca-certificates jq zip unzip cmake ninja-build clang lld valgrind libgfortran5 psmisc sudo && rm -rf /var/lib/apt/lists/*
 RUN (getent group video || groupadd -r video) && (getent group render || groupadd -r render) && useradd -m -u 1000 -s /bin/bash -G video,render tester && echo 'tester ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/tester && chmod 0440 /etc/sudoers.d/tester
 
 ENV LANG="C.UTF-8"
@@ -18,10 +18,13 @@ FROM no_rocm_image_debian12
 
 # layer: rocm
 COPY "rocm-dist/" "/opt/rocm/"
-COPY --chmod=0644 "images/rocm-test-image/rocm-ld.conf" "/etc/ld.so.conf.d/rocm.conf"
+COPY "images/rocm-test-image/rocm-ld.conf" "/etc/ld.so.conf.d/rocm.conf"
+USER root
+RUN ["chmod", "0644", "/etc/ld.so.conf.d/rocm.conf"]
 
 # layer: smoke-runner
-COPY --chmod=0755 "images/rocm-test-image/run-smoke-tests.sh" "/usr/local/bin/run-smoke-tests"
+COPY "images/rocm-test-image/run-smoke-tests.sh" "/usr/local/bin/run-smoke-tests"
+RUN ["chmod", "0755", "/usr/local/bin/run-smoke-tests"]
 
 # layer: wheels
 # quarry filters this directory: include ["*.whl"], exclude []
@@ -30,7 +33,8 @@ COPY "wheelhouse/" "/opt/wheelhouse/"
 # layer: venv
 WORKDIR /
 USER root
-RUN --network=none ["/bin/sh", "-ec", "# Hash-based .pyc files and none written beside the system's modules: the\n# same layer bytes on every build.\nexport PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=0\n# The loader cache for /opt/rocm/lib (its aux-cache holds inode numbers).\nldconfig && rm -f /var/cache/ldconfig/aux-cache\nset -- /opt/wheelhouse/*.whl\nif [ ! -e \"$1\" ]; then\n    echo \"no .whl files in /opt/wheelhouse: set WHEELS to a directory of wheels\" >&2\n    exit 1\nfi\npython3 -m venv /opt/venv\n/opt/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --find-links /opt/wheelhouse \"$@\"\n"]
+# quarry runs this step without network (`docker build --network none` does so for every RUN)
+RUN ["/bin/sh", "-ec", "# Hash-based .pyc files and none written beside the system's modules: the\n# same layer bytes on every build.\nexport PYTHONDONTWRITEBYTECODE=1 SOURCE_DATE_EPOCH=0\n# The loader cache for /opt/rocm/lib (its aux-cache holds inode numbers).\nldconfig && rm -f /var/cache/ldconfig/aux-cache\nset -- /opt/wheelhouse/*.whl\nif [ ! -e \"$1\" ]; then\n    echo \"no .whl files in /opt/wheelhouse: set WHEELS to a directory of wheels\" >&2\n    exit 1\nfi\npython3 -m venv /opt/venv\n/opt/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --find-links /opt/wheelhouse \"$@\"\n"]
 
 # layer: smoke
 COPY "images/rocm-test-image/smoke/" "/opt/smoke/"

@@ -3,7 +3,7 @@
 //! repository root by default); what a Dockerfile cannot say exactly
 //! (archive maps, stripped components) becomes an explicit RUN with a note.
 
-use crate::spec::{Base, Image, InputKind, Layer, SourceKind};
+use crate::definition::{Base, FilesLayer, Image, InputKind, Layer, LayerKind, SourceKind, StepLayer};
 use std::fmt::Write as _;
 use std::path::{Component, Path, PathBuf};
 
@@ -71,28 +71,104 @@ fn dest_dir(dest: &str) -> String {
     }
 }
 
-fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) -> Result<(), RenderError> {
+/// What the stage rendered so far can do: whether its image has a shell
+/// (tools such as `chmod`) and which user RUN instructions run as.
+struct Stage {
+    has_tools: bool,
+    user: Option<String>,
+}
+
+/// File modes after the layer's COPYs. `COPY --chmod` needs BuildKit (the
+/// classic builder of Docker 20.10, Debian's docker.io, refuses it), so
+/// modes are set by `RUN ["chmod", ...]` (exec form: no shell needed, only
+/// chmod), as root. A scratch stage has no chmod: COPY keeps the mode the
+/// file has in the build context, and a comment says which one is wanted.
+fn render_modes(out: &mut String, stage: &mut Stage, modes: &[(String, u32)]) {
+    if modes.is_empty() {
+        return;
+    }
+    if !stage.has_tools {
+        for (path, mode) in modes {
+            writeln!(
+                out,
+                "# {path} must have mode {mode:04o}: COPY keeps the context file's mode (no chmod in a scratch image)"
+            )
+            .unwrap();
+        }
+        return;
+    }
+    ensure_root(out, stage);
+    let mut by_mode: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    for (path, mode) in modes {
+        by_mode.entry(*mode).or_default().push(path.clone());
+    }
+    for (mode, paths) in by_mode {
+        let mut args = vec!["chmod".to_string(), format!("{mode:04o}")];
+        args.extend(paths);
+        writeln!(out, "RUN {}", exec_form(&args)).unwrap();
+    }
+}
+
+/// Switch to root when an earlier USER (the base's, a step's) is another user.
+fn ensure_root(out: &mut String, stage: &mut Stage) {
+    let other = |u: &str| u != "root" && u != "0" && !u.starts_with("0:") && !u.starts_with("root:");
+    if stage.user.as_deref().is_some_and(other) {
+        writeln!(out, "USER root").unwrap();
+        stage.user = Some("root".into());
+    }
+}
+
+fn render_layer(
+    out: &mut String,
+    image: &Image,
+    context: &Path,
+    layer: &Layer,
+    stage: &mut Stage,
+) -> Result<(), RenderError> {
     writeln!(out, "\n# layer: {}", layer.name).unwrap();
-    for s in &layer.sources {
+    match &layer.kind {
+        LayerKind::Files(files) => render_files(out, image, context, files, stage),
+        LayerKind::Packages(p) => {
+            ensure_root(out, stage);
+            render_packages_layer(out, image, layer, p);
+            Ok(())
+        }
+        LayerKind::Step(step) => render_step(out, image, context, step, stage),
+    }
+}
+
+fn render_files(
+    out: &mut String,
+    image: &Image,
+    context: &Path,
+    files: &FilesLayer,
+    stage: &mut Stage,
+) -> Result<(), RenderError> {
+    let mut modes = Vec::new();
+    for s in &files.sources {
         let chown = s.owner.map(|(u, g)| format!(" --chown={u}:{g}")).unwrap_or_default();
         match &s.kind {
-            SourceKind::Dir(p) => {
-                let src = in_context(image, context, p)?;
-                if !s.include.is_empty() || !s.exclude.is_empty() {
-                    writeln!(out, "# quarry filters this directory: include {:?}, exclude {:?}", s.include, s.exclude)
+            SourceKind::Dir(d) => {
+                let src = in_context(image, context, &d.path)?;
+                if !d.include.is_empty() || !d.exclude.is_empty() {
+                    writeln!(out, "# quarry filters this directory: include {:?}, exclude {:?}", d.include, d.exclude)
                         .unwrap();
                 }
                 writeln!(out, "COPY{chown} {} {}", q(&format!("{src}/")), q(&dest_dir(&s.dest))).unwrap();
             }
-            SourceKind::File(p) => {
-                let src = in_context(image, context, p)?;
-                let chmod = s.mode.map(|m| format!(" --chmod={m:04o}")).unwrap_or_default();
-                writeln!(out, "COPY{chown}{chmod} {} {}", q(&src), q(&s.dest)).unwrap();
+            SourceKind::File(f) => {
+                let src = in_context(image, context, &f.path)?;
+                writeln!(out, "COPY{chown} {} {}", q(&src), q(&s.dest)).unwrap();
+                if let Some(m) = f.mode {
+                    let name = Path::new(&src).file_name().unwrap_or_default().to_string_lossy();
+                    let target = if s.dest.ends_with('/') { format!("{}{name}", s.dest) } else { s.dest.clone() };
+                    modes.push((target, m));
+                }
             }
-            SourceKind::Archive(p) => {
-                let src = in_context(image, context, p)?;
+            SourceKind::Archive(a) => {
+                let src = in_context(image, context, &a.path)?;
                 let zip = src.ends_with(".zip") || src.ends_with(".whl");
-                if s.strip_components == 0 && s.map.is_empty() && !zip {
+                if a.strip_components == 0 && a.map.is_empty() && !zip {
                     writeln!(out, "ADD{chown} {} {}", q(&src), q(&dest_dir(&s.dest))).unwrap();
                 } else {
                     // ADD cannot strip components or place parts: unpack in a RUN.
@@ -108,12 +184,12 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
                     let unpack = if zip {
                         format!("cd {tmp} && mkdir x && cd x && unzip -q ../{name}")
                     } else {
-                        format!("cd {tmp} && mkdir x && tar -xf {name} -C x --strip-components={}", s.strip_components)
+                        format!("cd {tmp} && mkdir x && tar -xf {name} -C x --strip-components={}", a.strip_components)
                     };
-                    let place = if s.map.is_empty() {
+                    let place = if a.map.is_empty() {
                         format!("mkdir -p {0} && cp -a {tmp}/x/. {0}/", s.dest)
                     } else {
-                        s.map
+                        a.map
                             .iter()
                             .map(|(from, to)| format!("mkdir -p {to} && cp -a {tmp}/x/{from}/. {to}/"))
                             .collect::<Vec<_>>()
@@ -123,19 +199,16 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
                 }
             }
             SourceKind::Remove => {}
-            SourceKind::Packages(p) => render_packages_layer(out, image, layer, p),
-            SourceKind::Pypi { request, site_packages, bin } => {
-                render_pypi_source(out, image, s, request, site_packages, bin);
-            }
-            SourceKind::Rocm { .. } => {
+            SourceKind::Pypi(p) => render_pypi_source(out, image, s, p),
+            SourceKind::Rocm(_) => {
                 writeln!(out, "# a ROCm dist tree: copy it into rocm-dist/ in the context, or, for build artifacts,")
                     .unwrap();
                 writeln!(out, "#   quarry rocm flatten --artifact-dir ARTIFACTS --output rocm-dist").unwrap();
                 writeln!(out, "COPY{chown} \"rocm-dist/\" {}", q(&dest_dir(&s.dest))).unwrap();
             }
-            SourceKind::RocmArtifacts { dir, .. } => {
-                writeln!(out, "# ROCm artifacts from {}: flatten them first with", dir.display()).unwrap();
-                writeln!(out, "#   quarry rocm flatten --artifact-dir {} --output rocm-dist", dir.display()).unwrap();
+            SourceKind::RocmArtifacts(r) => {
+                writeln!(out, "# ROCm artifacts from {}: flatten them first with", r.dir.display()).unwrap();
+                writeln!(out, "#   quarry rocm flatten --artifact-dir {} --output rocm-dist", r.dir.display()).unwrap();
                 writeln!(out, "COPY{chown} \"rocm-dist/\" {}", q(&dest_dir(&s.dest))).unwrap();
             }
         }
@@ -143,21 +216,33 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
             writeln!(out, "RUN rm -rf {}", s.remove.join(" ")).unwrap();
         }
     }
-    if !layer.remove.is_empty() {
-        writeln!(out, "RUN rm -rf {}", layer.remove.join(" ")).unwrap();
+    render_modes(out, stage, &modes);
+    if !files.remove.is_empty() {
+        writeln!(out, "RUN rm -rf {}", files.remove.join(" ")).unwrap();
     }
-    if let Some(run) = &layer.run {
-        for input in &layer.inputs {
+    Ok(())
+}
+
+fn render_step(
+    out: &mut String,
+    image: &Image,
+    context: &Path,
+    step: &StepLayer,
+    stage: &mut Stage,
+) -> Result<(), RenderError> {
+    let run = &step.run;
+    {
+        for input in &step.inputs {
             match &input.kind {
                 InputKind::File(p) => {
                     writeln!(out, "COPY {} {}", q(&in_context(image, context, p)?), q(&input.dest)).unwrap();
                 }
                 InputKind::Pypi(req) => {
-                    let req = crate::pypi::resolved(req, &image.platform().1);
+                    let req = crate::pypi::resolved(req, image.platform.arch);
                     writeln!(out, "# pypi `{}`: fetch it into the context first with", req.requirement).unwrap();
                     writeln!(out, "#   {}", crate::pypi::pip_command_line(&req, "pypi")).unwrap();
                     if let Some(sha) = &input.sha256 {
-                        writeln!(out, "# pinned sha256: {sha}").unwrap();
+                        writeln!(out, "# pinned sha256: {}", sha.hex()).unwrap();
                     }
                     let dest = if input.dest.ends_with('/') { input.dest.clone() } else { format!("{}/", input.dest) };
                     writeln!(out, "COPY {} {}", q(&format!("pypi/{}", crate::pypi::file_glob(&req))), q(&dest))
@@ -173,25 +258,35 @@ fn render_layer(out: &mut String, image: &Image, context: &Path, layer: &Layer) 
         }
         if let Some(u) = &run.user {
             writeln!(out, "USER {u}").unwrap();
+            stage.user = Some(u.clone());
         }
-        let network = if run.network { "" } else { "--network=none " };
+        // `RUN --network=none` needs BuildKit; the classic builder refuses
+        // the flag, so the file says it in a comment instead.
+        if !run.network {
+            writeln!(
+                out,
+                "# quarry runs this step without network (`docker build --network none` does so for every RUN)"
+            )
+            .unwrap();
+        }
         let shell = run.shell.clone().unwrap_or_else(|| vec!["/bin/sh".into(), "-ec".into()]);
         let mut args = shell;
         args.push(run.script.clone());
-        writeln!(out, "RUN {network}{}", exec_form(&args)).unwrap();
+        writeln!(out, "RUN {}", exec_form(&args)).unwrap();
     }
     Ok(())
 }
 
 /// A `packages` layer as apt in a RUN: the versions the image's lock pins
 /// for the layer when there is one, else the names as the definition gives them.
-fn render_packages_layer(out: &mut String, image: &Image, layer: &Layer, p: &crate::spec::PackagesBase) {
-    let pinned: Option<Vec<String>> = crate::distro::lock::LockFile::read(&crate::distro::lock::lock_path(&image.file))
-        .ok()
-        .flatten()
-        .and_then(|l| l.layer.get(&layer.name).cloned())
-        .filter(|l| l.include == p.include)
-        .map(|l| l.packages.iter().map(|x| format!("{}={}", x.name, x.version)).collect());
+fn render_packages_layer(out: &mut String, image: &Image, layer: &Layer, p: &crate::definition::PackageSet) {
+    let pinned: Option<Vec<String>> =
+        crate::plan::lockfile::LockFile::read(&crate::plan::lockfile::lock_path(&image.file))
+            .ok()
+            .flatten()
+            .and_then(|l| l.layer.get(&layer.name).cloned())
+            .filter(|l| l.include == p.include)
+            .map(|l| l.packages.iter().map(|x| format!("{}={}", x.name, x.version)).collect());
     if pinned.is_none() {
         writeln!(out, "# packages from {} ({}); `quarry lock` pins their versions", p.suite, p.components.join(" "))
             .unwrap();
@@ -206,24 +301,23 @@ fn render_packages_layer(out: &mut String, image: &Image, layer: &Layer, p: &cra
 }
 
 /// A `pypi` source: the wheel is copied in from `pypi/` in the context and
-/// unpacked as quarry does (see `pypi::install`), with `unzip` and a shell.
+/// unpacked as quarry does (see `source::wheel_install`), with `unzip` and a shell.
 fn render_pypi_source(
     out: &mut String,
     image: &Image,
-    s: &crate::spec::Source,
-    request: &crate::spec::PypiRequest,
-    site_packages: &str,
-    bin: &std::collections::BTreeMap<String, String>,
+    s: &crate::definition::Source,
+    p: &crate::definition::PypiSource,
 ) {
-    let req = crate::pypi::resolved(request, &image.platform().1);
+    let (site_packages, bin) = (&p.site_packages, &p.bin);
+    let req = crate::pypi::resolved(&p.request, image.platform.arch);
     let dest = s.dest.trim_end_matches('/');
     let dest = if dest.is_empty() { "" } else { dest };
     let sp = if site_packages.starts_with('/') { site_packages.to_string() } else { format!("{dest}/{site_packages}") };
     let tmp = "/tmp/quarry-pypi";
     writeln!(out, "# pypi `{}`: fetch the wheel into the context first with", req.requirement).unwrap();
     writeln!(out, "#   {}", crate::pypi::pip_command_line(&req, "pypi")).unwrap();
-    if let Some(sha) = &s.sha256 {
-        writeln!(out, "# pinned sha256: {sha}").unwrap();
+    if let Some(sha) = &p.sha256 {
+        writeln!(out, "# pinned sha256: {}", sha.hex()).unwrap();
     }
     writeln!(
         out,
@@ -255,7 +349,7 @@ fn render_pypi_source(
 
 /// A `packages` base as the distro's own image plus apt: the nearest a
 /// Dockerfile gets (its package versions are not pinned like quarry's lock).
-fn render_packages_base(out: &mut String, p: &crate::spec::PackagesBase, stage: &str) {
+fn render_packages_base(out: &mut String, p: &crate::definition::PackagesBase, stage: &str) {
     let distro = if p.keyring.to_string_lossy().contains("ubuntu") { "ubuntu" } else { "debian" };
     writeln!(out, "FROM {distro}:{}{stage}", p.suite).unwrap();
     if !p.include.is_empty() {
@@ -304,10 +398,18 @@ pub fn render(image: &Image, context: &Path) -> Result<String, RenderError> {
 }
 
 /// A setting an image gets from its `image` base, when one of them sets it.
-fn inherited(image: &Image, get: impl Fn(&crate::spec::ConfigDef) -> Option<String> + Copy) -> Option<String> {
+fn inherited(image: &Image, get: impl Fn(&crate::definition::ConfigDef) -> Option<String> + Copy) -> Option<String> {
     match &image.base {
         Base::Image(base) => get(&base.config).or_else(|| inherited(base, get)),
         _ => None,
+    }
+}
+
+/// The base at the bottom of a chain of `image` bases.
+fn root_base(image: &Image) -> &Base {
+    match &image.base {
+        Base::Image(b) => root_base(b),
+        other => other,
     }
 }
 
@@ -333,7 +435,7 @@ fn render_stage(out: &mut String, image: &Image, context: &Path, alias: Option<&
         Base::Packages(p) => render_packages_base(out, p, &stage),
         Base::Scratch => writeln!(out, "FROM scratch{stage}").unwrap(),
         Base::Registry { reference } => writeln!(out, "FROM {reference}{stage}").unwrap(),
-        Base::Rootfs { path, .. } => {
+        Base::Rootfs(crate::definition::RootfsBase { path, .. }) => {
             writeln!(out, "FROM scratch{stage}").unwrap();
             writeln!(out, "ADD {} /", q(&in_context(image, context, path)?)).unwrap();
         }
@@ -352,8 +454,11 @@ fn render_stage(out: &mut String, image: &Image, context: &Path, alias: Option<&
             writeln!(out, "FROM {name}{stage}").unwrap();
         }
     }
+    // Every base but scratch is a Linux root filesystem with coreutils.
+    let mut state =
+        Stage { has_tools: !matches!(root_base(image), Base::Scratch), user: inherited(image, |c| c.user.clone()) };
     for layer in &image.layers {
-        render_layer(out, image, context, layer)?;
+        render_layer(out, image, context, layer, &mut state)?;
     }
     let c = &image.config;
     writeln!(out).unwrap();
@@ -414,10 +519,10 @@ mod tests {
             "name = \"x\"\nbase = { registry = \"r/x@sha256:00\" }\n[config]\nplatform = \"linux/amd64\"\n[[layer]]\nname = \"tools\"\n[[layer.source]]\n[layer.source.packages]\nsuite = \"bookworm\"\nmirror = \"host\"\nkeyring = \"k.gpg\"\ninclude = [\"jq\"]\n",
         )
         .unwrap();
-        let image = crate::spec::load_image(&f, &Default::default()).unwrap();
+        let image = crate::definition::load_image(&f, &Default::default()).unwrap();
         let out = render(&image, d.path()).unwrap();
         assert!(out.contains("apt-get install -y --no-install-recommends jq &&"), "{out}");
-        let pin = |n: &str, v: &str| crate::distro::lock::LockedPackage {
+        let pin = |n: &str, v: &str| crate::distro::pins::PinnedPackage {
             name: n.into(),
             version: v.into(),
             architecture: "amd64".into(),
@@ -425,7 +530,7 @@ mod tests {
             sha256: "0".repeat(64),
             size: 1,
         };
-        let layer = crate::distro::lock::Lock {
+        let layer = crate::distro::pins::PackagePins {
             suite: "bookworm".into(),
             architecture: "amd64".into(),
             components: vec!["main".into()],
@@ -436,9 +541,9 @@ mod tests {
             packages: vec![pin("jq", "1.6-2.1"), pin("libjq1", "1.6-2.1")],
         };
         let mut file =
-            crate::distro::lock::LockFile { version: crate::distro::lock::LOCK_VERSION, ..Default::default() };
+            crate::plan::lockfile::LockFile { version: crate::plan::lockfile::LOCK_VERSION, ..Default::default() };
         file.layer.insert("tools".into(), layer);
-        file.write(&crate::distro::lock::lock_path(&f)).unwrap();
+        file.write(&crate::plan::lockfile::lock_path(&f)).unwrap();
         let out = render(&image, d.path()).unwrap();
         assert!(out.contains("--no-install-recommends jq=1.6-2.1 libjq1=1.6-2.1 &&"), "{out}");
     }

@@ -1,8 +1,25 @@
 //! Progress bars (indicatif) on stderr, shown only when stdout is a terminal
-//! and neither `--json` nor `--quiet` is set.
+//! and neither `--json` nor `--quiet` is set. Part of the diagnostics sink
+//! (see `diagnostics`): every bar hangs off one `MultiProgress`, so notes and
+//! warnings print above the bars instead of through them.
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
+use std::sync::OnceLock;
+
+static BARS: OnceLock<MultiProgress> = OnceLock::new();
+
+fn bars() -> &'static MultiProgress {
+    BARS.get_or_init(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()))
+}
+
+/// Print one line on stderr, above whatever bars are on screen.
+pub(crate) fn print_above_bars(line: &str) {
+    match BARS.get() {
+        Some(m) => m.suspend(|| eprintln!("{line}")),
+        None => eprintln!("{line}"),
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
@@ -27,7 +44,7 @@ impl Progress {
         if !self.enabled {
             return ProgressBar::hidden();
         }
-        let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        let b = bars().add(ProgressBar::new(total));
         b.set_style(
             ProgressStyle::with_template("{msg:24} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())

@@ -60,9 +60,10 @@ fn debian12_image_builds_locked_reproducibly_offline_and_runs() {
     let lock = std::fs::read_to_string(img.with_extension("lock")).unwrap();
     assert!(lock.contains("name = \"python3-venv\"") && lock.contains("name = \"sudo\""), "{lock}");
 
-    let a = build(&img, &work.path().join("a"), &[], false);
-    let b = build(&img, &work.path().join("b"), &[], false);
+    let a = build(&img, &work.path().join("a"), &["--sbom"], false);
+    let b = build(&img, &work.path().join("b"), &["--sbom"], false);
     assert_eq!(a["manifest_digest"], b["manifest_digest"], "two builds from the lock differ");
+    check_sbom(&work.path().join("a"), &a, &work.path().join("b"), &b, &lock);
 
     // Offline: first show that nothing can be fetched in this environment...
     let mut probe = quarry();
@@ -98,8 +99,13 @@ fn debian12_image_builds_locked_reproducibly_offline_and_runs() {
         "python3",
         "python3-venv",
         "python3-pip",
+        "python3-setuptools",
+        "python3-wheel",
         "git",
+        "git-lfs",
         "curl",
+        "wget",
+        "psmisc",
         "jq",
         "zip",
         "unzip",
@@ -142,7 +148,7 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
     );
     let plan = stdout_json(&o);
     assert_eq!(plan["release"], "http://mirror.invalid/ubuntu/dists/noble/InRelease");
-    let arch = quarry::spec::debian_arch(quarry::spec::host_platform().split('/').nth(1).unwrap());
+    let arch = quarry::definition::Platform::host().arch.debian();
     assert_eq!(
         plan["indexes"],
         serde_json::json!([
@@ -155,9 +161,10 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
 
     // The same recipe as the Debian twin.
     let no_sets = Default::default();
-    let ubuntu = quarry::spec::load_image(&img, &no_sets).unwrap();
-    let debian = quarry::spec::load_image(&repo().join("images/no_rocm_image_debian12.toml"), &no_sets).unwrap();
-    let (quarry::spec::Base::Packages(u), quarry::spec::Base::Packages(d)) = (&ubuntu.base, &debian.base) else {
+    let ubuntu = quarry::definition::load_image(&img, &no_sets).unwrap();
+    let debian = quarry::definition::load_image(&repo().join("images/no_rocm_image_debian12.toml"), &no_sets).unwrap();
+    let (quarry::definition::Base::Packages(u), quarry::definition::Base::Packages(d)) = (&ubuntu.base, &debian.base)
+    else {
         panic!("both images have a packages base")
     };
     assert_eq!(u.include, d.include);
@@ -166,6 +173,21 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
     assert_eq!(ubuntu.config.user, debian.config.user);
     assert_eq!(ubuntu.config.workdir.as_deref(), Some("/home/tester"));
     assert_eq!(ubuntu.config.user.as_deref(), Some("tester"));
+
+    // Every variant exists for both, with the same packages over its test image.
+    for v in ["media", "ocl_rt", "openmpi", "rocgdb"] {
+        let load = |d: &str| {
+            let f = repo().join(format!("images/no_rocm_image_{d}_{v}.toml"));
+            let img = quarry::definition::load_image(&f, &no_sets).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            let quarry::definition::Base::Image(base) = &img.base else { panic!("{v}: an `image` base") };
+            assert_eq!(base.name, format!("no_rocm_image_{d}"));
+            let Some(p) = img.layers[0].packages() else { panic!("{v}: a packages layer") };
+            (p.include.clone(), p.suite.clone())
+        };
+        let (u, d) = (load("ubuntu24_04"), load("debian12"));
+        assert_eq!(u.0, d.0, "{v}");
+        assert_eq!((u.1.as_str(), d.1.as_str()), ("noble", "bookworm"));
+    }
 
     // Where this machine has no noble source, `host` says so and what to do.
     if quarry::distro::sources::host_mirror(Path::new("/etc/apt"), "noble").is_none() {
@@ -350,4 +372,82 @@ fn jq_layer_over_a_rootfs_base_configured() {
         .collect();
     assert_eq!(kept.concat(), below);
     check_jq_layer(&work.path().join("a"), &a, "libc.so.6", &["apt", "bash", "dpkg", "libc6"]);
+}
+
+/// The SBOM `--sbom` attached: the same bytes from both builds, valid for
+/// the SPDX project's own validator, every pinned package listed with its
+/// version and sha256, and the image described by its digest.
+fn check_sbom(a_dir: &Path, a: &serde_json::Value, b_dir: &Path, b: &serde_json::Value, lock: &str) {
+    let sbom_of = |dir: &Path, built: &serde_json::Value| -> Vec<u8> {
+        let artifact = built["sbom"].as_str().expect("--sbom reports the artifact");
+        let blob = |d: &str| dir.join("blobs/sha256").join(d.trim_start_matches("sha256:"));
+        let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(blob(artifact)).unwrap()).unwrap();
+        assert_eq!(manifest["artifactType"], "application/spdx+json");
+        assert_eq!(manifest["subject"]["digest"], built["manifest_digest"]);
+        std::fs::read(blob(manifest["layers"][0]["digest"].as_str().unwrap())).unwrap()
+    };
+    let (sa, sb) = (sbom_of(a_dir, a), sbom_of(b_dir, b));
+    assert!(sa == sb, "two builds gave different SBOMs");
+    let file = a_dir.join("../sbom.spdx.json");
+    std::fs::write(&file, &sa).unwrap();
+    assert!(have_tool("pyspdxtools"), "pyspdxtools (pip install spdx-tools) is needed; scripts/setup installs it");
+    run_expect(Command::new("pyspdxtools").arg("-i").arg(&file), 0);
+    let doc: serde_json::Value = serde_json::from_slice(&sa).unwrap();
+    let packages = doc["packages"].as_array().unwrap();
+    let pins: toml::Value = toml::from_str(lock).unwrap();
+    let pinned = pins["base"]["package"].as_array().unwrap();
+    assert!(pinned.len() > 100, "the Debian image pins its packages");
+    for p in pinned {
+        let (name, version, sha) =
+            (p["name"].as_str().unwrap(), p["version"].as_str().unwrap(), p["sha256"].as_str().unwrap());
+        let found = packages.iter().any(|q| {
+            q["name"] == name
+                && q["versionInfo"] == version
+                && q["checksums"].as_array().is_some_and(|c| c.iter().any(|c| c["checksumValue"] == sha))
+        });
+        assert!(found, "the SBOM lacks {name} {version} ({sha})");
+    }
+    let text = String::from_utf8_lossy(&sa);
+    let digest = a["manifest_digest"].as_str().unwrap();
+    assert!(text.contains(digest.trim_start_matches("sha256:")), "the SBOM names the image digest");
+}
+
+/// A variant of the test image builds here: its packages layer over
+/// no_rocm_image_debian12 (built through the cache), with its tools there.
+#[test]
+fn debian12_ocl_rt_variant_builds_and_has_its_tools() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("out");
+    let img = repo().join("images/no_rocm_image_debian12_ocl_rt.toml");
+    let j = stdout_json(&run_expect(
+        quarry().arg("build").arg(&img).arg("--cache-dir").arg(cache_dir()).arg("-o").arg(&out).arg("--json"),
+        0,
+    ));
+    let names: Vec<&str> = j["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["no_rocm_image_debian12/base", "ocl-rt"], "{j:#}");
+    let tag = format!("{}:latest", unique("ocl-rt"));
+    let _cleanup = RemoveImage(tag.clone());
+    run_expect(quarry().args(["load", "--tag", &tag]).arg(&out), 0);
+    let o = run_expect(
+        Command::new("docker").args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            &tag,
+            "sh",
+            "-ec",
+            "whoami; strace -V | head -1; ls /usr/lib/x86_64-linux-gnu/libOpenCL.so.1; git lfs version; killall -V 2>&1 | head -1",
+        ]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.starts_with("tester\n") && text.contains("strace -- version") && text.contains("libOpenCL.so.1"),
+        "{text}"
+    );
+    assert!(text.contains("git-lfs/"), "{text}");
 }

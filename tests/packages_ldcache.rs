@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use quarry::tarball::archive::{read_into, Placement};
-use quarry::tarball::Tree;
+use quarry::layer::archive::{read_into, Placement};
+use quarry::layer::Tree;
 use std::process::Command;
 
 fn listing(cache: &std::path::Path) -> Vec<String> {
@@ -24,7 +24,7 @@ fn ld_so_cache_matches_ldconfig() {
     read_into(&rootfs, &mut tree, &Placement::default(), spool.path()).unwrap();
     let theirs = spool.path().join("theirs.cache");
     let node = tree.get(b"etc/ld.so.cache").expect("mmdebstrap wrote a cache");
-    std::fs::write(&theirs, quarry::distro::system::read_node(node).unwrap()).unwrap();
+    std::fs::write(&theirs, node.read_content().unwrap()).unwrap();
     let ours = spool.path().join("ours.cache");
     std::fs::write(&ours, quarry::distro::ldcache::generate(&tree, "amd64").expect("a cache")).unwrap();
     let (a, b) = (listing(&ours), listing(&theirs));

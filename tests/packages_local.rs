@@ -132,7 +132,7 @@ fn serve(root: PathBuf, requests: Requests) -> String {
 }
 
 fn sha256(data: &[u8]) -> String {
-    quarry::digest::sha256_hex(data)
+    quarry::store::digest::sha256_hex(data)
 }
 
 /// The archive: `app` -> `mid` -> `libx (>= 1)`; `top` -> `old` -> `libx (<< 1)`
@@ -553,4 +553,48 @@ fn packages_layer_refusals_name_the_chain() {
         let e = stderr(&build(&img, &a.cache(), &a.root.path().join("o2"), 1));
         assert!(e.contains("layer `tools-configure`"), "{e}");
     }
+}
+
+#[test]
+fn plan_and_lock_over_a_layer_not_built_yet() {
+    let Some(a) = archive() else { return };
+    let img = a.layered("planned", &["libx"], &["app"], "");
+    let cache = a.root.path().join("plan-cache");
+    let plan = |code| {
+        let mut c = quarry();
+        c.arg("plan").arg(&img).arg("--cache-dir").arg(&cache).arg("-o").arg(a.root.path().join("plan-out"));
+        c.arg("--json").env("no_proxy", "127.0.0.1").env("NO_PROXY", "127.0.0.1");
+        stdout_json(&run_expect(&mut c, code))
+    };
+    // No lock, nothing built: the base is resolved now (its key needs the
+    // pins); the layer over it cannot be, and the plan says so.
+    let p = plan(0);
+    let layers = p["layers"].as_array().unwrap();
+    assert_eq!(layers[0]["name"], "base");
+    assert!(layers[0]["key"].is_string() && layers[0]["cached"] == false, "{p}");
+    assert!(layers[0]["inputs"].as_array().unwrap().iter().any(|i| i["kind"] == "deb"), "{p}");
+    assert!(layers[1]["key"].is_null() && layers[1]["cached"] == false, "{p}");
+    assert!(layers[1]["note"].as_str().unwrap().contains("once they are built"), "{p}");
+    assert!(!cache.join("layers").read_dir().unwrap().any(|_| true), "planning built nothing");
+
+    let lock_json = || {
+        let mut c = quarry();
+        c.arg("lock").arg(&img).arg("--cache-dir").arg(&cache).arg("--json");
+        stdout_json(&run_expect(c.env("no_proxy", "127.0.0.1").env("NO_PROXY", "127.0.0.1"), 0))
+    };
+    // `quarry lock` builds the base to resolve the layer over it, and says so.
+    let locked = lock_json();
+    assert_eq!(locked["built_to_resolve"]["tools"], serde_json::json!(["base"]), "{locked}");
+    assert_eq!(locked["layers"]["tools"], 2);
+
+    // With the lock every key is known; the base is in the cache now.
+    let p = plan(0);
+    let layers = p["layers"].as_array().unwrap();
+    assert!(layers[1]["key"].is_string(), "{p}");
+    assert_eq!((layers[0]["cached"].as_bool(), layers[1]["cached"].as_bool()), (Some(true), Some(false)));
+    let debs: Vec<&str> =
+        layers[1]["inputs"].as_array().unwrap().iter().map(|i| i["reference"].as_str().unwrap()).collect();
+    assert_eq!(debs, ["app=1.0 (amd64)", "mid=2.0 (amd64)"]);
+    // Locking again builds nothing new.
+    assert_eq!(lock_json()["built_to_resolve"], serde_json::json!({}));
 }

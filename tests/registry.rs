@@ -376,29 +376,17 @@ fn refusing_registry_is_a_clear_error() {
 /// A token service for the bearer flow: answers every request with a token
 /// and records the request lines.
 fn token_server() -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen2 = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).map(|n| n == 1).unwrap_or(false) {
-                head.push(byte[0]);
-            }
-            let text = String::from_utf8_lossy(&head).to_string();
-            seen2.lock().unwrap().push(text.lines().next().unwrap_or("").to_string());
-            let body = r#"{"token":"quarry-test-token"}"#;
-            let _ = write!(
-                s,
+    // Every request is answered here: nothing goes upstream.
+    intercepting_proxy(0, |_, _| {
+        let body = r#"{"token":"quarry-test-token"}"#;
+        Some(
+            format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
-            );
-        }
-    });
-    (port, seen)
+            )
+            .into_bytes(),
+        )
+    })
 }
 
 #[test]
@@ -577,7 +565,7 @@ fn index_is_resolved_to_the_image_platform() {
         "manifests": [entry(&arm, "arm64"), entry(&amd, "amd64")],
     }))
     .unwrap();
-    let index_digest = format!("sha256:{}", quarry::digest::sha256_hex(&index));
+    let index_digest = format!("sha256:{}", quarry::store::digest::sha256_hex(&index));
     ureq::put(format!("http://{}/v2/quarry-test/multi/manifests/multi", reg.addr()))
         .header("content-type", "application/vnd.oci.image.index.v1+json")
         .send(&index[..])
@@ -708,49 +696,15 @@ fn transient_failures_are_retried() {
     assert!(stderr(&o).contains("503"), "{}", stderr(&o));
 }
 
-/// A proxy that sends each request on its own upstream connection (it adds
-/// `Connection: close`), records request lines, and answers the `fail_at`-th
-/// PATCH with a 503 without passing it on.
+/// A proxy that sends each request on its own upstream connection, records
+/// request lines, and answers the `fail_at`-th PATCH with a 503 without
+/// passing it on.
 fn patch_failing_proxy(upstream: u16, fail_at: usize) -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen2 = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut client) = stream else { continue };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && client.read(&mut byte).map(|n| n == 1).unwrap_or(false) {
-                head.push(byte[0]);
-            }
-            let text = String::from_utf8_lossy(&head).to_string();
-            let line = text.lines().next().unwrap_or("").to_string();
-            let patches = {
-                let mut s = seen2.lock().unwrap();
-                s.push(line.clone());
-                s.iter().filter(|l| l.starts_with("PATCH ")).count()
-            };
-            if line.starts_with("PATCH ") && patches == fail_at {
-                let _ = client
-                    .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                let _ = client.shutdown(std::net::Shutdown::Both);
-                continue;
-            }
-            let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
-            let head = text.replacen("\r\n", "\r\nConnection: close\r\n", 1);
-            server.write_all(head.as_bytes()).unwrap();
-            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut client, &mut server);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut s2, &mut c2);
-                let _ = c2.shutdown(std::net::Shutdown::Both);
-            });
-        }
-    });
-    (port, seen)
+    intercepting_proxy(upstream, move |line, seen| {
+        let patches = seen.iter().filter(|l| l.starts_with("PATCH ")).count();
+        (line.starts_with("PATCH ") && patches == fail_at)
+            .then(|| b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec())
+    })
 }
 
 #[test]

@@ -140,26 +140,64 @@ fn rpath_entries(info: &quarry::elf::ElfInfo) -> Vec<String> {
     info.rpath.clone().unwrap_or_default().split(':').map(str::to_string).collect()
 }
 
+/// The members of a zip, and one member's bytes.
+fn zip_names(path: &Path) -> Vec<String> {
+    let z = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    (0..z.len()).map(|i| z.name_for_index(i).unwrap().unwrap().to_string()).collect()
+}
+
+fn zip_read(path: &Path, name: &str) -> Vec<u8> {
+    use std::io::Read;
+    let mut z = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut f = z.by_name(name).unwrap_or_else(|_| panic!("{} has no {name}", path.display()));
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).unwrap();
+    v
+}
+
+/// (member, symlink text or None for other entries) of the devel tar.
+fn devel_tar_members(wheel: &Path) -> Vec<(String, Option<String>)> {
+    let data = zip_read(wheel, "rocm_sdk_devel/_devel.tar");
+    let mut a = tar::Archive::new(data.as_slice());
+    a.entries()
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.path().unwrap().to_string_lossy().trim_end_matches('/').to_string();
+            let link = e.link_name().unwrap().map(|l| l.to_string_lossy().into_owned());
+            (name, link)
+        })
+        .collect()
+}
+
+fn pkg<'a>(j: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    j["packages"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no {name}: {j}"))
+}
+
+/// The reference's rules (shared/reference/rocm-packaging-reference.md),
+/// one by one, on the synthetic split-mode artifacts.
 #[test]
-fn split_packages_install_and_work() {
+fn split_packages_follow_the_reference_rules() {
     let Some(tools) = patchelf_bin() else { return };
     let t = tempfile::tempdir().unwrap();
     let arts = rocm_artifacts("split", t.path());
     let dest = t.path().join("out");
     let j = package(&tools, &arts, &dest, &["--version", VERSION]);
     let dist = dest.join("dist");
+    // §1: the package set, V verbatim, py3-none-linux_x86_64, no symlinks.
     assert_eq!(j["version"], VERSION);
-    assert_eq!(j["split"], true);
-    let names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let mut names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    names.sort();
     assert_eq!(
         names,
         [
             "rocm",
+            "rocm-profiler",
             "rocm-sdk-core",
-            "rocm-sdk-libraries",
+            "rocm-sdk-devel",
             "rocm-sdk-device-gfx1100",
             "rocm-sdk-device-gfx942",
-            "rocm-sdk-devel"
+            "rocm-sdk-libraries"
         ]
     );
     let files: Vec<String> =
@@ -167,27 +205,142 @@ fn split_packages_install_and_work() {
     assert!(files.contains(&format!("rocm-{VERSION}.tar.gz")), "{files:?}");
     for p in dist_files(&dist) {
         if p.extension().is_some_and(|e| e == "whl") {
-            assert!(p.to_string_lossy().ends_with("-py3-none-linux_x86_64.whl"));
+            assert!(p.to_string_lossy().ends_with(&format!("-{VERSION}-py3-none-linux_x86_64.whl")));
             assert_no_symlinks(&p);
+            let di = zip_names(&p).into_iter().find(|n| n.ends_with(".dist-info/WHEEL")).unwrap();
+            let wheel = String::from_utf8(zip_read(&p, &di)).unwrap();
+            assert!(wheel.contains("Root-Is-Purelib: true") && wheel.contains("Tag: py3-none-linux_x86_64"), "{wheel}");
         }
     }
-    // SONAME-only: one file under its SONAME, the other names recorded.
-    let core = &j["packages"][1];
+    // Requires-Dist: none but device -> libraries.
+    for n in ["rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel", "rocm-profiler"] {
+        assert_eq!(pkg(&j, n)["requires"], serde_json::json!([]), "{n}");
+    }
+    assert_eq!(
+        pkg(&j, "rocm-sdk-device-gfx942")["requires"],
+        serde_json::json!([format!("rocm-sdk-libraries=={VERSION}")])
+    );
+
+    // §3: SONAME-only libraries, aliases, launchers, copies, drops.
+    let core = pkg(&j, "rocm-sdk-core");
     let core_files: Vec<&str> = core["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     assert!(core_files.contains(&"_rocm_sdk_core/lib/libamdhip64.so.7"));
     assert!(!core_files.iter().any(|f| f.ends_with("libamdhip64.so") || f.ends_with("libamdhip64.so.7.1.0")));
-    assert_eq!(core["aliases"]["lib/libamdhip64.so"], "lib/libamdhip64.so.7");
+    assert_eq!(core["aliases"]["lib/libamdhip64.so"], "libamdhip64.so.7");
+    assert_eq!(core["aliases"]["lib/libamdhip64.so.7.1.0"], "libamdhip64.so.7");
     assert_eq!(core["launchers"]["bin/hipinfo"], "hipinfo-real");
-    // Exact pins between packages.
-    assert_eq!(j["packages"][2]["requires"][0], format!("rocm-sdk-core=={VERSION}"));
-    assert_eq!(j["packages"][4]["requires"][0], format!("rocm-sdk-libraries=={VERSION}"));
-    assert!(j["packages"][5]["requires"]
-        .as_array()
-        .unwrap()
-        .contains(&serde_json::json!(format!("rocm-sdk-core=={VERSION}"))));
+    assert_eq!(core["launchers"]["lib/llvm/bin/amdclang"], "clang", "one hop, the raw link text");
+    assert!(core_files.contains(&"_rocm_sdk_core/bin/rocm-smi"), "a script behind a link is copied");
+    assert!(core["launchers"].get("bin/rocm-smi").is_none());
+    assert!(!core_files.contains(&"_rocm_sdk_core/bin/amdclang"), "its target is in another artifact: dropped");
+    for init in [
+        "_rocm_sdk_core/__init__.py",
+        "rocm_sdk_core/__init__.py",
+        "rocm_sdk_core/_cli.py",
+        "rocm_sdk_core/_dist_info.py",
+    ] {
+        assert!(core_files.contains(&init), "{init}");
+    }
+    let core_whl = PathBuf::from(core["file"].as_str().unwrap());
+    let ep =
+        String::from_utf8(zip_read(&core_whl, &format!("rocm_sdk_core-{VERSION}.dist-info/entry_points.txt"))).unwrap();
+    assert_eq!(ep.lines().filter(|l| l.contains(" = rocm_sdk_core._cli:")).count(), 28, "{ep}");
+    assert!(ep.contains("amdclang++ = rocm_sdk_core._cli:amdclangpp") && ep.contains("rocm-smi = "), "{ep}");
+    let rocm_smi = zip_read(&core_whl, "_rocm_sdk_core/bin/rocm-smi");
+    assert!(rocm_smi.starts_with(b"#!/bin/sh"), "a copy of the script, not a launcher");
 
+    // §5: RPATH strings, exactly.
+    let up2 = "$ORIGIN/../../_rocm_sdk_core";
+    assert_eq!(
+        core["rpaths"]["_rocm_sdk_core/lib/libamdhip64.so.7"],
+        format!("$ORIGIN:{up2}/lib/llvm/lib:{up2}/lib/rocm_sysdeps/lib")
+    );
+    let up4 = "$ORIGIN/../../../../_rocm_sdk_core";
+    assert_eq!(
+        core["rpaths"]["_rocm_sdk_core/lib/llvm/bin/clang-20"],
+        format!("$ORIGIN:{up4}/lib/llvm/lib:{up4}/lib/rocm_sysdeps/lib")
+    );
+    assert!(core["rpaths"].get("_rocm_sdk_core/lib/llvm/bin/amdclang").is_none(), "launchers get no RPATH");
+    let libs = pkg(&j, "rocm-sdk-libraries");
+    assert_eq!(
+        libs["rpaths"]["_rocm_sdk_libraries/lib/librocblas.so.5"],
+        format!("$ORIGIN:{up2}/lib:{up2}/lib/rocm_sysdeps/lib:{up2}/lib/host-math/lib:{up2}/lib/llvm/lib")
+    );
+    let profiler = pkg(&j, "rocm-profiler");
+    assert_eq!(
+        profiler["rpaths"]["_rocm_profiler/lib/librocprof-sys.so.1"],
+        format!("$ORIGIN:{up2}/lib:{up2}/lib/llvm/lib:{up2}/lib/rocm_sysdeps/lib")
+    );
+
+    // §6: rocm-profiler, its 8 console scripts, the unversioned second copy.
+    let pfiles: Vec<&str> = profiler["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    for f in [
+        "_rocm_profiler/bin/rocprof-compute",
+        "_rocm_profiler/lib/librocprof-sys.so.1",
+        "_rocm_profiler/lib/librocprof-sys.so",
+        "rocm_profiler/_cli.py",
+    ] {
+        assert!(pfiles.contains(&f), "{f}: {pfiles:?}");
+    }
+    let pwhl = PathBuf::from(profiler["file"].as_str().unwrap());
+    let pep =
+        String::from_utf8(zip_read(&pwhl, &format!("rocm_profiler-{VERSION}.dist-info/entry_points.txt"))).unwrap();
+    assert_eq!(pep.lines().filter(|l| l.contains(" = rocm_profiler._cli:")).count(), 8, "{pep}");
+    assert!(!core_files.iter().any(|f| f.contains("rocprof-")), "profiler files stay out of core");
+
+    // §7: device wheels overlay _rocm_sdk_libraries, with .devel_links/<T>.json.
+    let dev = pkg(&j, "rocm-sdk-device-gfx942");
+    let dfiles: Vec<&str> = dev["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert!(dfiles.contains(&"_rocm_sdk_libraries/__init__.py"));
+    assert!(dfiles.contains(&"_rocm_sdk_libraries/lib/rocblas/library/Kernels_gfx942.co"));
+    let json = zip_read(&PathBuf::from(dev["file"].as_str().unwrap()), "_rocm_sdk_libraries/.devel_links/gfx942.json");
+    let json = String::from_utf8(json).unwrap();
+    assert!(!json.ends_with('\n') && json.starts_with("{\n  \"version\": "), "indent 2, version first: {json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["version"], VERSION);
+    assert!(
+        v["links"].as_array().unwrap().contains(&serde_json::json!({
+            "relpath": "lib/rocblas/library/Kernels_gfx942.co",
+            "target": "../../../../_rocm_sdk_libraries/lib/rocblas/library/Kernels_gfx942.co"
+        })),
+        "{json}"
+    );
+
+    // §4: the devel wheel: pure package and tar, nothing under _rocm_sdk_devel/.
+    let devel = pkg(&j, "rocm-sdk-devel");
+    let devel_whl = PathBuf::from(devel["file"].as_str().unwrap());
+    let dn = zip_names(&devel_whl);
+    assert!(
+        dn.contains(&"rocm_sdk_devel/_devel.tar".to_string()) && dn.contains(&"rocm_sdk_devel/_cli.py".to_string())
+    );
+    assert!(!dn.iter().any(|n| n.starts_with("_rocm_sdk_devel/")), "{dn:?}");
+    let members = devel_tar_members(&devel_whl);
+    assert!(members.iter().all(|(m, _)| m == "_rocm_sdk_devel" || m.starts_with("_rocm_sdk_devel/")), "{members:?}");
+    let link = |m: &str| members.iter().find(|(n, _)| n == m).and_then(|(_, l)| l.clone());
+    assert!(members.iter().any(|(m, l)| m == "_rocm_sdk_devel/__init__.py" && l.is_none()));
+    assert_eq!(
+        link("_rocm_sdk_devel/lib/libamdhip64.so.7").as_deref(),
+        Some("../../_rocm_sdk_core/lib/libamdhip64.so.7")
+    );
+    assert_eq!(link("_rocm_sdk_devel/lib/libamdhip64.so").as_deref(), Some("libamdhip64.so.7"), "alias -> bare SONAME");
+    assert_eq!(link("_rocm_sdk_devel/lib/libamdhip64.so.7.1.0").as_deref(), Some("libamdhip64.so.7"));
+    assert_eq!(link("_rocm_sdk_devel/bin/rocm-smi").as_deref(), Some("../../_rocm_sdk_core/bin/rocm-smi"));
+    assert_eq!(link("_rocm_sdk_devel/bin/amdclang").as_deref(), Some("../lib/llvm/bin/amdclang"), "verbatim");
+    assert_eq!(
+        link("_rocm_sdk_devel/lib/llvm/bin/amdclang").as_deref(),
+        Some("../../../../_rocm_sdk_core/lib/llvm/bin/amdclang")
+    );
+    assert!(!members.iter().any(|(m, _)| m.contains("rocprof")), "no profiler files in devel");
+    let pos = |m: &str| members.iter().position(|(n, _)| n == m).unwrap();
+    assert!(pos("_rocm_sdk_devel/include") < pos("_rocm_sdk_devel/include/hip/hip_version.h"), "dirs first");
+
+    // §1: the selector's extras, in the reference's order.
     let bin = venv(&t.path().join("venv"));
     pip_install(&bin, &dist, "rocm[libraries,devel]", &[]);
+    let meta = python(&bin, "import importlib.metadata as m; print(m.metadata('rocm').get_all('Provides-Extra'))");
+    assert_eq!(meta, "['libraries', 'device', 'devel', 'profiler', 'device-gfx1100', 'device-gfx942', 'device-all']");
+
+    // The installed tree works: rocm-sdk test, version, path.
     let test = run_expect(in_venv(&bin, "rocm-sdk").arg("test"), 0);
     let report = String::from_utf8_lossy(&test.stdout);
     assert!(report.contains(" 0 failed"), "{report}");
@@ -198,37 +351,33 @@ fn split_packages_install_and_work() {
     let cmake = PathBuf::from(String::from_utf8_lossy(&cmake.stdout).trim());
     assert!(cmake.join("hip/hip-config.cmake").is_file(), "{}", cmake.display());
 
-    // The launcher runs the real executable with the same argv.
+    // The reference's expansion marker: _rocm_sdk_devel/__init__.py, tar gone.
     let core_dir = package_dir(&bin, "_rocm_sdk_core");
     let libs_dir = package_dir(&bin, "_rocm_sdk_libraries");
-    let devel_dir = package_dir(&bin, "_rocm_sdk_devel");
+    let site = core_dir.parent().unwrap().to_path_buf();
+    let devel_dir = site.join("_rocm_sdk_devel");
+    assert!(devel_dir.join("__init__.py").is_file());
+    assert!(!site.join("rocm_sdk_devel/_devel.tar").exists());
     let launcher = core_dir.join("bin/hipinfo");
-    assert!(!launcher.is_symlink());
     let o = run_expect(Command::new(&launcher).args(["x", "y"]), 0);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "hipinfo-real argc=3 first=x\n");
 
     // A libraries-package library loads after preloading amdhip64 only.
     let answer = python(
         &bin,
-        "import ctypes, rocm_sdk\n\
-         rocm_sdk.initialize_process(preload_shortnames=['amdhip64'])\n\
-         print(ctypes.CDLL(rocm_sdk.find_libraries('rocblas')[0]).rocblas_answer())",
+        &format!(
+            "import ctypes, rocm_sdk\n\
+             rocm_sdk.initialize_process(preload_shortnames=['amdhip64'])\n\
+             print(ctypes.CDLL({:?}).rocblas_answer())",
+            libs_dir.join("lib/librocblas.so.5").display().to_string()
+        ),
     );
     assert_eq!(answer, "43");
-
-    // Every runtime ELF has DT_RPATH with the expected $ORIGIN entries.
-    let core_elves = host_elf_files(&core_dir);
-    assert!(core_elves.len() >= 3, "{core_elves:?}");
-    for (path, info) in &core_elves {
-        let rel = path.strip_prefix(&core_dir).unwrap().to_string_lossy().into_owned();
-        let want = if rel.starts_with("bin/") { "$ORIGIN/../lib" } else { "$ORIGIN" };
-        assert!(rpath_entries(info).contains(&want.to_string()), "{rel}: {info:?}");
-    }
     let lib_elves = host_elf_files(&libs_dir);
     assert_eq!(lib_elves.len(), 1);
     assert!(rpath_entries(&lib_elves[0].1).contains(&"$ORIGIN/../../_rocm_sdk_core/lib".to_string()));
 
-    // Devel: expanded, symlinks into the runtime packages became hardlinks.
+    // Devel links into runtime packages became hardlinks; compiler driver links in bin/ stay.
     use std::os::unix::fs::MetadataExt;
     let hip = devel_dir.join("lib/libamdhip64.so.7");
     assert!(!hip.is_symlink());
@@ -236,28 +385,34 @@ fn split_packages_install_and_work() {
         std::fs::metadata(&hip).unwrap().ino(),
         std::fs::metadata(core_dir.join("lib/libamdhip64.so.7")).unwrap().ino()
     );
-    assert_eq!(
-        std::fs::metadata(devel_dir.join("lib/libamdhip64.so")).unwrap().ino(),
-        std::fs::metadata(&hip).unwrap().ino()
-    );
+    assert!(devel_dir.join("bin/amdclang").is_symlink());
     assert!(devel_dir.join("include/rocblas/rocblas.h").is_file());
 
-    // Device packages overlay into the libraries directory, one target each.
+    // A device package overlays the libraries directory; `rocm-sdk init`
+    // links its files into the devel tree and records them in its RECORD.
     assert!(!libs_dir.join("lib/rocblas/library/Kernels_gfx942.co").exists());
     pip_install(&bin, &dist, "rocm[device-gfx942]", &[]);
     assert!(libs_dir.join("lib/rocblas/library/Kernels_gfx942.co").is_file());
-    assert!(libs_dir.join("lib/rocblas/library/rocblas_gfx942.kpack").is_file());
     assert!(libs_dir.join("lib/rocblas/library/TensileLibrary_gfx942.dat").is_file());
     assert!(!libs_dir.join("lib/rocblas/library/Kernels_gfx1100.co").exists());
-    assert!(libs_dir.join("lib/librocblas.so.5").is_file());
+    run_expect(in_venv(&bin, "rocm-sdk").args(["init", "--quiet"]), 0);
+    let linked = devel_dir.join("lib/rocblas/library/Kernels_gfx942.co");
+    assert_eq!(
+        std::fs::metadata(&linked).unwrap().ino(),
+        std::fs::metadata(libs_dir.join("lib/rocblas/library/Kernels_gfx942.co")).unwrap().ino()
+    );
+    run_expect(in_venv(&bin, "pip").args(["uninstall", "-y", "-q", "rocm-sdk-device-gfx942"]), 0);
+    assert!(!linked.exists(), "the device RECORD lists the devel link");
 
     // Uninstalling devel removes what the expansion created.
     run_expect(in_venv(&bin, "pip").args(["uninstall", "-y", "-q", "rocm-sdk-devel"]), 0);
-    assert!(
-        !devel_dir.exists(),
-        "left behind: {:?}",
-        walkdir::WalkDir::new(&devel_dir).into_iter().map(|e| e.unwrap().path().to_path_buf()).collect::<Vec<_>>()
-    );
+    let left: Vec<PathBuf> = walkdir::WalkDir::new(&devel_dir)
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_type().is_dir())
+        .map(|e| e.path().to_path_buf())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     assert!(core_dir.join("lib/libamdhip64.so.7").is_file());
 }
 
@@ -284,7 +439,7 @@ fn two_runs_give_identical_bytes() {
     package(&tools, &a2, &d2, &["--version", VERSION]);
     let f1 = dist_files(&d1.join("dist"));
     let f2 = dist_files(&d2.join("dist"));
-    assert_eq!(f1.len(), 6);
+    assert_eq!(f1.len(), 7);
     assert_eq!(
         f1.iter().map(|p| p.file_name().unwrap()).collect::<Vec<_>>(),
         f2.iter().map(|p| p.file_name().unwrap()).collect::<Vec<_>>()
@@ -309,20 +464,39 @@ fn legacy_mode_picks_the_family_at_install_time() {
     let dest = t.path().join("out");
     let j = package(&tools, &arts, &dest, &["--version", VERSION]);
     assert_eq!(j["split"], false);
-    let names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let mut names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    names.sort();
     assert_eq!(
         names,
         [
             "rocm",
+            "rocm",
+            "rocm-profiler",
             "rocm-sdk-core",
+            "rocm-sdk-devel",
+            "rocm-sdk-devel",
             "rocm-sdk-libraries-gfx110X-dgpu",
             "rocm-sdk-libraries-gfx94X-dcgpu",
-            "rocm-sdk-devel"
         ]
     );
+    // Several families: a selector sdist and a devel wheel per family in dist/<family>/.
     let dist = dest.join("dist");
+    for fam in ["gfx110X-dgpu", "gfx94X-dcgpu"] {
+        assert!(dist.join(fam).join(format!("rocm-{VERSION}.tar.gz")).is_file());
+        assert!(dist.join(fam).join(format!("rocm_sdk_devel-{VERSION}-py3-none-linux_x86_64.whl")).is_file());
+    }
     let bin = venv(&t.path().join("venv"));
-    pip_install(&bin, &dist, "rocm[libraries]", &[("ROCM_SDK_TARGET_FAMILY", "gfx110X-dgpu")]);
+    run_expect(
+        in_venv(&bin, "pip")
+            .env("ROCM_SDK_TARGET_FAMILY", "gfx110X-dgpu")
+            .args(["install", "-q", "--no-index", "--find-links"])
+            .arg(dist.join("gfx110X-dgpu"))
+            .arg("--find-links")
+            .arg(&dist)
+            .arg("rocm[libraries]"),
+        0,
+    );
+    let dist = dist.join("gfx94X-dcgpu");
     let listed = python(&bin, "import importlib.util as u; print(bool(u.find_spec('_rocm_sdk_libraries_gfx110X_dgpu')), bool(u.find_spec('_rocm_sdk_libraries_gfx94X_dcgpu')))");
     assert_eq!(listed, "True False");
     let libs = package_dir(&bin, "_rocm_sdk_libraries_gfx110X_dgpu");
@@ -333,9 +507,12 @@ fn legacy_mode_picks_the_family_at_install_time() {
         .env_remove("LD_LIBRARY_PATH")
         .args([
             "-c",
-            "import ctypes, rocm_sdk\n\
-             rocm_sdk.initialize_process(preload_shortnames=['amdhip64'])\n\
-             print(ctypes.CDLL(rocm_sdk.find_libraries('rocblas')[0]).rocblas_answer())",
+            &format!(
+                "import ctypes, rocm_sdk\n\
+                 rocm_sdk.initialize_process(preload_shortnames=['amdhip64'])\n\
+                 print(ctypes.CDLL({:?}).rocblas_answer())",
+                libs.join("lib/librocblas.so.5").display().to_string()
+            ),
         ])
         .output()
         .unwrap();
@@ -413,8 +590,12 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
 
     let dest = t.path().join("out");
     let j = package(&tools, &arts, &dest, &["--version", VERSION]);
-    let libs = &j["packages"][2];
-    assert_eq!(libs["rpaths"]["_rocm_sdk_libraries/lib/libtrail.so.1"], "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib");
+    let libs = pkg(&j, "rocm-sdk-libraries");
+    let up2 = "$ORIGIN/../../_rocm_sdk_core";
+    assert_eq!(
+        libs["rpaths"]["_rocm_sdk_libraries/lib/libtrail.so.1"],
+        format!("$ORIGIN:{up2}/lib:{up2}/lib/rocm_sysdeps/lib:{up2}/lib/host-math/lib:{up2}/lib/llvm/lib")
+    );
     let bin = venv(&t.path().join("venv"));
     pip_install(&bin, &dest.join("dist"), "rocm[libraries]", &[]);
     let libs_dir = package_dir(&bin, "_rocm_sdk_libraries");
@@ -489,8 +670,14 @@ fn old_patchelf_is_refused() {
     std::fs::create_dir_all(&fake).unwrap();
     write(&fake.join("patchelf"), "#!/bin/sh\necho 'patchelf 0.14.5'\n");
     std::fs::set_permissions(fake.join("patchelf"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let err = package_fails(&fake, &arts, &t.path().join("out"), &["--version", VERSION]);
-    assert!(err.contains("0.14.5") && err.contains("0.19"), "{err}");
+    // A patchelf on PATH is never used; one chosen with QUARRY_PATCHELF is checked.
+    let out = run_expect(
+        package_cmd(&fake, &arts, &t.path().join("out"), &["--version", VERSION])
+            .env("QUARRY_PATCHELF", fake.join("patchelf")),
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("0.14.5") && err.contains("0.19") && err.contains("QUARRY_PATCHELF"), "{err}");
 }
 
 #[test]
@@ -520,29 +707,28 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
     let err = package_fails(&tools, &arts, &t.path().join("o3"), &["--version", VERSION]);
     assert!(err.contains("math-libs/NOPE/stage") && err.contains("blas_dev_generic"), "{err}");
 
-    // No version anywhere; then a version from the manifest; a bad version.
+    // No version anywhere; a bad version; then version.json's rocm-version + .dev0
+    // (as the reference; the manifest's version is not used).
     let arts = rocm_artifacts("split", &t.path().join("d"));
     let err = package_fails(&tools, &arts, &t.path().join("o4"), &[]);
     assert!(err.contains("--version"), "{err}");
     let err = package_fails(&tools, &arts, &t.path().join("o4"), &["--version", "7.10-beta"]);
     assert!(err.contains("7.10-beta") && err.contains("PEP 440"), "{err}");
-    let manifest = arts.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json");
-    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
-    v["version"] = serde_json::json!("7.10.0rc1");
-    std::fs::write(&manifest, v.to_string()).unwrap();
+    std::fs::write(t.path().join("d/version.json"), r#"{"rocm-version": "7.10.0rc1"}"#).unwrap();
 
     // Dangling symlinks and directory symlinks are dropped and reported.
     let lib = arts.join("core-hip_lib_generic/core/clr/stage/lib");
     std::os::unix::fs::symlink("libgone.so.1", lib.join("libgone.so")).unwrap();
     std::os::unix::fs::symlink(".", lib.join("self-dir")).unwrap();
     let j = package(&tools, &arts, &t.path().join("o5"), &[]);
-    assert_eq!(j["version"], "7.10.0rc1");
+    assert_eq!(j["version"], "7.10.0rc1.dev0");
     let dropped = j["dropped"].as_array().unwrap();
     let has = |pkg: &str, path: &str, why: &str| {
         dropped.iter().any(|d| d["package"] == pkg && d["path"] == path && d["reason"].as_str().unwrap().contains(why))
     };
     assert!(has("rocm-sdk-core", "lib/libgone.so", "dangling"), "{dropped:?}");
     assert!(has("rocm-sdk-core", "lib/self-dir", "directory"), "{dropped:?}");
-    assert!(has("rocm-sdk-devel", "lib/libgone.so", "dangling"), "{dropped:?}");
+    let devel = &j["packages"].as_array().unwrap().iter().find(|p| p["name"] == "rocm-sdk-devel").unwrap();
+    assert_eq!(devel["links"]["_rocm_sdk_devel/lib/libgone.so"], "libgone.so.1", "devel keeps symlinks verbatim");
     assert!(dist_files(&t.path().join("o5/dist")).iter().any(|p| p.to_string_lossy().contains("7.10.0rc1")));
 }

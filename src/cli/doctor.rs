@@ -12,6 +12,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     let r = doctor::diagnose(a.cache_dir.unwrap_or_else(crate::store::cache::default_dir));
     let code = if r.healthy() { 0 } else { 1 };
     if a.json {
@@ -52,6 +53,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     println!("targets     {} ({})", r.targets.joined(), r.targets.source);
+    match (&r.patchelf.path, &r.patchelf.origin) {
+        (Some(path), Some(origin)) => {
+            println!("patchelf    ok: {} {} ({origin})", path.display(), r.patchelf.version.as_deref().unwrap_or("?"))
+        }
+        _ => println!("patchelf    PROBLEM: {}", r.patchelf.problem.as_deref().unwrap_or("none usable")),
+    }
     println!(
         "cache       {}{}, {} free",
         r.cache.dir.display(),

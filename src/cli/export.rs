@@ -35,7 +35,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Format::DockerArchive => {
                 let tag = match &a.tag {
                     Some(t) => t.clone(),
-                    None => crate::engine::image_arg::layout_tag(&a.oci_dir)?,
+                    None => super::image_arg::layout_tag(&a.oci_dir)?,
                 };
                 write_docker_archive(&a.oci_dir, None, &tag, &mut w, &|_| false)?;
             }

@@ -11,6 +11,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     let engine = Engine::connect()?;
     let r = engine.gc(a.all)?;
     if a.json {

@@ -16,6 +16,7 @@ struct Out {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     let gpus = gpu::detect()?;
     let targets = gpu::build_targets(&gpus);
     if a.json {

@@ -14,6 +14,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     let img = open_image(&a.path, a.reference.as_deref(), None)?;
     let diff_ids = img.config.rootfs().diff_ids().clone();
     let layers: Vec<serde_json::Value> = img
@@ -31,6 +32,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         })
         .collect();
     let total: u64 = img.manifest.layers().iter().map(|l| l.size()).sum();
+    let referrers: Vec<serde_json::Value> = crate::store::referrer::referrers(&a.path, &img.manifest_digest)?
+        .iter()
+        .map(|r| serde_json::json!({ "artifact_type": r.artifact_type(), "digest": r.descriptor.digest().to_string() }))
+        .collect();
     if a.json {
         super::print_json(&serde_json::json!({
             "path": a.path,
@@ -42,6 +47,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             "size": total,
             "config": img.config.config(),
             "history": img.config.history(),
+            "referrers": referrers,
         }))?;
         return Ok(0);
     }
@@ -57,10 +63,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         println!(
             "  {:>2}  {}  {:>10}  {}",
             i,
-            super::short_digest(l.digest().as_ref()),
+            super::short_digest(l.digest()),
             super::human_size(l.size()),
             l.media_type()
         );
+    }
+    for r in &referrers {
+        println!("referrer  {} {}", r["artifact_type"].as_str().unwrap_or(""), r["digest"].as_str().unwrap_or(""));
     }
     if let Some(c) = img.config.config() {
         if let Some(e) = c.entrypoint() {

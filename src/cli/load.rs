@@ -1,4 +1,4 @@
-use crate::engine::image_arg::{self, ImageArg};
+use crate::cli::image_arg::{self, ImageArg};
 use crate::engine::Engine;
 use crate::progress::Progress;
 use anyhow::bail;
@@ -18,6 +18,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     let cache_dir = a.def.cache_dir();
     let (dir, default_tag) = match image_arg::classify(&a.image)? {
         ImageArg::Layout(d) => {
@@ -25,7 +26,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             (d, t)
         }
         ImageArg::Definition(f) => {
-            crate::cli::build_definition_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(a.json, false))?
+            image_arg::build_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(a.json, false))?
         }
         ImageArg::Reference(r) => bail!("`{r}` is neither an OCI layout directory nor an image definition (.toml); `quarry load` loads those into the engine"),
     };

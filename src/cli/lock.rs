@@ -1,6 +1,6 @@
 use crate::build::BuildOptions;
+use crate::definition::{load_image, parse_sets};
 use crate::progress::Progress;
-use crate::spec::{load_image, parse_sets};
 use anyhow::{anyhow, Context};
 use std::path::PathBuf;
 
@@ -33,42 +33,59 @@ struct Locked {
     layers: std::collections::BTreeMap<String, usize>,
     /// Files pinned from PyPI.
     pypi: usize,
+    /// Layers that had to be built to resolve a packages layer over them.
+    built_to_resolve: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+#[derive(serde::Serialize)]
+struct DryRun {
+    #[serde(flatten)]
+    sources: crate::distro::Sources,
+    lock: PathBuf,
+    locked: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     let sets = parse_sets(&a.sets).map_err(|e| anyhow!(e))?;
     let loaded = load_image(&a.image, &sets)?;
     // An image built on another definition pins that one's packages,
     // unless it has packages layers or PyPI files of its own.
-    let own_pins =
-        !crate::distro::packages_layers(&loaded).is_empty() || !crate::pypi::image_requests(&loaded).is_empty();
-    let image = if own_pins { &loaded } else { loaded.root_image() };
+    let image = if loaded.has_own_pins() { &loaded } else { loaded.root_image() };
+    let lock_path = crate::plan::lockfile::lock_path(&image.file);
     if a.dry_run {
-        let spec = crate::distro::packages_of(image)?;
-        let plan =
-            crate::distro::plan(spec, &image.file).with_context(|| format!("planning `{}`", image.file.display()))?;
+        let set = image.first_package_set().ok_or_else(|| {
+            anyhow!(
+                "`{}` has no packages to resolve (no `[base.packages]` and no packages layer)",
+                image.file.display()
+            )
+        })?;
+        let sources = crate::distro::sources(set).with_context(|| format!("planning `{}`", image.file.display()))?;
+        let plan = DryRun { sources, locked: lock_path.is_file(), lock: lock_path };
         if a.json {
             super::print_json(&plan)?;
         } else {
-            println!("release  {}", plan.release);
-            for i in &plan.indexes {
+            println!("release  {}", plan.sources.release);
+            for i in &plan.sources.indexes {
                 println!("index    {i}");
             }
-            println!("keyring  {}", plan.keyring.display());
+            println!("keyring  {}", plan.sources.keyring.display());
             println!("lock     {}{}", plan.lock.display(), if plan.locked { " (exists)" } else { "" });
         }
         return Ok(0);
     }
     let cache_dir = a.cache_dir.unwrap_or_else(crate::store::cache::default_dir);
     let opts = BuildOptions::defaults(sets, cache_dir, Progress::new(a.json, false)).map_err(|e| anyhow!(e))?;
-    let (path, lock) =
+    let locked =
         crate::build::lock_image(image, &opts).with_context(|| format!("locking `{}`", image.file.display()))?;
+    let lock = &locked.lock;
     let out = Locked {
-        lock: path,
+        lock: locked.path.clone(),
         release: lock.base.as_ref().map(|b| b.release.clone()),
         packages: lock.package_count(),
         layers: lock.layer.iter().map(|(n, l)| (n.clone(), l.packages.len())).collect(),
         pypi: lock.pypi.len(),
+        built_to_resolve: locked.built_to_resolve.iter().cloned().collect(),
     };
     if a.json {
         super::print_json(&out)?;
@@ -79,6 +96,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             parts.push(format!("{} PyPI file(s)", out.pypi));
         }
         println!("{}: {} packages pinned ({})", out.lock.display(), out.packages, parts.join("; "));
+        for (layer, built) in &out.built_to_resolve {
+            println!("built {} to resolve `{layer}` over", built.join(", "));
+        }
     }
     Ok(0)
 }

@@ -2,18 +2,22 @@
 //! codes); the work itself lives in the library modules.
 
 mod build;
+mod code_objects;
 mod dockerfile;
 mod doctor;
 mod export;
 mod gc;
 mod gpus;
+mod image_arg;
 mod inspect;
 mod load;
 mod lock;
+mod plan;
 mod pull;
 mod push;
 mod rocm;
 mod run;
+mod values;
 mod wheel;
 
 use clap::{Parser, Subcommand};
@@ -60,11 +64,16 @@ enum Command {
     Wheel(wheel::Command),
     /// Pin a `[base.packages]` image's packages and every PyPI file in IMAGE.lock
     Lock(lock::Args),
+    /// Show what a build would do: each layer's kind, key, inputs and whether the cache has it
+    Plan(plan::Args),
+    /// List the AMD GPU targets that files, wheels or directories hold code for
+    CodeObjects(code_objects::Args),
 }
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    crate::diagnostics::install(crate::diagnostics::Mode::Human);
     let result = match cli.command {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
@@ -80,6 +89,8 @@ pub fn main() -> i32 {
         Command::Pull(a) => pull::run(a),
         Command::Wheel(c) => wheel::run(c),
         Command::Lock(a) => lock::run(a),
+        Command::Plan(a) => plan::run(a),
+        Command::CodeObjects(a) => code_objects::run(a),
     };
     match result {
         Ok(code) => code,
@@ -90,9 +101,6 @@ pub fn main() -> i32 {
     }
 }
 
-/// Build a definition with default options (gzip, all cores,
-/// SOURCE_DATE_EPOCH from the env) on the way to the engine; returns the
-/// layout and the tag to load it as. `sets` are `--set K=V` arguments.
 /// `--set` and `--cache-dir`, for the commands that take an image
 /// definition as well as a layout or an engine image.
 #[derive(clap::Args)]
@@ -111,25 +119,21 @@ impl DefinitionArgs {
     }
 }
 
-pub(crate) fn build_definition_for_engine(
-    file: &std::path::Path,
-    sets: &[String],
-    cache_dir: &std::path::Path,
-    progress: crate::progress::Progress,
-) -> anyhow::Result<(std::path::PathBuf, String)> {
-    let sets = crate::spec::parse_sets(sets).map_err(|e| anyhow::anyhow!(e))?;
-    let opts = crate::build::BuildOptions::defaults(sets, cache_dir.to_path_buf(), progress)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let r = crate::engine::image_arg::build_definition(file, &opts)?;
-    let tag = crate::engine::image_arg::definition_tag(&r);
-    Ok((r.output, tag))
+/// Route warnings and notes for this command's output flags (see `diagnostics`).
+pub(crate) fn set_output_mode(json: bool, quiet: bool) {
+    crate::diagnostics::install(crate::diagnostics::Mode::from_flags(json, quiet));
 }
 
-/// Print a value as one JSON document on stdout.
+/// Print a value as one JSON document on stdout. An object also gets the
+/// warnings reported while it was made, as `warnings: [...]`.
 pub(crate) fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     use std::io::Write;
+    let mut value = serde_json::to_value(v)?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("warnings".into(), crate::diagnostics::take_warnings().into());
+    }
     let mut out = std::io::stdout().lock();
-    let text = serde_json::to_string_pretty(v)?;
+    let text = serde_json::to_string_pretty(&value)?;
     // A closed pipe (`quarry ... --json | head`) is the reader's choice, not an error.
     match writeln!(out, "{text}").and_then(|_| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -152,7 +156,9 @@ pub(crate) fn human_size(n: u64) -> String {
     }
 }
 
-pub(crate) fn short_digest(d: &str) -> &str {
-    let hex = d.trim_start_matches("sha256:");
-    &hex[..hex.len().min(12)]
+/// The first 12 hex digits of a digest (typed, or as an engine or descriptor prints it).
+pub(crate) fn short_digest(d: impl std::fmt::Display) -> String {
+    let text = d.to_string();
+    let hex = text.strip_prefix(crate::store::Digest::PREFIX).unwrap_or(&text);
+    hex[..hex.len().min(12)].to_string()
 }

@@ -40,6 +40,7 @@ struct Pulled {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, a.quiet);
     let reference = Reference::parse(&a.reference)?;
     let mut parts = a.platform.splitn(3, '/');
     let (os, arch, variant) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
@@ -47,14 +48,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         anyhow::bail!("--platform `{}`: give OS/ARCH[/VARIANT], e.g. linux/amd64", a.platform);
     }
     let cache = crate::store::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::store::cache::default_dir))?;
-    let opts = PullOptions { plain_http: a.plain_http, progress: Progress::new(a.json, a.quiet) };
+    let opts = PullOptions { plain_http: a.plain_http, progress: Progress::new(a.json, a.quiet), offline: false };
     let img = pull_image(&reference, (os, arch, variant), &cache, &opts)
         .with_context(|| format!("pulling `{}`", a.reference))?;
     let tag = reference.tag.clone().unwrap_or_else(|| "latest".into());
     write_layout(&img, &cache, &a.output, &tag).with_context(|| format!("writing `{}`", a.output.display()))?;
     let r = Pulled {
         reference: img.reference.to_string(),
-        digest: img.manifest_digest.clone(),
+        digest: img.manifest_digest.to_string(),
         output: a.output.clone(),
         layers: img.layers.iter().map(|l| l.blob.clone()).collect(),
     };
@@ -66,7 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 "{} is {} (pin it as {})",
                 a.reference,
                 img.requested_digest,
-                reference.with_digest(&img.requested_digest)
+                reference.with_digest(&img.requested_digest.to_string())
             );
         }
         println!("{} -> {}", r.reference, r.output.display());

@@ -29,6 +29,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, a.quiet);
     let reference = Reference::parse(&a.reference)?;
     if a.chunk_size == 0 {
         anyhow::bail!("--chunk-size must be at least 1 (MiB)");
@@ -52,6 +53,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             r.blobs_skipped,
             r.blobs_mounted
         );
+        for a in &r.referrers {
+            match a.found_by {
+                crate::registry::push::referrers::FoundBy::ReferrersApi => {
+                    println!("  {} {}: listed by the registry's referrers API", a.artifact_type, a.digest)
+                }
+                crate::registry::push::referrers::FoundBy::Tags => {
+                    println!("  {} {}: tagged {}", a.artifact_type, a.digest, a.tags.join(", "))
+                }
+            }
+        }
     }
     Ok(0)
 }

@@ -34,9 +34,13 @@ struct PackageArgs {
     /// Where to write; packages go to DEST_DIR/dist/
     #[arg(long)]
     dest_dir: PathBuf,
-    /// Package version [default: `version` of therock_manifest.json]
+    /// Package version, verbatim [default: `rocm-version` of a version.json at or above
+    /// the artifact directory, plus `.dev0`]
     #[arg(long)]
     version: Option<String>,
+    /// Appended to every `_rocm_sdk_*` package directory name
+    #[arg(long, default_value = "")]
+    version_suffix: String,
     /// Split device code into per-target packages
     #[arg(long, value_enum, default_value = "auto")]
     split: Split,
@@ -72,6 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 }
 
 fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     for c in &a.components {
         if !artifacts::COMPONENTS.contains(&c.as_str()) {
             anyhow::bail!("--components: `{c}` is not one of {}", artifacts::COMPONENTS.join(", "));
@@ -79,9 +84,9 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
     }
     let arts = artifacts::read(&a.artifact_dir)?;
     let sel = Selection { components: a.components, targets: a.targets };
-    let mut tree = crate::tarball::Tree::new();
-    let report = crate::rocm::flatten::into_tree(&arts, &sel, b"", None, &mut tree)?;
-    crate::tarball::extract::extract_tree(&tree, &a.output)?;
+    let mut tree = crate::layer::Tree::new();
+    let report = crate::source::rocm::into_tree(&arts, &sel, b"", None, &mut tree)?;
+    crate::layer::extract::extract_tree(&tree, &a.output)?;
     if a.json {
         super::print_json(&serde_json::json!({
             "output": a.output,
@@ -97,12 +102,14 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
 }
 
 fn package(a: PackageArgs) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
     use crate::rocm::package::{self, Options, SplitMode};
     std::fs::create_dir_all(&a.dest_dir).with_context(|| format!("--dest-dir `{}`", a.dest_dir.display()))?;
     let opts = Options {
         artifact_dir: a.artifact_dir,
         dest_dir: a.dest_dir,
         version: a.version,
+        version_suffix: a.version_suffix,
         split: match a.split {
             Split::Auto => SplitMode::Auto,
             Split::On => SplitMode::On,
@@ -121,6 +128,9 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
         );
         for p in &report.packages {
             println!("  {:<40} {:>10}  {}", p.name, super::human_size(p.size), p.file.display());
+        }
+        for n in &report.notes {
+            println!("  note: {n}");
         }
         for d in &report.dropped {
             println!("  dropped {} in {}: {}", d.path, d.package, d.reason);

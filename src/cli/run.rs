@@ -1,5 +1,5 @@
+use crate::cli::image_arg::{self, ImageArg};
 use crate::engine::gpu::{self, GpuMode};
-use crate::engine::image_arg::{self, ImageArg};
 use crate::engine::run::{parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions};
 use crate::engine::{Engine, EngineError};
 use crate::progress::Progress;
@@ -64,8 +64,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         opts.image = match &arg {
             ImageArg::Layout(d) => image_arg::layout_tag(d)?,
             ImageArg::Definition(f) => {
-                let img =
-                    crate::spec::load_image(f, &crate::spec::parse_sets(&a.def.sets).map_err(|e| anyhow::anyhow!(e))?)?;
+                let img = crate::definition::load_image(
+                    f,
+                    &crate::definition::parse_sets(&a.def.sets).map_err(|e| anyhow::anyhow!(e))?,
+                )?;
                 format!("{}:{}", img.name.to_lowercase(), img.tag)
             }
             ImageArg::Reference(r) => r.clone(),
@@ -79,7 +81,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some((d, tag))
         }
         ImageArg::Definition(f) => {
-            Some(crate::cli::build_definition_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(false, false))?)
+            Some(image_arg::build_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(false, false))?)
         }
         ImageArg::Reference(r) => {
             opts.image = r;

@@ -25,8 +25,8 @@ pub struct Repo {
 /// The verified Release data.
 #[derive(Debug, Clone)]
 pub struct Release {
-    /// sha256 of the InRelease file as served.
-    pub digest: String,
+    /// The InRelease file as served.
+    pub digest: crate::store::Digest,
     pub by_hash: bool,
     /// Index path -> (sha256, size).
     pub sha256: BTreeMap<String, (String, u64)>,
@@ -47,7 +47,7 @@ impl Repo {
         let url = self.release_url();
         let bytes = fetcher.get_bytes(&url)?;
         let signed = verify_signed(&bytes, &self.keyring, &url, spool)?;
-        parse_release(&signed, crate::digest::sha256_hex(&bytes), &url)
+        parse_release(&signed, crate::store::Digest::of_bytes(&bytes), &url)
     }
 
     /// Every package of every component's index for the architecture.
@@ -139,7 +139,7 @@ pub fn verify_signed(doc: &[u8], keyring: &Path, url: &str, spool: &Path) -> Res
     std::fs::read_to_string(&output).map_err(|e| DistroError::io(&output, e))
 }
 
-fn parse_release(text: &str, digest: String, url: &str) -> Result<Release, DistroError> {
+fn parse_release(text: &str, digest: crate::store::Digest, url: &str) -> Result<Release, DistroError> {
     let p = parse_paragraphs(text).into_iter().next().unwrap_or_default();
     let mut sha256 = BTreeMap::new();
     for line in p.get("SHA256").unwrap_or("").lines() {

@@ -7,9 +7,9 @@
 
 use super::control::{parse_paragraphs, Paragraph};
 use super::DistroError;
-use crate::tarball::archive::{sniff, Format};
-use crate::tarball::path::{join, normalize_member, parent};
-use crate::tarball::{Content, Kind, Node, Tree, TreeError};
+use crate::layer::archive::{sniff, Format};
+use crate::layer::path::{join, normalize_member, parent};
+use crate::layer::{Content, Kind, Node, Tree};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,25 +43,6 @@ fn layer_reader(blob: &Path) -> std::io::Result<Box<dyn Read>> {
 
 /// Follow the symlinks of `path`'s parent directories (not of its last
 /// component) through `tree`, as dpkg and layer extraction do on a real
-/// filesystem: with `/bin -> usr/bin` below, `bin/ls` is `usr/bin/ls`.
-pub fn resolve_parents(tree: &Tree, path: &[u8]) -> Vec<u8> {
-    match path.iter().rposition(|&b| b == b'/') {
-        Some(i) => {
-            let dir = tree.follow_symlinks(&path[..i], false).unwrap_or_default();
-            join(&dir, &path[i + 1..])
-        }
-        None => path.to_vec(),
-    }
-}
-
-/// Insert as extraction onto a real filesystem would: through symlinked
-/// parent directories. Entries that cannot be placed are left out.
-pub fn insert_following(tree: &mut Tree, path: Vec<u8>, node: Node) {
-    if let Err(TreeError::ThroughSymlink { .. }) = tree.insert(path.clone(), node.clone()) {
-        let _ = tree.insert(resolve_parents(tree, &path), node);
-    }
-}
-
 impl Below {
     /// Read `blobs` (lowest first) into one view; kept contents go to a
     /// spool file in `spool`.
@@ -133,7 +114,7 @@ impl Below {
                 tree.remove(&w);
             }
             for (p, n) in entries {
-                insert_following(&mut tree, p, n);
+                tree.insert_following(p, n);
             }
         }
         out.flush().map_err(|e| DistroError::io(&spool_path, e))?;
@@ -142,7 +123,7 @@ impl Below {
 
     /// The bytes of a kept file.
     pub fn read_file(&self, path: &[u8]) -> Option<Vec<u8>> {
-        self.tree.get(path).and_then(|n| super::system::read_node(n).ok())
+        self.tree.get(path).and_then(|n| n.read_content().ok())
     }
 
     /// The dpkg status paragraphs (none when there is no dpkg database).
@@ -180,7 +161,7 @@ impl Below {
     /// `sha256:` of the status file, or `none`: what a layer's lock was resolved against.
     pub fn status_digest(&self) -> String {
         match self.read_file(STATUS) {
-            Some(b) => format!("sha256:{}", crate::digest::sha256_hex(&b)),
+            Some(b) => crate::store::Digest::of_bytes(&b).to_string(),
             None => "none".into(),
         }
     }
@@ -218,12 +199,12 @@ mod tests {
         t.insert(b"usr/bin".to_vec(), Node::dir(0o755)).unwrap();
         t.insert(b"bin".to_vec(), Node::new(Kind::Symlink(b"usr/bin".to_vec()), 0o777)).unwrap();
         t.insert(b"var/run".to_vec(), Node::new(Kind::Symlink(b"/run".to_vec()), 0o777)).unwrap();
-        assert_eq!(resolve_parents(&t, b"bin/ls"), b"usr/bin/ls");
-        assert_eq!(resolve_parents(&t, b"bin"), b"bin", "the last component is not followed");
-        assert_eq!(resolve_parents(&t, b"var/run/x/y"), b"run/x/y");
-        assert_eq!(resolve_parents(&t, b"opt/x"), b"opt/x");
+        assert_eq!(t.resolve_parents(b"bin/ls"), b"usr/bin/ls");
+        assert_eq!(t.resolve_parents(b"bin"), b"bin", "the last component is not followed");
+        assert_eq!(t.resolve_parents(b"var/run/x/y"), b"run/x/y");
+        assert_eq!(t.resolve_parents(b"opt/x"), b"opt/x");
         let mut t2 = t.clone();
-        insert_following(&mut t2, b"bin/sh".to_vec(), Node::bytes(b"x".to_vec(), 0o755));
+        t2.insert_following(b"bin/sh".to_vec(), Node::bytes(b"x".to_vec(), 0o755));
         assert!(t2.get(b"usr/bin/sh").is_some());
     }
 

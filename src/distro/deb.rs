@@ -6,8 +6,8 @@
 
 use super::control::{parse_paragraphs, Paragraph};
 use super::DistroError;
-use crate::tarball::archive::{read_into, sniff, Format, Placement};
-use crate::tarball::Tree;
+use crate::layer::archive::{read_into, sniff, Format, Placement};
+use crate::layer::Tree;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;

@@ -4,8 +4,9 @@
 //! cache, hashed on the way, checked, then renamed into place.
 
 use super::DistroError;
-use crate::digest::HashingWriter;
+use crate::store::blob::{BlobError, BlobWriter};
 use crate::store::cache::Cache;
+use crate::store::Digest;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -97,10 +98,10 @@ impl Fetcher {
         size: Option<u64>,
     ) -> Result<PathBuf, DistroError> {
         let mut body = self.open(url)?;
-        let tmp = cache.temp_file()?;
+        let expected = Digest::from_hex(sha256)
+            .map_err(|e| DistroError::Index { url: url.to_string(), message: e.to_string() })?;
         let net = |e: std::io::Error| DistroError::Network { url: url.to_string(), message: e.to_string() };
-        let file = tmp.reopen().map_err(|e| DistroError::io(tmp.path(), e))?;
-        let mut w = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
+        let mut w = BlobWriter::named(cache, kind)?;
         let mut r = body.with_config().limit(u64::MAX).reader();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -108,19 +109,18 @@ impl Fetcher {
             if n == 0 {
                 break;
             }
-            w.write_all(&buf[..n]).map_err(|e| DistroError::io(tmp.path(), e))?;
+            w.write_all(&buf[..n]).map_err(|e| DistroError::io(&cache.tmp_dir(), e))?;
         }
-        let (mut f, hex, n) = w.finish();
-        f.flush().map_err(|e| DistroError::io(tmp.path(), e))?;
-        if hex != sha256 || size.is_some_and(|s| s != n) {
-            return Err(DistroError::Mismatch {
+        match w.commit_verified(&expected, size) {
+            Ok(stored) => Ok(stored.path),
+            Err(BlobError::Cache(e)) => Err(e.into()),
+            Err(BlobError::Mismatch { actual, actual_size, .. }) => Err(DistroError::Mismatch {
                 what: url.to_string(),
                 expected: sha256.to_string(),
-                actual: format!("{hex} ({n} bytes)"),
+                actual: format!("{} ({actual_size} bytes)", actual.hex()),
                 hint: "the mirror serves different bytes than its signed index promises; try again later or use another mirror".into(),
-            });
+            }),
         }
-        Ok(cache.commit_named(tmp, kind, &hex)?)
     }
 }
 
@@ -137,7 +137,7 @@ pub fn cached_or_fetch(
 ) -> Result<PathBuf, DistroError> {
     let path = cache.named_path(kind, sha256);
     if path.is_file() {
-        let actual = crate::digest::sha256_file(&path).map_err(|e| DistroError::io(&path, e))?;
+        let actual = crate::store::digest::sha256_file(&path).map_err(|e| DistroError::io(&path, e))?;
         if actual != sha256 {
             let _ = std::fs::remove_file(&path);
             return Err(DistroError::Mismatch {

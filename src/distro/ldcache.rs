@@ -8,9 +8,9 @@
 //! `elf/ldconfig.c`. The loader binary-searches the entries, so they are
 //! sorted exactly as ldconfig sorts them (`_dl_cache_libcmp`, descending).
 
-use super::system::merged_usr_path;
-use crate::tarball::path::{display, normalize_dest, parent};
-use crate::tarball::{Content, Kind, Tree};
+use super::usrmerge::merged_usr_path;
+use crate::layer::path::{display, normalize_dest, parent};
+use crate::layer::{Content, Kind, Tree};
 use object::read::elf::{Dyn, FileHeader};
 use object::{Endianness, ReadCache, ReadRef};
 use std::cmp::Ordering;
@@ -84,7 +84,7 @@ pub(crate) fn is_dso(name: &[u8]) -> bool {
 
 /// The SONAME of a shared object of this ABI (`Some(None)`: no SONAME),
 /// or None when the file is not one (linker scripts, other classes).
-fn soname(node: &crate::tarball::Node, abi: &Abi) -> Option<Option<Vec<u8>>> {
+fn soname(node: &crate::layer::Node, abi: &Abi) -> Option<Option<Vec<u8>>> {
     let Kind::File { size, content } = &node.kind else {
         return None;
     };
@@ -135,7 +135,7 @@ fn soname_of<'d, H: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(data: R, ab
 /// then the system directories.
 fn conf_dirs(tree: &Tree, conf: &[u8], depth: usize, out: &mut Vec<String>) {
     let Some(node) = tree.get(conf) else { return };
-    let Ok(text) = super::system::read_node(node) else {
+    let Ok(text) = node.read_content() else {
         return;
     };
     for line in String::from_utf8_lossy(&text).lines() {
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn resolves_links_in_the_tree() {
-        use crate::tarball::Node;
+        use crate::layer::Node;
         let mut t = Tree::new();
         t.insert(b"usr/lib/x86_64-linux-gnu".to_vec(), Node::dir(0o755)).unwrap();
         t.insert(b"lib".to_vec(), Node::new(Kind::Symlink(b"usr/lib".to_vec()), 0o777)).unwrap();

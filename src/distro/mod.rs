@@ -12,18 +12,18 @@ pub mod control;
 pub mod deb;
 pub mod fetch;
 pub mod ldcache;
-pub mod lock;
+pub mod pins;
 pub mod resolve;
 pub mod sources;
 pub mod system;
+pub mod usrmerge;
 pub mod version;
 
-use crate::digest::KeyHasher;
-use crate::spec::{Mirror, PackagesBase, Variant};
+use crate::definition::{Mirror, PackageSet, PackagesBase, Variant};
+use crate::layer::Tree;
 use crate::store::cache::{Cache, CacheError};
-use crate::tarball::Tree;
 use fetch::Fetcher;
-use lock::{Lock, LockFile, LockedPackage};
+use pins::{PackagePins, PinnedPackage};
 use resolve::Installed;
 use std::path::{Path, PathBuf};
 
@@ -64,7 +64,7 @@ impl DistroError {
 }
 
 /// The mirror URL for a definition.
-pub fn mirror_url(spec: &PackagesBase) -> Result<String, DistroError> {
+pub fn mirror_url(spec: &PackageSet) -> Result<String, DistroError> {
     match &spec.mirror {
         Mirror::Url(u) => Ok(u.clone()),
         Mirror::Host => {
@@ -76,20 +76,17 @@ pub fn mirror_url(spec: &PackagesBase) -> Result<String, DistroError> {
     }
 }
 
-/// What a build of this base will read, without network access.
+/// What resolving a package set reads, without network access.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Plan {
+pub struct Sources {
     pub release: String,
     pub indexes: Vec<String>,
     pub keyring: PathBuf,
-    pub lock: PathBuf,
-    pub locked: bool,
 }
 
-pub fn plan(spec: &PackagesBase, image_file: &Path) -> Result<Plan, DistroError> {
+pub fn sources(spec: &PackageSet) -> Result<Sources, DistroError> {
     let repo = repo(spec)?;
-    let lock = lock::lock_path(image_file);
-    Ok(Plan {
+    Ok(Sources {
         release: repo.release_url(),
         indexes: spec
             .components
@@ -97,12 +94,10 @@ pub fn plan(spec: &PackagesBase, image_file: &Path) -> Result<Plan, DistroError>
             .map(|c| repo.url(&format!("dists/{}/{c}/binary-{}/Packages.xz", spec.suite, spec.architecture)))
             .collect(),
         keyring: spec.keyring.clone(),
-        locked: lock.is_file(),
-        lock,
     })
 }
 
-fn repo(spec: &PackagesBase) -> Result<archive::Repo, DistroError> {
+fn repo(spec: &PackageSet) -> Result<archive::Repo, DistroError> {
     Ok(archive::Repo {
         mirror: mirror_url(spec)?,
         suite: spec.suite.clone(),
@@ -116,30 +111,30 @@ fn repo(spec: &PackagesBase) -> Result<archive::Repo, DistroError> {
 /// contents. A base adds its `variant`'s set; a layer (`variant` None)
 /// adds only what is not `installed` below (`below`: that status's digest).
 pub fn resolve_now(
-    spec: &PackagesBase,
+    spec: &PackageSet,
     variant: Option<Variant>,
     installed: &[Installed],
     below: Option<String>,
     cache: &Cache,
     spool: &Path,
-) -> Result<Lock, DistroError> {
+) -> Result<PackagePins, DistroError> {
     let repo = repo(spec)?;
     let fetcher = Fetcher::new();
     let release = repo.fetch_release(&fetcher, spool)?;
     let pkgs = repo.fetch_packages(&fetcher, cache, &release)?;
     let origin = format!("{} ({}, {})", repo.release_url(), spec.components.join(" "), spec.architecture);
     let chosen = resolve::resolve(&pkgs, &spec.include, variant, installed, &origin)?;
-    Ok(Lock {
+    Ok(PackagePins {
         suite: spec.suite.clone(),
         architecture: spec.architecture.clone(),
         components: spec.components.clone(),
         variant,
         include: spec.include.clone(),
-        release: format!("sha256:{}", release.digest),
+        release: release.digest.to_string(),
         below,
         packages: chosen
             .into_iter()
-            .map(|p| LockedPackage {
+            .map(|p| PinnedPackage {
                 name: p.name.clone(),
                 version: p.version.clone(),
                 architecture: p.architecture.clone(),
@@ -151,87 +146,39 @@ pub fn resolve_now(
     })
 }
 
-/// The package set for a build: the lock beside the image when there is
-/// one (no resolution, no index download), else a fresh resolution.
-pub fn locked_or_resolved(
-    spec: &PackagesBase,
-    image_file: &Path,
-    cache: &Cache,
-    spool: &Path,
-) -> Result<(Lock, bool), DistroError> {
-    let path = lock::lock_path(image_file);
-    if let Some(file) = LockFile::read(&path)? {
-        let l = file.base.ok_or_else(|| DistroError::Lock {
-            lock: path.display().to_string(),
-            message: "has no pins for the `packages` base; run `quarry lock` on the image again".into(),
-        })?;
-        l.check_matches(spec, Some(spec.variant), &path, "the base")?;
-        return Ok((l, true));
-    }
-    Ok((resolve_now(spec, Some(spec.variant), &[], None, cache, spool)?, false))
-}
-
-/// The pins of the packages layer `name` over `below`: the image's lock
-/// when it has them (refused when the layers below changed since), else a
-/// fresh resolution (`fresh`: always, as `quarry lock` does).
-pub fn layer_pins(
-    spec: &PackagesBase,
-    name: &str,
-    image_file: &Path,
+/// Resolve a packages layer's set over the layers below it: only what
+/// they do not install already, recording their dpkg status's digest.
+pub fn resolve_over(
+    spec: &PackageSet,
     below: &below::Below,
-    fresh: bool,
     cache: &Cache,
     spool: &Path,
-) -> Result<Lock, DistroError> {
-    let digest = below.status_digest();
-    let path = lock::lock_path(image_file);
-    if !fresh {
-        if let Some(file) = LockFile::read(&path)? {
-            let what = format!("layer `{name}`");
-            let l = file.layer.get(name).cloned().ok_or_else(|| DistroError::Lock {
-                lock: path.display().to_string(),
-                message: format!("has no pins for the packages {what}; run `quarry lock` on the image again"),
-            })?;
-            l.check_matches(spec, None, &path, &what)?;
-            if l.below.as_deref() != Some(digest.as_str()) {
-                return Err(DistroError::Lock {
-                    lock: path.display().to_string(),
-                    message: format!(
-                        "pins {what} over other packages than the layers below it now install (their dpkg status changed since: {} then, {digest} now); run `quarry lock` on the image again",
-                        l.below.as_deref().unwrap_or("none")
-                    ),
-                });
-            }
-            return Ok(l);
-        }
-    }
+) -> Result<PackagePins, DistroError> {
     let installed: Vec<Installed> =
         below.status().iter().filter(|p| below::is_present(p)).filter_map(Installed::from_status).collect();
-    resolve_now(spec, None, &installed, Some(digest), cache, spool)
+    resolve_now(spec, None, &installed, Some(below.status_digest()), cache, spool)
 }
 
-/// Everything that decides the layer's bytes: the pinned package files and
-/// what the definition adds on top.
-pub fn fingerprint(spec: &PackagesBase, lock: &Lock) -> String {
-    let mut h = KeyHasher::new();
-    h.field(concat!("packages-v3-", env!("CARGO_PKG_VERSION")))
-        .field(&spec.architecture)
-        .field(format!("{:?}", spec.variant));
-    for p in &lock.packages {
-        h.field(&p.name).field(&p.sha256);
+/// Pins a build over `below` may use: made over the same dpkg status.
+pub fn check_below(pins: &PackagePins, below: &below::Below, what: &str, lock: &Path) -> Result<(), DistroError> {
+    let digest = below.status_digest();
+    if pins.below.as_deref() != Some(digest.as_str()) {
+        return Err(DistroError::Lock {
+            lock: lock.display().to_string(),
+            message: format!(
+                "pins {what} over other packages than the layers below it now install (their dpkg status changed since: {} then, {digest} now); run `quarry lock` on the image again",
+                pins.below.as_deref().unwrap_or("none")
+            ),
+        });
     }
-    if let Some(b) = &lock.below {
-        h.field(b);
-    }
-    h.field(format!("{:?}", spec.groups)).field(format!("{:?}", spec.users)).field(spec.configure.to_string());
-    h.finish()
+    Ok(())
 }
 
 /// Download (or take from the cache) every pinned .deb, verified.
-pub fn fetch_debs(spec: &PackagesBase, lock: &Lock, cache: &Cache) -> Result<Vec<PathBuf>, DistroError> {
+pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Result<Vec<PathBuf>, DistroError> {
     let fetcher = Fetcher::new();
     let mirror = std::sync::OnceLock::new();
-    let url_of = |p: &LockedPackage| -> Result<String, DistroError> {
+    let url_of = |p: &PinnedPackage| -> Result<String, DistroError> {
         let m = match mirror.get() {
             Some(m) => m,
             None => {
@@ -272,7 +219,7 @@ pub fn fetch_debs(spec: &PackagesBase, lock: &Lock, cache: &Cache) -> Result<Vec
 }
 
 /// Open every verified .deb, checking each holds the pinned package.
-fn open_debs(lock: &Lock, debs: &[PathBuf], spool: &Path) -> Result<Vec<deb::Deb>, DistroError> {
+fn open_debs(lock: &PackagePins, debs: &[PathBuf], spool: &Path) -> Result<Vec<deb::Deb>, DistroError> {
     use rayon::prelude::*;
     let opened: Vec<Result<deb::Deb, DistroError>> = debs.par_iter().map(|d| deb::read_deb(d, spool)).collect();
     let mut out = Vec::new();
@@ -296,7 +243,7 @@ fn open_debs(lock: &Lock, debs: &[PathBuf], spool: &Path) -> Result<Vec<deb::Deb
 }
 
 /// Unpack the verified .debs into one rootfs tree.
-pub fn assemble(spec: &PackagesBase, lock: &Lock, debs: &[PathBuf], spool: &Path) -> Result<Tree, DistroError> {
+pub fn assemble(spec: &PackagesBase, lock: &PackagePins, debs: &[PathBuf], spool: &Path) -> Result<Tree, DistroError> {
     let mut sys = system::System::new(&spec.architecture);
     for d in open_debs(lock, debs, spool)? {
         sys.unpack(d, !spec.configure)?;
@@ -310,8 +257,8 @@ pub fn assemble(spec: &PackagesBase, lock: &Lock, debs: &[PathBuf], spool: &Path
 /// Unpack the verified .debs of a packages layer over the layers `below`:
 /// their files, plus the merged dpkg database and loader cache.
 pub fn assemble_layer(
-    spec: &PackagesBase,
-    lock: &Lock,
+    spec: &PackageSet,
+    lock: &PackagePins,
     debs: &[PathBuf],
     below: below::Below,
     spool: &Path,
@@ -324,46 +271,4 @@ pub fn assemble_layer(
     let mut tree = sys.tree;
     tree.finalize_hardlinks().map_err(|e| DistroError::Assemble { message: e.to_string() })?;
     Ok(tree)
-}
-
-/// The packages layers of an image: (index, layer, spec).
-pub fn packages_layers(image: &crate::spec::Image) -> Vec<(usize, &crate::spec::Layer, &PackagesBase)> {
-    image
-        .layers
-        .iter()
-        .enumerate()
-        .filter_map(|(i, l)| {
-            l.sources.iter().find_map(|s| match &s.kind {
-                crate::spec::SourceKind::Packages(p) => Some((i, l, p.as_ref())),
-                _ => None,
-            })
-        })
-        .collect()
-}
-
-/// The `packages` base of an image, else its first packages layer, or an
-/// error saying there is nothing to pin.
-pub fn packages_of(image: &crate::spec::Image) -> Result<&PackagesBase, DistroError> {
-    match &image.base {
-        crate::spec::Base::Packages(p) => Ok(p),
-        _ => packages_layers(image).first().map(|(_, _, p)| *p).ok_or_else(|| DistroError::Lock {
-            lock: lock::lock_path(&image.file).display().to_string(),
-            message: format!(
-                "has nothing to pin: `{}` has no `[base.packages]` table, no `packages` layer source and no `pypi` source or input (other inputs are pinned in the definition by sha256)",
-                image.file.display()
-            ),
-        }),
-    }
-}
-
-/// `quarry lock` for an image whose only packages are its base's: resolve
-/// now (nothing is built).
-pub fn lock_base(image: &crate::spec::Image, cache: &Cache) -> Result<LockFile, DistroError> {
-    let spec = packages_of(image)?;
-    let spool = tempfile::Builder::new()
-        .prefix("lock-")
-        .tempdir_in(cache.tmp_dir())
-        .map_err(|e| DistroError::io(&cache.tmp_dir(), e))?;
-    let lock = resolve_now(spec, Some(spec.variant), &[], None, cache, spool.path())?;
-    Ok(LockFile { version: lock::LOCK_VERSION, base: Some(lock), ..Default::default() })
 }

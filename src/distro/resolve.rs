@@ -11,7 +11,7 @@
 use super::archive::Package;
 use super::control::Atom;
 use super::version::compare;
-pub use crate::spec::Variant;
+pub use crate::definition::Variant;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 #[derive(Debug, thiserror::Error)]

@@ -9,46 +9,13 @@
 
 use super::control::Paragraph;
 use super::deb::Deb;
+use super::usrmerge::{merged_usr_path, MERGED};
 use super::DistroError;
-use crate::spec::UserDef;
-use crate::tarball::path::{display, join, normalize_dest};
-use crate::tarball::{Content, Kind, Node, Tree};
+use crate::definition::UserDef;
+use crate::layer::path::{display, join, normalize_dest};
+use crate::layer::{Kind, Node, Tree};
 use md5::Digest as _;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom};
-
-/// Directories that are symlinks into /usr on a merged-/usr system.
-const MERGED: [&[u8]; 6] = [b"bin", b"sbin", b"lib", b"lib32", b"lib64", b"libx32"];
-
-/// Where a package's path lands once /bin, /sbin and /lib* point into /usr.
-pub fn merged_usr_path(p: &[u8]) -> Vec<u8> {
-    for d in MERGED {
-        if p == d || (p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/') {
-            return join(b"usr", p);
-        }
-    }
-    p.to_vec()
-}
-
-/// The bytes of a regular file of the tree.
-pub fn read_node(node: &Node) -> std::io::Result<Vec<u8>> {
-    let Kind::File { size, content } = &node.kind else {
-        return Err(std::io::Error::other("not a regular file"));
-    };
-    let mut v = Vec::with_capacity(*size as usize);
-    match content {
-        Content::Bytes(b) => v.extend_from_slice(b),
-        Content::Host(p) => {
-            std::fs::File::open(p)?.take(*size).read_to_end(&mut v)?;
-        }
-        Content::Slice { file, offset } => {
-            let mut f = std::fs::File::open(file.as_ref())?;
-            f.seek(SeekFrom::Start(*offset))?;
-            f.take(*size).read_to_end(&mut v)?;
-        }
-    }
-    Ok(v)
-}
 
 fn file(data: impl Into<Vec<u8>>, mode: u32) -> Node {
     Node::bytes(data.into(), mode)
@@ -134,7 +101,7 @@ impl System {
     fn place(&self, p: &[u8]) -> Vec<u8> {
         match &self.below {
             None => merged_usr_path(p),
-            Some(b) => super::below::resolve_parents(b, p),
+            Some(b) => b.resolve_parents(p),
         }
     }
 
@@ -198,7 +165,8 @@ impl System {
                 let Ok(rel) = normalize_dest(p) else { continue };
                 let md5 = match deb.data.get(&rel) {
                     Some(n) if matches!(n.kind, Kind::File { .. }) => {
-                        let bytes = read_node(n)
+                        let bytes = n
+                            .read_content()
                             .map_err(|e| DistroError::Assemble { message: format!("{name}: `{p}`: {e}") })?;
                         hex::encode(md5::Md5::digest(&bytes))
                     }
@@ -284,9 +252,9 @@ impl System {
             let _ = merged.insert(p.clone(), n.clone());
         }
         if let Some(cache) = super::ldcache::generate(&merged, &self.architecture) {
-            let before = below.get(b"etc/ld.so.cache").and_then(|n| read_node(n).ok());
+            let before = below.get(b"etc/ld.so.cache").and_then(|n| n.read_content().ok());
             if before.as_deref() != Some(&cache[..]) {
-                let at = super::below::resolve_parents(&below, b"etc/ld.so.cache");
+                let at = below.resolve_parents(b"etc/ld.so.cache");
                 self.insert(&at, file(cache, 0o644))?;
             }
         }
@@ -409,7 +377,7 @@ impl System {
         let Some(base) = self.tree.get(b"usr/share/debianutils/shells") else {
             return Ok(());
         };
-        let base = String::from_utf8_lossy(&read_node(base).unwrap_or_default()).into_owned();
+        let base = String::from_utf8_lossy(&base.read_content().unwrap_or_default()).into_owned();
         let mut header = Vec::new();
         let mut shells: Vec<String> = Vec::new();
         for l in base.lines() {
@@ -426,7 +394,7 @@ impl System {
             .map(|(p, _)| p.clone())
             .collect();
         for p in dir {
-            if let Ok(b) = read_node(self.tree.get(&p).expect("listed")) {
+            if let Ok(b) = self.tree.get(&p).expect("listed").read_content() {
                 for l in String::from_utf8_lossy(&b).lines().map(str::trim).filter(|l| l.starts_with('/')) {
                     if !shells.iter().any(|s| s == l) {
                         shells.push(l.to_string());
@@ -452,7 +420,7 @@ impl System {
     }
 
     fn group_id(&self, name: &str) -> u64 {
-        let Some(Ok(b)) = self.tree.get(b"usr/share/base-passwd/group.master").map(read_node) else {
+        let Some(Ok(b)) = self.tree.get(b"usr/share/base-passwd/group.master").map(Node::read_content) else {
             return 0;
         };
         String::from_utf8_lossy(&b)
@@ -568,7 +536,7 @@ impl System {
             .map(|(p, _)| p.clone())
             .collect();
         for p in paths {
-            let Some(Ok(bytes)) = self.tree.get(&p).map(read_node) else {
+            let Some(Ok(bytes)) = self.tree.get(&p).map(Node::read_content) else {
                 continue;
             };
             let prof = parse_pam_profile(&String::from_utf8_lossy(&bytes));
@@ -581,7 +549,8 @@ impl System {
         profiles.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
         for kind in ["auth", "account", "password", "session", "session-noninteractive"] {
             let dest = format!("etc/pam.d/common-{kind}");
-            let Some(Ok(template)) = self.tree.get(format!("usr/share/pam/common-{kind}").as_bytes()).map(read_node)
+            let Some(Ok(template)) =
+                self.tree.get(format!("usr/share/pam/common-{kind}").as_bytes()).map(Node::read_content)
             else {
                 continue;
             };
@@ -654,7 +623,7 @@ impl System {
     /// definition's groups and users.
     fn accounts(&mut self, users: &[UserDef], extra_groups: &BTreeMap<String, u32>) -> Result<(), DistroError> {
         let master = |t: &Tree, p: &[u8]| {
-            t.get(p).and_then(|n| read_node(n).ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
+            t.get(p).and_then(|n| n.read_content().ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
         };
         let (Some(pw), Some(gr)) = (
             master(&self.tree, b"usr/share/base-passwd/passwd.master"),
@@ -976,7 +945,7 @@ mod tests {
         assert!(matches!(sys.tree.get(b"usr/bin/ls").unwrap().kind, Kind::File { .. }));
         assert!(sys.tree.get(b"usr/bin").unwrap().kind.is_dir());
         assert!(matches!(&sys.tree.get(b"bin").unwrap().kind, Kind::Symlink(t) if t == b"usr/bin"));
-        let status = String::from_utf8(read_node(sys.tree.get(b"var/lib/dpkg/status").unwrap()).unwrap()).unwrap();
+        let status = String::from_utf8(sys.tree.get(b"var/lib/dpkg/status").unwrap().read_content().unwrap()).unwrap();
         assert!(status.starts_with("Package: base-files\nStatus: install ok installed\n"), "{status}");
     }
 

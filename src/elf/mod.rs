@@ -2,14 +2,17 @@
 //! wheel check, a repair or a ROCm packager needs — machine and class,
 //! PT_INTERP, SONAME, NEEDED, RPATH/RUNPATH, the symbol versions required
 //! from each library (`.gnu.version_r`) — plus an integrity verifier for
-//! patched files ([`verify`]) and a driver for an external patchelf
-//! ([`patchelf::Patchelf`]).
+//! patched files ([`verify`]), a driver for patchelf, quarry's own pinned
+//! one unless the user names another ([`patchelf::Patchelf`]), and a
+//! symbol stripper for `wheel repair --strip` ([`strip`]).
 //!
 //! Parsing is done by the `object` crate's low-level ELF API; this module
 //! only decides which facts to take and how to name what is wrong.
 
+pub mod batch;
 pub mod patchelf;
 mod read;
+pub mod strip;
 mod verify;
 
 pub use read::{is_elf, read, read_bytes};

@@ -11,9 +11,9 @@
 //! symlinks).
 
 use super::{describe, stream, EngineError};
-use crate::tarball::archive::{read_into, Placement};
-use crate::tarball::extract::extract_tree;
-use crate::tarball::Tree;
+use crate::layer::archive::{read_into, Placement};
+use crate::layer::extract::extract_tree;
+use crate::layer::Tree;
 use bollard::query_parameters::{DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder};
 use bollard::Docker;
 use futures_util::StreamExt;

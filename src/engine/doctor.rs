@@ -1,6 +1,7 @@
 //! `quarry doctor`: is everything quarry needs in place? The engine (and
 //! its version and storage driver), the GPU nodes and the gids owning them,
-//! the GPU targets builds will use, and the cache directory's free space.
+//! the GPU targets builds will use, the cache directory's free space, and
+//! the patchelf wheel repairs use (quarry's own is fetched here if needed).
 
 use super::gpu::{self, DeviceNode, GpuInfo, TargetList};
 use super::Engine;
@@ -34,12 +35,14 @@ pub struct Report {
     pub gpus: Vec<GpuInfo>,
     pub targets: TargetList,
     pub cache: CacheStatus,
+    /// The patchelf repairs use: path, version, where it came from.
+    pub patchelf: crate::elf::patchelf::Status,
 }
 
 impl Report {
     /// True when nothing blocks quarry's work (a host without GPUs is fine).
     pub fn healthy(&self) -> bool {
-        self.engine.reachable
+        self.engine.reachable && self.patchelf.problem.is_none()
     }
 }
 
@@ -74,7 +77,9 @@ pub fn diagnose(cache_dir: PathBuf) -> Report {
     // The nearest existing ancestor tells the free space of a cache not made yet.
     let probe = cache_dir.ancestors().find(|p| p.exists()).map(|p| p.to_path_buf());
     let free_bytes = probe.and_then(|p| rustix::fs::statvfs(&p).ok()).map(|s| s.f_bavail.saturating_mul(s.f_frsize));
+    let patchelf = crate::elf::patchelf::status(&cache_dir);
     Report {
+        patchelf,
         engine,
         dev_root: gpu::dev_root(),
         gpu_nodes: gpu::device_nodes(),

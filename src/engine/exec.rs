@@ -82,7 +82,7 @@ impl Session<'_> {
                         Ok(item) => item,
                         // Say so rather than cut the output short in silence.
                         Err(e) => {
-                            eprintln!("quarry: warning: the container's output stream broke: {}", super::describe(&e));
+                            log::warn!("the container's output stream broke: {}", super::describe(&e));
                             break;
                         }
                     };
@@ -113,6 +113,11 @@ impl Session<'_> {
             .exit_code
             .ok_or_else(|| EngineError::Invalid(format!("the engine gave no exit code for `{what}`")))?;
         Ok((code, captured))
+    }
+
+    /// Copy host files into the running container `id` (see [`copy::copy_in`]).
+    pub(crate) async fn copy_in(&self, id: &str, items: Vec<CopyIn>) -> Result<(), EngineError> {
+        copy::copy_in(&self.engine.docker, id, items, Stamp::default()).await
     }
 
     /// Copy a container path out to the host (see [`copy::copy_out`]).

@@ -52,7 +52,7 @@ impl Engine {
                 let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
                 match d.remove_container(&id, Some(opts)).await {
                     Ok(()) => report.containers_removed.push(id),
-                    Err(e) => eprintln!("quarry: warning: cannot remove container {id}: {}", describe(&e)),
+                    Err(e) => log::warn!("cannot remove container {id}: {}", describe(&e)),
                 }
             }
             let images = d
@@ -82,7 +82,7 @@ impl Engine {
                     match d.remove_image(&target, Some(opts), None).await {
                         Ok(_) => report.images_removed.push(target),
                         Err(e) if super::is_not_found(&e) => {}
-                        Err(e) => eprintln!("quarry: warning: cannot remove image {target}: {}", describe(&e)),
+                        Err(e) => log::warn!("cannot remove image {target}: {}", describe(&e)),
                     }
                 }
             }

@@ -29,7 +29,7 @@ pub enum GpuError {
 }
 
 /// `--gpu auto|amd|none`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuMode {
     #[default]

@@ -12,9 +12,9 @@
 //! of the layout (same config, so the same image id).
 
 use super::{describe, stream, Engine, EngineError};
-use crate::compress;
-use crate::digest::HashingWriter;
 use crate::export::{normalize_repo_tag, write_docker_archive};
+use crate::layer::compress;
+use crate::store::digest::HashingWriter;
 use crate::store::layout::{open_image, OpenImage};
 use bollard::query_parameters::{ImportImageOptionsBuilder, ListImagesOptionsBuilder};
 use futures_util::StreamExt;
@@ -22,7 +22,6 @@ use ocidir::oci_spec::image::{Descriptor, ImageIndexBuilder, ImageManifest, Medi
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 /// What `quarry load` reports.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -42,6 +41,11 @@ fn common_prefix(a: &[String], b: &[String]) -> usize {
 }
 
 impl Engine {
+    /// Load a layout (as `tag`), with the cache's tmp dir as scratch space.
+    pub fn load_layout(&self, dir: &Path, tag: &str, cache_dir: &Path) -> Result<LoadReport, EngineError> {
+        self.load(dir, None, tag, &cache_dir.join("tmp"))
+    }
+
     /// How many leading layers of `diff_ids` the engine has as a chain.
     /// `hint` (the tag about to be loaded) is looked at first: reloading an
     /// image is the common case.
@@ -243,9 +247,7 @@ fn check_tag(tag: &str) -> Result<(), EngineError> {
 fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Path) -> Result<(), EngineError> {
     let blobs = dst.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(|e| EngineError::io("cannot create", &blobs, e))?;
-    let src_blob = |d: &Descriptor| -> PathBuf {
-        layout.join("blobs/sha256").join(d.digest().to_string().trim_start_matches("sha256:"))
-    };
+    let src_blob = |d: &Descriptor| -> PathBuf { crate::store::layout::blob_path_in(layout, d.digest()) };
     let place = |from: &Path, hex: &str| -> Result<(), EngineError> {
         let to = blobs.join(hex);
         if to.exists() {
@@ -260,7 +262,7 @@ fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Pa
     for (i, d) in layers.iter_mut().enumerate() {
         if !indexes.contains(&i) {
             if src_blob(d).exists() {
-                place(&src_blob(d), d.digest().to_string().trim_start_matches("sha256:"))?;
+                place(&src_blob(d), d.digest().digest())?;
             }
             continue;
         }
@@ -278,26 +280,22 @@ fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Pa
             .map_err(|e| EngineError::io("cannot start gzip for", &from, e))?;
         std::io::copy(&mut dec, &mut enc).map_err(|e| EngineError::io("recompressing layer", &from, e))?;
         let out = enc.finish().map_err(|e| EngineError::io("recompressing layer", &from, e))?;
-        let (mut file, hex, size) = out.finish();
+        let (mut file, digest, size) = out.finish();
         file.flush().map_err(|e| EngineError::io("recompressing layer", &from, e))?;
-        tmp.persist(blobs.join(&hex)).map_err(|e| EngineError::io("cannot store", blobs.join(&hex), e.error))?;
-        let digest = ocidir::oci_spec::image::Digest::from_str(&format!("sha256:{hex}"))
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        d.set_digest(digest);
+        let at = blobs.join(digest.hex());
+        tmp.persist(&at).map_err(|e| EngineError::io("cannot store", &at, e.error))?;
+        d.set_digest(digest.into());
         d.set_size(size);
         d.set_media_type(MediaType::ImageLayerGzip);
     }
     manifest.set_layers(layers);
-    place(&src_blob(manifest.config()), manifest.config().digest().to_string().trim_start_matches("sha256:"))?;
+    place(&src_blob(manifest.config()), manifest.config().digest().digest())?;
     let mbytes = serde_json::to_vec(&manifest).map_err(|e| EngineError::Invalid(e.to_string()))?;
-    let mhex = crate::digest::sha256_hex(&mbytes);
-    std::fs::write(blobs.join(&mhex), &mbytes).map_err(|e| EngineError::io("cannot write", blobs.join(&mhex), e))?;
-    let mut mdesc = Descriptor::new(
-        MediaType::ImageManifest,
-        mbytes.len() as u64,
-        ocidir::oci_spec::image::Digest::from_str(&format!("sha256:{mhex}"))
-            .map_err(|e| EngineError::Invalid(e.to_string()))?,
-    );
+    let mdigest = crate::store::Digest::of_bytes(&mbytes);
+    let at = blobs.join(mdigest.hex());
+    std::fs::write(&at, &mbytes).map_err(|e| EngineError::io("cannot write", &at, e))?;
+    let mut mdesc =
+        Descriptor::new(MediaType::ImageManifest, mbytes.len() as u64, oci_spec::image::Digest::from(mdigest));
     if let Some(t) = &img.tag {
         mdesc.set_annotations(Some(HashMap::from([("org.opencontainers.image.ref.name".to_string(), t.clone())])));
     }

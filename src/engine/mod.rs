@@ -15,7 +15,6 @@ pub mod doctor;
 pub mod exec;
 pub mod gc;
 pub mod gpu;
-pub mod image_arg;
 pub mod load;
 pub mod run;
 pub mod step;

@@ -20,7 +20,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// `--network none|bridge|host`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Network {
     #[default]
     None,
@@ -372,7 +372,7 @@ impl Session<'_> {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {}
             Err(e) => {
-                eprintln!("quarry: warning: could not remove container {}: {}", &id[..id.len().min(12)], describe(&e))
+                log::warn!("could not remove container {}: {}", &id[..id.len().min(12)], describe(&e))
             }
         }
         self.containers.borrow_mut().retain(|c| c != id);
@@ -389,7 +389,7 @@ impl Session<'_> {
             match self.engine.docker.remove_image(&id, Some(opts), None).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {}
-                Err(e) => eprintln!("quarry: warning: could not remove temporary image {id}: {}", describe(&e)),
+                Err(e) => log::warn!("could not remove temporary image {id}: {}", describe(&e)),
             }
         }
     }
@@ -457,8 +457,8 @@ impl Session<'_> {
                 Err(e) if memlock == Memlock::Unlimited && describe(&e).contains("rlimit") => {
                     let host = host_memlock();
                     let Memlock::Limit(s, h) = host else { unreachable!() };
-                    eprintln!(
-                        "quarry: note: the engine cannot raise RLIMIT_MEMLOCK (memlock=-1:-1 refused); using the host's limit {} instead",
+                    log::warn!(
+                        "the engine cannot raise RLIMIT_MEMLOCK (memlock=-1:-1 refused); using the host's limit {} instead",
                         if s < 0 { "unlimited".to_string() } else { format!("{s}:{h} bytes") }
                     );
                     self.remove_container(&id).await;
@@ -508,7 +508,7 @@ async fn forward(
             Ok(item) => item,
             // Say so rather than cut the output short in silence.
             Err(e) => {
-                eprintln!("quarry: warning: the container's output stream broke: {}", super::describe(&e));
+                log::warn!("the container's output stream broke: {}", super::describe(&e));
                 break;
             }
         };

@@ -9,9 +9,10 @@
 use super::copy::{CopyIn, Stamp};
 use super::run::{labels, unique_suffix, Memlock, Output, Session};
 use super::{Engine, EngineError};
-use crate::spec::RunDef;
-use crate::tarball::archive::{read_into, Placement};
-use crate::tarball::Tree;
+use crate::definition::RunDef;
+use crate::layer::archive::{read_into, Placement};
+use crate::layer::Tree;
+use crate::store::Digest;
 use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CommitContainerOptionsBuilder;
 use futures_util::StreamExt;
@@ -140,8 +141,8 @@ async fn step(s: &Session<'_>, req: &StepRequest<'_>, code: &mut i32) -> Result<
 /// empty layer, so it is recognised by its digest.
 fn find_layer(r: impl Read, diff_id: &str, dir: &Path) -> Result<PathBuf, EngineError> {
     let bad = |e: io::Error| EngineError::Invalid(format!("reading the saved step image: {e}"));
-    let want = diff_id.trim_start_matches("sha256:");
-    let out = dir.join(format!("step-{want}.tar"));
+    let want = Digest::parse(diff_id).map_err(|e| EngineError::Invalid(format!("the step image's diff_id: {e}")))?;
+    let out = dir.join(format!("step-{}.tar", want.hex()));
     let mut archive = tar::Archive::new(r);
     for entry in archive.entries().map_err(bad)? {
         let mut entry = entry.map_err(bad)?;
@@ -150,18 +151,18 @@ fn find_layer(r: impl Read, diff_id: &str, dir: &Path) -> Result<PathBuf, Engine
         }
         let mut tmp =
             tempfile::NamedTempFile::new_in(dir).map_err(|e| EngineError::io("cannot create a file in", dir, e))?;
-        let mut w = crate::digest::HashingWriter::new(io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut()));
+        let mut w = crate::store::digest::HashingWriter::new(io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut()));
         io::copy(&mut entry, &mut w).map_err(bad)?;
-        let (mut f, hex, _) = w.finish();
+        let (mut f, digest, _) = w.finish();
         f.flush().map_err(bad)?;
         drop(f);
-        if hex == want {
+        if digest == want {
             tmp.persist(&out).map_err(|e| EngineError::io("cannot keep", &out, e.error))?;
             return Ok(out);
         }
     }
     let empty = vec![0u8; 1024];
-    if crate::digest::sha256_hex(&empty) == want {
+    if Digest::of_bytes(&empty) == want {
         std::fs::write(&out, &empty).map_err(|e| EngineError::io("cannot write", &out, e))?;
         return Ok(out);
     }

@@ -100,23 +100,16 @@ pub fn write_docker_archive(
     omit: &dyn Fn(&str) -> bool,
 ) -> Result<DockerExport, ExportError> {
     let img = open_image(layout, reference, None)?;
-    let blob_path =
-        |d: &Descriptor| layout.join("blobs/sha256").join(d.digest().to_string().trim_start_matches("sha256:"));
+    let blob_path = |d: &Descriptor| crate::store::layout::blob_path_in(layout, d.digest());
     let err = io_at(layout);
     let repo_tag = normalize_repo_tag(repo_tag);
     let diff_ids = img.config.rootfs().diff_ids().clone();
 
     // index.json naming just this image, as Docker's own `docker save` does.
-    let mut mdesc = Descriptor::new(
-        MediaType::ImageManifest,
-        0,
-        img.manifest_digest
-            .parse::<ocidir::oci_spec::image::Digest>()
-            .map_err(|e| LayoutError::Bad { path: layout.display().to_string(), message: e.to_string() })?,
-    );
-    let manifest_bytes =
-        std::fs::read(layout.join("blobs/sha256").join(img.manifest_digest.trim_start_matches("sha256:")))
-            .map_err(&err)?;
+    let manifest_file = layout.join("blobs/sha256").join(img.manifest_digest.hex());
+    let mut mdesc =
+        Descriptor::new(MediaType::ImageManifest, 0, ocidir::oci_spec::image::Digest::from(img.manifest_digest));
+    let manifest_bytes = std::fs::read(&manifest_file).map_err(&err)?;
     mdesc.set_size(manifest_bytes.len() as u64);
     let tag_only = repo_tag.rsplit_once(':').map(|(_, t)| t.to_string()).unwrap_or_else(|| "latest".into());
     let annotations: HashMap<String, String> = [
@@ -135,22 +128,16 @@ pub fn write_docker_archive(
 
     let mut export = DockerExport {
         repo_tag: repo_tag.clone(),
-        config_digest: img.config_digest.clone(),
+        config_digest: img.config_digest.to_string(),
         diff_ids: diff_ids.clone(),
         ..Default::default()
     };
     let mut layer_paths = Vec::new();
     let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
-    files.push((
-        format!("blobs/sha256/{}", img.config_digest.trim_start_matches("sha256:")),
-        blob_path(img.manifest.config()),
-    ));
-    files.push((
-        format!("blobs/sha256/{}", img.manifest_digest.trim_start_matches("sha256:")),
-        layout.join("blobs/sha256").join(img.manifest_digest.trim_start_matches("sha256:")),
-    ));
+    files.push((format!("blobs/sha256/{}", img.config_digest.hex()), blob_path(img.manifest.config())));
+    files.push((format!("blobs/sha256/{}", img.manifest_digest.hex()), manifest_file));
     for (i, l) in img.manifest.layers().iter().enumerate() {
-        let name = format!("blobs/sha256/{}", l.digest().to_string().trim_start_matches("sha256:"));
+        let name = format!("blobs/{}/{}", l.digest().algorithm().as_ref(), l.digest().digest());
         layer_paths.push(name.clone());
         let diff = diff_ids.get(i).map(String::as_str).unwrap_or("");
         if omit(diff) {
@@ -163,7 +150,7 @@ pub fn write_docker_archive(
     files.sort();
     files.dedup_by(|a, b| a.0 == b.0);
     let manifest_json = serde_json::json!([{
-        "Config": format!("blobs/sha256/{}", img.config_digest.trim_start_matches("sha256:")),
+        "Config": format!("blobs/sha256/{}", img.config_digest.hex()),
         "RepoTags": [repo_tag],
         "Layers": layer_paths,
     }]);

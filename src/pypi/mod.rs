@@ -5,13 +5,35 @@
 //! definition (`sha256 = "..."`) and/or in the image's lock file. A pinned
 //! file found in the cache is used without running pip (no network).
 
-pub mod install;
 mod pip;
+pub mod resolve;
 
-use crate::lockfile::PypiPin;
-use crate::spec::{PypiFormat, PypiRequest};
+use crate::definition::{PypiFormat, PypiRequest};
+
 use crate::store::cache::{Cache, CacheError};
 use std::path::PathBuf;
+
+/// One file fetched with pip, as `IMAGE.lock` records it (`[[pypi]]`):
+/// ```toml
+/// [[pypi]]
+/// requirement = "cmake==3.31.6"
+/// format = "wheel"                        # or "sdist"
+/// platform = "manylinux_2_28_x86_64"      # wheels: what pip chose for
+/// file = "cmake-3.31.6-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+/// sha256 = "..."
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PypiPin {
+    pub requirement: String,
+    pub format: PypiFormat,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    pub file: String,
+    pub sha256: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PypiError {
@@ -29,50 +51,19 @@ pub enum PypiError {
     Cache(#[from] CacheError),
 }
 
-/// The package name of a requirement (`cmake==3.31.6` -> `cmake`), or why it
-/// is not one. Only `NAME[extras] SPECIFIERS` is taken (no URLs, no options:
-/// the string is handed to pip).
-pub fn requirement_name(req: &str) -> Result<String, String> {
-    let bad = |why: &str| format!("`{req}` is not a requirement like \"cmake==3.31.6\": {why}");
-    let name_end = req.find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c))).unwrap_or(req.len());
-    let name = &req[..name_end];
-    if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return Err(bad("it must start with a package name"));
-    }
-    let mut rest = req[name_end..].trim_start();
-    if let Some(r) = rest.strip_prefix('[') {
-        let close = r.find(']').ok_or_else(|| bad("unclosed `[`"))?;
-        if !r[..close].chars().all(|c| c.is_ascii_alphanumeric() || "._-, ".contains(c)) {
-            return Err(bad("bad extras"));
-        }
-        rest = r[close + 1..].trim_start();
-    }
-    if !rest.is_empty()
-        && (!rest.starts_with(['=', '<', '>', '!', '~'])
-            || !rest.chars().all(|c| c.is_ascii_alphanumeric() || "=<>!~.,*+ ".contains(c)))
-    {
-        return Err(bad("only version specifiers (==, >=, ~=, ...) may follow the name"));
-    }
-    Ok(name.to_string())
-}
+pub use crate::definition::requirement_name;
 
-/// pip's platform tag for wheels on an OCI architecture: manylinux_2_28
+/// pip's platform tag for wheels on an architecture: manylinux_2_28
 /// (pip also takes the older manylinux tags it implies: 2_17, 2014, 1...).
-pub fn default_platform(oci_arch: &str) -> String {
-    let arch = match oci_arch {
-        "amd64" => "x86_64",
-        "arm64" => "aarch64",
-        "386" => "i686",
-        other => other,
-    };
-    format!("manylinux_2_28_{arch}")
+pub fn default_platform(arch: crate::definition::Arch) -> String {
+    format!("manylinux_2_28_{}", arch.machine())
 }
 
 /// A request with its platform filled in (what a lock entry records).
-pub fn resolved(req: &PypiRequest, oci_arch: &str) -> PypiRequest {
+pub fn resolved(req: &PypiRequest, arch: crate::definition::Arch) -> PypiRequest {
     let mut r = req.clone();
     if r.format == PypiFormat::Wheel && r.platform.is_none() {
-        r.platform = Some(default_platform(oci_arch));
+        r.platform = Some(default_platform(arch));
     }
     r
 }
@@ -142,7 +133,8 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
         return Err(other(req, format!("pip downloaded {} files, expected one", files.len())));
     };
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let sha256 = crate::digest::sha256_file(path).map_err(|e| other(req, format!("cannot read `{file}`: {e}")))?;
+    let sha256 =
+        crate::store::digest::sha256_file(path).map_err(|e| other(req, format!("cannot read `{file}`: {e}")))?;
     if let Some(expected) = pin {
         if sha256 != expected {
             return Err(PypiError::Mismatch {
@@ -153,22 +145,35 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
             });
         }
     }
-    // Stored as `pypi/<sha256>/<file>`: renamed into place whole, so a
-    // killed build never leaves an entry a later build would trust.
-    let entry = cache.named_path("pypi", &sha256);
-    if cached(cache, &sha256).is_none() {
-        let staged = tmp.path().join("entry");
-        std::fs::create_dir(&staged).map_err(|e| other(req, e.to_string()))?;
-        std::fs::rename(path, staged.join(&file)).map_err(|e| other(req, e.to_string()))?;
-        std::fs::create_dir_all(cache.root().join("pypi")).map_err(|e| other(req, e.to_string()))?;
+    store(cache, path, &sha256, tmp.path()).map_err(|message| other(req, message))
+}
+
+/// Move the downloaded `path` (its sha256 already measured) into the cache
+/// as `pypi/<sha256>/<file name>`, renamed into place whole (through a
+/// directory made in `scratch`), so a killed build never leaves an entry a
+/// later build would trust. An entry already there is kept.
+pub(crate) fn store(
+    cache: &Cache,
+    path: &std::path::Path,
+    sha256: &str,
+    scratch: &std::path::Path,
+) -> Result<Fetched, String> {
+    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let entry = cache.named_path("pypi", sha256);
+    if cached(cache, sha256).is_none() {
+        let staged = scratch.join(format!("entry-{sha256}"));
+        std::fs::create_dir(&staged).map_err(|e| format!("cannot stage `{file}`: {e}"))?;
+        std::fs::rename(path, staged.join(&file)).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(cache.root().join("pypi")).map_err(|e| e.to_string())?;
         let _ = std::fs::remove_dir_all(&entry);
         if let Err(e) = std::fs::rename(&staged, &entry) {
-            if cached(cache, &sha256).is_none() {
-                return Err(other(req, format!("cannot store `{}`: {e}", entry.display())));
+            let _ = std::fs::remove_dir_all(&staged);
+            if cached(cache, sha256).is_none() {
+                return Err(format!("cannot store `{}`: {e}", entry.display()));
             }
         }
     }
-    cached(cache, &sha256).ok_or_else(|| other(req, format!("`{}` vanished from the cache", entry.display())))
+    cached(cache, sha256).ok_or_else(|| format!("`{}` vanished from the cache", entry.display()))
 }
 
 fn other(req: &PypiRequest, message: String) -> PypiError {
@@ -176,12 +181,12 @@ fn other(req: &PypiRequest, message: String) -> PypiError {
 }
 
 /// The cached file with this sha256, rehashed (a damaged entry is dropped).
-fn cached(cache: &Cache, sha256: &str) -> Option<Fetched> {
+pub fn cached(cache: &Cache, sha256: &str) -> Option<Fetched> {
     let dir = cache.named_path("pypi", sha256);
     let mut entries = std::fs::read_dir(&dir).ok()?.filter_map(|e| e.ok());
     let e = entries.next()?;
     let path = e.path();
-    if entries.next().is_some() || crate::digest::sha256_file(&path).ok()? != sha256 {
+    if entries.next().is_some() || crate::store::digest::sha256_file(&path).ok()? != sha256 {
         let _ = std::fs::remove_dir_all(&dir);
         return None;
     }
@@ -204,38 +209,6 @@ pub fn lock_one(cache: &Cache, req: &PypiRequest, def_pin: Option<&str>) -> Resu
 /// Where `python -m pip` comes from: `QUARRY_PYTHON`, else `python3`.
 pub fn python() -> String {
     std::env::var("QUARRY_PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into())
-}
-
-/// Every `pypi` source and input of an image: the request (platform
-/// resolved for the image) and the definition's sha256 pin.
-pub fn image_requests(image: &crate::spec::Image) -> Vec<(PypiRequest, Option<String>)> {
-    let (_, arch, _) = image.platform();
-    let mut out: Vec<(PypiRequest, Option<String>)> = Vec::new();
-    for layer in &image.layers {
-        for s in &layer.sources {
-            if let crate::spec::SourceKind::Pypi { request, .. } = &s.kind {
-                out.push((resolved(request, &arch), s.sha256.clone()));
-            }
-        }
-        for i in &layer.inputs {
-            if let crate::spec::InputKind::Pypi(request) = &i.kind {
-                out.push((resolved(request, &arch), i.sha256.clone()));
-            }
-        }
-    }
-    out
-}
-
-/// `quarry lock`: fetch every PyPI file of the image and pin it.
-pub fn lock_image(image: &crate::spec::Image, cache: &Cache) -> Result<Vec<PypiPin>, PypiError> {
-    let mut pins: Vec<PypiPin> = Vec::new();
-    for (req, def_pin) in image_requests(image) {
-        if find_pin(&pins, &req).is_some() {
-            continue;
-        }
-        pins.push(lock_one(cache, &req, def_pin.as_deref())?);
-    }
-    Ok(pins)
 }
 
 /// pip's own command line for a request (for messages and Dockerfiles),
@@ -279,18 +252,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requirement_names() {
-        assert_eq!(requirement_name("cmake==3.31.6").unwrap(), "cmake");
-        assert_eq!(requirement_name("Foo_bar.baz[x,y] >=1,<2").unwrap(), "Foo_bar.baz");
-        assert_eq!(requirement_name("ninja").unwrap(), "ninja");
-        for bad in ["", "-r x", "--index-url=http://x", "x @ https://y", "x; os_name=='nt'", "==1"] {
-            assert!(requirement_name(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
     fn platforms() {
-        assert_eq!(default_platform("amd64"), "manylinux_2_28_x86_64");
-        assert_eq!(default_platform("arm64"), "manylinux_2_28_aarch64");
+        let arch = |a| crate::definition::Arch::from_oci(a).unwrap();
+        assert_eq!(default_platform(arch("amd64")), "manylinux_2_28_x86_64");
+        assert_eq!(default_platform(arch("arm64")), "manylinux_2_28_aarch64");
     }
 }

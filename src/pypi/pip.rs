@@ -1,7 +1,7 @@
 //! Running the user's pip: `python3 -m pip download --no-deps`, one file.
 
 use super::{python, PypiError};
-use crate::spec::{PypiFormat, PypiRequest};
+use crate::definition::{PypiFormat, PypiRequest};
 use std::path::Path;
 use std::process::Command;
 
@@ -77,16 +77,21 @@ pub(super) fn download(
         std::fs::write(&reqfile, format!("{} --hash=sha256:{sha}\n", req.requirement))
             .map_err(|e| PypiError::Other { requirement: req.requirement.clone(), message: e.to_string() })?;
     }
+    run(&req.requirement, &args(req, name, pinned, dest, &reqfile), work, pinned)
+}
+
+/// Run `python -m pip ARGS` in `work`; pip's failures become errors that
+/// name `requirement` (what was asked for, for messages) and say what pip said.
+pub(super) fn run(requirement: &str, args: &[String], work: &Path, pinned: Option<&str>) -> Result<(), PypiError> {
     let py = python();
-    let args = args(req, name, pinned, dest, &reqfile);
     let out = Command::new(&py)
         .arg("-m")
         .arg("pip")
-        .args(&args)
+        .args(args)
         .env("PIP_NO_INPUT", "1")
         .current_dir(work)
         .output()
-        .map_err(|err| PypiError::NoPip { requirement: req.requirement.clone(), python: py.clone(), err })?;
+        .map_err(|err| PypiError::NoPip { requirement: requirement.to_string(), python: py.clone(), err })?;
     if out.status.success() {
         return Ok(());
     }
@@ -108,34 +113,45 @@ pub(super) fn download(
             })
             .unwrap_or_else(|| "?".into());
         return Err(PypiError::Mismatch {
-            requirement: req.requirement.clone(),
+            requirement: requirement.to_string(),
             file: file.split('#').next().unwrap_or("?").to_string(),
             expected: pinned.unwrap_or_default().to_string(),
             actual: got,
         });
     }
     if all.contains("No matching distribution found") || all.contains("Could not find a version that satisfies") {
-        let detail = all
+        let mut detail = all
             .lines()
-            .find(|l| l.contains("No matching distribution found") || l.contains("Could not find a version"))
+            .find(|l| l.contains("No matching distribution found"))
+            .or_else(|| all.lines().find(|l| l.contains("Could not find a version")))
             .map(|l| l.trim().trim_start_matches("ERROR: ").to_string())
             .unwrap_or_default();
-        return Err(PypiError::NotFound { requirement: req.requirement.clone(), detail });
+        if unreachable_index(&all) {
+            detail.push_str("; pip could not reach the package index (see its configuration: index-url, proxy)");
+        }
+        return Err(PypiError::NotFound { requirement: requirement.to_string(), detail });
     }
     if out.status.code() == Some(1) && stderr.contains("No module named pip") {
         return Err(PypiError::NoPip {
-            requirement: req.requirement.clone(),
+            requirement: requirement.to_string(),
             python: py,
             err: std::io::Error::other("No module named pip"),
         });
     }
     let tail: Vec<&str> = all.lines().rev().take(15).collect();
     Err(PypiError::Pip {
-        requirement: req.requirement.clone(),
+        requirement: requirement.to_string(),
         command: format!("{py} -m pip {}", args.join(" ")),
         code: out.status.code().unwrap_or(-1),
         output: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
     })
+}
+
+/// pip's output says it could not connect (it then reports "no versions").
+fn unreachable_index(output: &str) -> bool {
+    ["NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution", "ConnectTimeoutError"]
+        .iter()
+        .any(|m| output.contains(m))
 }
 
 #[cfg(test)]

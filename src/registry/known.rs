@@ -17,7 +17,7 @@ pub(crate) struct Known {
 
 impl Known {
     pub fn load(cache: &Cache, registry: &str) -> Known {
-        let key = crate::digest::sha256_hex(registry.as_bytes());
+        let key = crate::store::digest::sha256_hex(registry.as_bytes());
         let map = cache.read_note(KIND, &key).and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
         Known { cache: cache.clone(), key, map, dirty: false }
     }

@@ -7,6 +7,7 @@
 //! - `pull`: manifests (an index resolved to a platform) and verified blobs into the cache
 //! - `upload`: one blob's upload (monolithic or chunked)
 //! - `push`: an OCI layout's image to a repository
+//! - `referrers`: the artifacts referring to it (its SBOM): referrers API or fallback tags
 //! - `known`: where blobs were seen, for cross-repository mounts
 //! - `save`: a pulled image as an OCI layout, byte for byte
 

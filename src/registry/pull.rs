@@ -6,11 +6,12 @@
 
 use super::client::{read_limited, Call, Client};
 use super::known::Known;
-use super::reference::{valid_digest, Reference};
+use super::reference::Reference;
 use super::RegistryError;
-use crate::digest::HashingWriter;
 use crate::progress::Progress;
+use crate::store::blob::{BlobError, BlobWriter};
 use crate::store::cache::Cache;
+use crate::store::Digest;
 use crate::store::LayerBlob;
 use ocidir::oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest};
 use std::io::{Read, Write};
@@ -29,6 +30,9 @@ const CONFIG_LIMIT: u64 = 64 << 20;
 pub struct PullOptions {
     pub plain_http: bool,
     pub progress: Progress,
+    /// Use only what the cache holds; anything missing is an error, and
+    /// the registry is never contacted.
+    pub offline: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -42,13 +46,13 @@ pub struct PulledImage {
     /// The reference with the platform manifest's digest.
     pub reference: Reference,
     /// Digest of what was asked for (an index or the manifest itself).
-    pub requested_digest: String,
-    pub manifest_digest: String,
+    pub requested_digest: Digest,
+    pub manifest_digest: Digest,
     pub manifest_media_type: String,
     pub manifest_size: u64,
     pub manifest: ImageManifest,
     pub config: ImageConfiguration,
-    pub config_digest: String,
+    pub config_digest: Digest,
     pub config_size: u64,
     pub config_media_type: String,
     pub layers: Vec<PulledLayer>,
@@ -94,18 +98,18 @@ pub fn base_reference(s: &str) -> Result<Reference, RegistryError> {
         reference: s.to_string(),
         message: format!(
             "a registry base must be pinned by digest so builds are reproducible; the tag points at {digest} now: write `{}`",
-            r.with_digest(&digest)
+            r.with_digest(&digest.to_string())
         ),
     })
 }
 
 /// The digest a tag points at now: that of the bytes served (not the
 /// registry's `Docker-Content-Digest` header, which is only a claim).
-pub fn resolve_tag(r: &Reference, plain_http: bool) -> Result<String, RegistryError> {
+pub fn resolve_tag(r: &Reference, plain_http: bool) -> Result<Digest, RegistryError> {
     let mut client = Client::new(&r.registry, plain_http)?;
     client.add_scope(&r.repository, "pull");
     let (bytes, _) = get_manifest(&mut client, r, r.object())?;
-    Ok(format!("sha256:{}", crate::digest::sha256_hex(&bytes)))
+    Ok(Digest::of_bytes(&bytes))
 }
 
 /// GET a manifest by tag or digest: (bytes, Content-Type).
@@ -171,6 +175,12 @@ struct Puller<'a> {
 
 impl Puller<'_> {
     fn client(&mut self) -> Result<&mut Client, RegistryError> {
+        if self.opts.offline {
+            return Err(RegistryError::Image {
+                reference: self.reference.to_string(),
+                message: "not in the cache (and the registry is not asked offline)".into(),
+            });
+        }
         if self.client.is_none() {
             let mut c = Client::new(&self.reference.registry, self.opts.plain_http)?;
             c.add_scope(&self.reference.repository, "pull");
@@ -180,52 +190,33 @@ impl Puller<'_> {
     }
 
     /// A manifest or index by digest: from the cache, else fetched and verified.
-    fn document(&mut self, digest: &str) -> Result<(Vec<u8>, String), RegistryError> {
+    fn document(&mut self, digest: &Digest) -> Result<(Vec<u8>, String), RegistryError> {
         if let Ok(bytes) = std::fs::read(self.cache.blob_path(digest)) {
             let media_type = document_media_type(&bytes, "");
             return Ok((bytes, media_type));
         }
         let r = self.reference.clone();
-        let (bytes, ctype) = get_manifest(self.client()?, &r, digest)?;
-        let actual = format!("sha256:{}", crate::digest::sha256_hex(&bytes));
-        if actual != digest {
-            return Err(RegistryError::DigestMismatch {
-                what: format!("manifest `{}`", r.with_digest(digest)),
-                expected: digest.to_string(),
-                actual,
-            });
-        }
-        self.store_small(&bytes, digest)?;
+        let (bytes, ctype) = get_manifest(self.client()?, &r, &digest.to_string())?;
+        self.store_small(&bytes, digest, &format!("manifest `{}`", r.with_digest(&digest.to_string())))?;
         let media_type = document_media_type(&bytes, &ctype);
         Ok((bytes, media_type))
     }
 
-    fn store_small(&self, bytes: &[u8], digest: &str) -> Result<(), RegistryError> {
-        let mut tmp = self.cache.temp_file()?;
-        let io = |err| RegistryError::Io {
-            path: self.cache.tmp_dir().display().to_string(),
-            what: "cannot write".into(),
-            err,
-        };
-        tmp.write_all(bytes).map_err(io)?;
-        tmp.flush().map_err(io)?;
-        self.cache.commit_blob(tmp, digest.trim_start_matches("sha256:"))?;
+    /// A document into the blob store, verified against the digest asked for.
+    fn store_small(&self, bytes: &[u8], digest: &Digest, what: &str) -> Result<(), RegistryError> {
+        let mut w = BlobWriter::blob(self.cache)?;
+        w.write_all(bytes).map_err(|err| io_err(self.cache, err))?;
+        w.commit_verified(digest, None).map_err(|e| blob_err(e, what))?;
         Ok(())
     }
 
     /// A blob into the cache, streamed and verified; returns true if it was cached already.
-    fn blob(&mut self, digest: &str, size: u64, what: &str) -> Result<bool, RegistryError> {
-        if !valid_digest(digest) {
-            return Err(RegistryError::Image {
-                reference: self.reference.to_string(),
-                message: format!("{what} has digest `{digest}`; only sha256 digests are supported"),
-            });
-        }
+    fn blob(&mut self, digest: &Digest, size: u64, what: &str) -> Result<bool, RegistryError> {
         if self.cache.has_blob(digest, size) {
             return Ok(true);
         }
         let repo = self.reference.repository.clone();
-        let bar = self.opts.progress.bytes(size, format!("pull {}", &digest[7..19]));
+        let bar = self.opts.progress.bytes(size, format!("pull {}", &digest.hex()[..12]));
         let max = super::client::max_attempts();
         let mut attempt = 0;
         loop {
@@ -247,14 +238,14 @@ impl Puller<'_> {
             }
         }
         bar.finish_and_clear();
-        self.known.add(digest, &repo);
+        self.known.add(&digest.to_string(), &repo);
         Ok(false)
     }
 
     fn download(
         &mut self,
         repo: &str,
-        digest: &str,
+        digest: &Digest,
         size: u64,
         what: &str,
         bar: &indicatif::ProgressBar,
@@ -266,11 +257,8 @@ impl Puller<'_> {
         if resp.status().as_u16() != 200 {
             return Err(Transfer::Failed(client.status_error(what, resp)));
         }
-        // The temporary file is removed when dropped: a failed or short
-        // download leaves nothing under the digest's name.
-        let tmp = cache.temp_file().map_err(|e| Transfer::Failed(e.into()))?;
-        let file = tmp.reopen().map_err(|err| Transfer::Failed(io_err(cache, err)))?;
-        let mut w = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
+        // A failed or short download leaves nothing under the digest's name.
+        let mut w = BlobWriter::blob(cache).map_err(|e| Transfer::Failed(e.into()))?;
         let mut r = resp.into_body().into_reader();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -290,25 +278,14 @@ impl Puller<'_> {
             w.write_all(&buf[..n]).map_err(|err| Transfer::Failed(io_err(cache, err)))?;
             bar.inc(n as u64);
         }
-        let (mut f, hex, n) = w.finish();
-        f.flush().map_err(|err| Transfer::Failed(io_err(cache, err)))?;
-        drop(f);
-        if n != size {
+        if w.bytes() != size {
             return Err(Transfer::Failed(RegistryError::SizeMismatch {
                 what: what.to_string(),
                 expected: size,
-                actual: n,
+                actual: w.bytes(),
             }));
         }
-        let actual = format!("sha256:{hex}");
-        if actual != digest {
-            return Err(Transfer::Failed(RegistryError::DigestMismatch {
-                what: what.to_string(),
-                expected: digest.to_string(),
-                actual,
-            }));
-        }
-        cache.commit_blob(tmp, &hex).map_err(|e| Transfer::Failed(e.into()))?;
+        w.commit_verified(digest, Some(size)).map_err(|e| Transfer::Failed(blob_err(e, what)))?;
         Ok(())
     }
 
@@ -364,6 +341,25 @@ enum Transfer {
     Failed(RegistryError),
 }
 
+fn blob_err(e: BlobError, what: &str) -> RegistryError {
+    match e {
+        BlobError::Cache(c) => c.into(),
+        BlobError::Mismatch { expected, actual, .. } => RegistryError::DigestMismatch {
+            what: what.to_string(),
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        },
+    }
+}
+
+/// A descriptor's digest, which quarry can only check when it is a sha256.
+fn sha256_of(d: &Descriptor, what: &str, reference: &Reference) -> Result<Digest, RegistryError> {
+    Digest::try_from(d.digest()).map_err(|_| RegistryError::Image {
+        reference: reference.to_string(),
+        message: format!("{what} has digest `{}`; only sha256 digests are supported", d.digest()),
+    })
+}
+
 fn io_err(cache: &Cache, err: std::io::Error) -> RegistryError {
     RegistryError::Io { path: cache.tmp_dir().display().to_string(), what: "cannot write a blob".into(), err }
 }
@@ -384,18 +380,19 @@ pub fn pull_image(
         known: Known::load(cache, &reference.registry),
     };
     let requested = match &reference.digest {
-        Some(d) => d.clone(),
+        Some(d) => Digest::parse(d)
+            .map_err(|e| RegistryError::Image { reference: reference.to_string(), message: e.to_string() })?,
         None => resolve_tag(reference, opts.plain_http)?,
     };
     let (mut bytes, mut media_type) = p.document(&requested)?;
-    let mut manifest_digest = requested.clone();
+    let mut manifest_digest = requested;
     if media_type == OCI_INDEX || media_type == DOCKER_LIST {
         let index: ImageIndex = serde_json::from_slice(&bytes).map_err(|e| RegistryError::Image {
             reference: reference.to_string(),
             message: format!("the image index is not valid: {e}"),
         })?;
         let d = p.pick_platform(&index, platform)?;
-        manifest_digest = d.digest().to_string();
+        manifest_digest = sha256_of(&d, "the platform's manifest", reference)?;
         (bytes, media_type) = p.document(&manifest_digest)?;
     }
     if media_type != OCI_MANIFEST && media_type != DOCKER_MANIFEST {
@@ -409,7 +406,7 @@ pub fn pull_image(
         message: format!("manifest {manifest_digest} is not valid: {e}"),
     })?;
     let cdesc = manifest.config();
-    let config_digest = cdesc.digest().to_string();
+    let config_digest = sha256_of(cdesc, "the config", reference)?;
     p.blob(&config_digest, cdesc.size(), &format!("config {config_digest}"))?;
     if cdesc.size() > CONFIG_LIMIT {
         return Err(p.client()?.protocol("config", format!("larger than {CONFIG_LIMIT} bytes")));
@@ -436,18 +433,19 @@ pub fn pull_image(
     }
     let mut layers = Vec::new();
     for (i, (d, diff_id)) in manifest.layers().iter().zip(diff_ids.iter()).enumerate() {
-        let digest = d.digest().to_string();
-        let what = format!("layer {i} ({digest}) of {}", reference.with_digest(&manifest_digest));
+        let digest = sha256_of(d, &format!("layer {i}"), reference)?;
+        let diff_id = Digest::parse(diff_id).map_err(|e| RegistryError::Image {
+            reference: reference.to_string(),
+            message: format!("diff_id {i} of the config: {e}"),
+        })?;
+        let what = format!("layer {i} ({digest}) of {}", reference.with_digest(&manifest_digest.to_string()));
         let media_type = oci_layer_media_type(d.media_type().as_ref(), &what, reference)?;
         let cached = p.blob(&digest, d.size(), &what)?;
-        layers.push(PulledLayer {
-            blob: LayerBlob { digest, diff_id: diff_id.clone(), size: d.size(), media_type },
-            cached,
-        });
+        layers.push(PulledLayer { blob: LayerBlob { digest, diff_id, size: d.size(), media_type }, cached });
     }
     p.known.save();
     Ok(PulledImage {
-        reference: reference.with_digest(&manifest_digest),
+        reference: reference.with_digest(&manifest_digest.to_string()),
         requested_digest: requested,
         manifest_media_type: media_type,
         manifest_size: bytes.len() as u64,
@@ -459,4 +457,18 @@ pub fn pull_image(
         config_digest,
         layers,
     })
+}
+
+/// A registry base's layers when the cache holds all of it (manifest,
+/// config and every layer), without contacting the registry.
+pub fn cached_layers(reference: &str, platform: &crate::definition::Platform, cache: &Cache) -> Option<PulledImage> {
+    let r = base_reference_offline(reference)?;
+    let opts = PullOptions { plain_http: false, progress: Progress::hidden(), offline: true };
+    pull_image(&r, (&platform.os, platform.arch.oci(), platform.variant.as_deref()), cache, &opts).ok()
+}
+
+/// A pinned reference, parsed without asking any registry.
+fn base_reference_offline(s: &str) -> Option<Reference> {
+    let r = Reference::parse(s).ok()?;
+    r.digest.is_some().then_some(r)
 }

@@ -45,9 +45,7 @@ fn valid_tag(t: &str) -> bool {
 
 /// True for `sha256:` followed by 64 lowercase hex digits.
 pub fn valid_digest(d: &str) -> bool {
-    d.strip_prefix("sha256:")
-        .map(|h| h.len() == 64 && h.bytes().all(|x| x.is_ascii_digit() || (b'a'..=b'f').contains(&x)))
-        .unwrap_or(false)
+    crate::store::Digest::parse(d).is_ok()
 }
 
 impl Reference {

@@ -7,10 +7,9 @@ use super::pull::PulledImage;
 use super::RegistryError;
 use crate::store::cache::Cache;
 use crate::store::layout;
-use ocidir::oci_spec::image::{DescriptorBuilder, Digest, ImageIndexBuilder, MediaType, SCHEMA_VERSION};
+use ocidir::oci_spec::image::{DescriptorBuilder, ImageIndexBuilder, MediaType, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::path::Path;
-use std::str::FromStr;
 
 fn io(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> RegistryError {
     let path = path.display().to_string();
@@ -27,11 +26,10 @@ pub fn write_layout(image: &PulledImage, cache: &Cache, out: &Path, tag: &str) -
     let staging = layout::stage_output(out, ".quarry-pull-").map_err(|e| bad(out, e))?;
     let blobs = staging.path().join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(io(&blobs, "cannot create"))?;
-    let mut digests = vec![image.manifest_digest.clone(), image.config_digest.clone()];
-    digests.extend(image.layers.iter().map(|l| l.blob.digest.clone()));
+    let mut digests = vec![image.manifest_digest, image.config_digest];
+    digests.extend(image.layers.iter().map(|l| l.blob.digest));
     for d in &digests {
-        let hex = d.trim_start_matches("sha256:");
-        let (from, to) = (cache.blob_path(d), blobs.join(hex));
+        let (from, to) = (cache.blob_path(d), blobs.join(d.hex()));
         layout::link_or_copy(&from, &to).map_err(io(&from, "cannot copy a blob from the cache"))?;
     }
     let (os, arch) = (image.config.os().to_string(), image.config.architecture().to_string());
@@ -40,7 +38,7 @@ pub fn write_layout(image: &PulledImage, cache: &Cache, out: &Path, tag: &str) -
     platform.set_architecture(arch.as_str().into());
     let desc = DescriptorBuilder::default()
         .media_type(MediaType::from(image.manifest_media_type.as_str()))
-        .digest(Digest::from_str(&image.manifest_digest).map_err(|e| bad(out, e))?)
+        .digest(oci_spec::image::Digest::from(image.manifest_digest))
         .size(image.manifest_size)
         .platform(platform)
         .annotations(HashMap::from([("org.opencontainers.image.ref.name".to_string(), tag.to_string())]))

@@ -45,7 +45,8 @@ impl ArtifactName {
         let component = parts.next()?;
         let target = parts.next()?;
         let name_ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-        let target_ok = !target.is_empty() && target.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        let target_ok = !target.is_empty()
+            && target.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '+' | '_' | ':'));
         if !name_ok || !COMPONENTS.contains(&component) || !target_ok {
             return None;
         }
@@ -131,7 +132,7 @@ pub fn read(root: &Path) -> Result<Artifacts, ArtifactError> {
         let text = std::fs::read_to_string(&manifest).map_err(io(&manifest))?;
         let mut prefixes = Vec::new();
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            let ok = crate::tarball::path::normalize_member(line.as_bytes()).map(|p| !p.is_empty()).unwrap_or(false);
+            let ok = crate::layer::path::normalize_member(line.as_bytes()).map(|p| !p.is_empty()).unwrap_or(false);
             if !ok {
                 return Err(ArtifactError::BadPrefix { artifact: dir_name, line: line.into() });
             }

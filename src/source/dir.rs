@@ -1,11 +1,10 @@
 //! `dir` sources: a host directory placed at `dest`. The walk never follows
 //! symlinks; include/exclude globs match paths relative to the directory.
 
-use super::hashes::{source_id, ContentHasher, FileToHash};
-use crate::digest::KeyHasher;
-use crate::spec::Source;
-use crate::tarball::path::join;
-use crate::tarball::{Content, Kind, Node, Tree};
+use super::hashes::{capability, source_id, ContentHasher, FileToHash};
+use crate::layer::path::join;
+use crate::layer::{Content, Kind, Node, Tree};
+use crate::store::key::{Key, KeyEncoder};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -14,6 +13,18 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+/// What selects and shapes a directory's entries.
+#[derive(Debug, Clone, Default)]
+pub struct DirOptions {
+    /// Globs relative to the directory; empty: everything.
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    /// `uid:gid` for every entry (`0:0` when not given).
+    pub owner: Option<(u64, u64)>,
+    /// Keep device nodes (dropped otherwise).
+    pub devices: bool,
+}
 
 pub struct DirEntry {
     /// Relative to the source directory; empty for the directory itself.
@@ -54,7 +65,7 @@ fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
 /// The `lstat` calls dominate a no-op rebuild, so the subtrees of the
 /// top-level directories are walked in parallel; the result is sorted, so
 /// the order never depends on the walk.
-pub fn scan(root: &Path, s: &Source) -> Result<DirScan, String> {
+pub fn scan(root: &Path, s: &DirOptions) -> Result<DirScan, String> {
     let meta = std::fs::metadata(root).map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
     if !meta.is_dir() {
         return Err(format!("`{}` is not a directory", root.display()));
@@ -128,20 +139,6 @@ fn walk(root: &Path, start: &Path, min_depth: usize, max_depth: usize, f: &Filte
     Ok(entries)
 }
 
-pub(crate) fn capability(path: &Path) -> Option<Vec<u8>> {
-    // Hand-written: one lgetxattr call does not justify an xattr crate.
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let name = c"security.capability";
-    let mut buf = vec![0u8; 256];
-    // SAFETY: both strings are NUL-terminated and buf is valid for its length.
-    let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n <= 0 {
-        return None;
-    }
-    buf.truncate(n as usize);
-    Some(buf)
-}
-
 impl DirScan {
     /// A content-based key for everything this source puts in the layer:
     /// per entry its path, type, permission bits, mtime as the tar will
@@ -152,10 +149,10 @@ impl DirScan {
     /// rebuild. Records each file's capability for `into_tree`.
     pub fn fingerprint(
         &self,
-        s: &Source,
+        s: &DirOptions,
         hasher: &mut ContentHasher,
         source_date_epoch: u64,
-    ) -> Result<String, String> {
+    ) -> Result<Key, String> {
         // Regular files that carry content (the first of each hardlink
         // group) are hashed; per entry, its place among them or the entry
         // it is a hardlink to.
@@ -182,8 +179,8 @@ impl DirScan {
         let id = source_id("dir", root, &[&s.include, &s.exclude]);
         let digests = hasher.hash_files(&id, &to_hash)?;
 
-        let mut h = KeyHasher::new();
-        h.field("dir-content-v1");
+        // One group of fields per entry, in path order.
+        let mut h = KeyEncoder::new("dir-content", 1);
         for (i, e) in self.entries.iter().enumerate() {
             if e.rel.is_empty() {
                 continue; // the root itself is not stored in the layer
@@ -191,25 +188,25 @@ impl DirScan {
             let m = &e.meta;
             let ft = m.file_type();
             let mtime = (m.mtime().max(0) as u64).min(source_date_epoch);
-            h.field(&e.rel).field(format!("{:o}:{mtime}", m.mode() & 0o7777));
+            h.bytes("path", &e.rel).u64("mode", (m.mode() & 0o7777) as u64).u64("mtime", mtime);
             if ft.is_dir() {
-                h.field("d");
+                h.str("type", "dir");
             } else if ft.is_symlink() {
-                h.field("l").field(e.link.as_deref().unwrap_or_default());
+                h.str("type", "symlink").bytes("target", e.link.as_deref().unwrap_or_default());
             } else if ft.is_file() {
                 if let Some(first) = link_to[i] {
-                    h.field("h").field(&self.entries[first].rel);
+                    h.str("type", "hardlink").bytes("target", &self.entries[first].rel);
                 } else if let Some(j) = hashed[i] {
                     let d = &digests[j];
-                    h.field("f").field(m.size().to_string()).field(d.sha256);
-                    h.field(d.capability.as_deref().unwrap_or_default());
+                    h.str("type", "file").u64("size", m.size()).bytes("sha256", &d.sha256);
+                    h.bytes("capability", d.capability.as_deref().unwrap_or_default());
                 }
             } else if ft.is_char_device() || ft.is_block_device() {
-                h.field(if ft.is_char_device() { "c" } else { "b" }).field(m.rdev().to_string());
+                h.str("type", if ft.is_char_device() { "char" } else { "block" }).u64("rdev", m.rdev());
             } else if ft.is_fifo() {
-                h.field("p");
+                h.str("type", "fifo");
             } else {
-                h.field("s");
+                h.str("type", "socket");
             }
         }
         // A hardlink shares its inode's xattrs with the first of its group.
@@ -222,7 +219,7 @@ impl DirScan {
     }
 
     /// Place the scanned entries under `dest` in `tree`.
-    pub fn into_tree(self, dest: &[u8], s: &Source, tree: &mut Tree) -> Result<DirReport, String> {
+    pub fn into_tree(self, dest: &[u8], s: &DirOptions, tree: &mut Tree) -> Result<DirReport, String> {
         let (uid, gid) = s.owner.unwrap_or((0, 0));
         let mut report = DirReport::default();
         let mut first_of_inode: HashMap<(u64, u64), Vec<u8>> = HashMap::new();

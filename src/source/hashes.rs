@@ -13,8 +13,8 @@
 //! younger than `RACY_SECS` is hashed but not memoized: a write within the
 //! same timestamp tick would otherwise go unnoticed.
 
-use crate::digest::KeyHasher;
 use crate::store::cache::Cache;
+use crate::store::key::KeyEncoder;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -205,24 +205,21 @@ impl ContentHasher {
 
 /// The memo's file name for a source id.
 fn memo_name(source_id: &str) -> String {
-    let mut k = KeyHasher::new();
-    k.field("stat-memo-v1").field(source_id);
-    k.finish()
+    let mut k = KeyEncoder::new("stat-memo", 1);
+    k.str("source", source_id);
+    k.finish().hex()
 }
 
 /// An id for a source's memo: its kind, its absolute path and whatever else
 /// selects its files (filters).
 pub fn source_id(kind: &str, path: &Path, selectors: &[&[String]]) -> String {
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut k = KeyHasher::new();
-    k.field(kind).field(abs.as_os_str().as_bytes());
+    let mut k = KeyEncoder::new("stat-memo-source", 1);
+    k.str("kind", kind).bytes("path", abs.as_os_str().as_bytes());
     for s in selectors {
-        k.field(s.len().to_string());
-        for p in *s {
-            k.field(p);
-        }
+        k.list("selector", s.iter());
     }
-    k.finish()
+    k.finish().hex()
 }
 
 /// Hash one file; also says whether its stat was unchanged while it was read.
@@ -242,8 +239,23 @@ fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), Stri
     }
     let after = f.metadata().map_err(err)?;
     let unchanged = StatFingerprint::of(&after) == StatFingerprint::of(scanned);
-    let capability = crate::source::dir::capability(path);
+    let capability = capability(path);
     Ok((FileDigest { sha256: h.finalize().into(), capability }, unchanged))
+}
+
+/// The `security.capability` xattr of a file, which layers keep.
+pub(crate) fn capability(path: &Path) -> Option<Vec<u8>> {
+    // Hand-written: one lgetxattr call does not justify an xattr crate.
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let name = c"security.capability";
+    let mut buf = vec![0u8; 256];
+    // SAFETY: both strings are NUL-terminated and buf is valid for its length.
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
 }
 
 #[cfg(test)]
@@ -278,8 +290,8 @@ mod tests {
         // Files written just now are racy: hashed every time, never memoized.
         let mut h = ContentHasher::new(cache.clone(), false);
         let first = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
-        assert_eq!(hex::encode(first[0].sha256), crate::digest::sha256_hex(b"alpha"));
-        assert_eq!(hex::encode(first[1].sha256), crate::digest::sha256_hex(b"beta"));
+        assert_eq!(hex::encode(first[0].sha256), crate::store::digest::sha256_hex(b"alpha"));
+        assert_eq!(hex::encode(first[1].sha256), crate::store::digest::sha256_hex(b"beta"));
         assert_eq!(hash(&mut h, "s", &files_of(&src, &["a", "b"])), first);
         assert_eq!(h.files_hashed, 4);
 
@@ -294,7 +306,7 @@ mod tests {
         std::fs::write(src.join("b"), b"BETA!").unwrap();
         let changed = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
         assert_eq!(h.files_hashed, 3);
-        assert_eq!(hex::encode(changed[1].sha256), crate::digest::sha256_hex(b"BETA!"));
+        assert_eq!(hex::encode(changed[1].sha256), crate::store::digest::sha256_hex(b"BETA!"));
         // ...and `verify` reads everything, reporting memo entries that lied.
         let name = memo_name("s");
         let mut doc: MemoFile = postcard::from_bytes(&cache.read_note(MEMO_KIND, &name).unwrap()).unwrap();

@@ -1,18 +1,22 @@
-//! Where layer content comes from. A layer's sources are first *scanned*
-//! (cheap: stat calls only), which gives the fingerprint for the cache key;
-//! only on a cache miss is the scan turned into a tree (reading archives).
+//! Where a files layer's content comes from. A layer's sources are first
+//! *scanned* (cheap: stat calls only), which gives the fingerprint for the
+//! cache key; only when the layer must be built is the scan turned into a
+//! tree (reading archives and wheels).
 
 pub mod dir;
 pub mod hashes;
+pub mod rocm;
+mod tree;
+pub mod wheel_install;
 
-use crate::digest::KeyHasher;
-use crate::spec::{Layer, Source, SourceKind};
-use crate::tarball::archive::{read_into, Placement};
-use crate::tarball::path::{display, normalize_dest, normalize_member};
-use crate::tarball::{Content, Kind, Node, Tree};
+use crate::definition::{FilesLayer, Layer, RocmSource, Source, SourceKind};
+use crate::store::key::{Key, KeyEncoder};
+use crate::store::Digest;
+use dir::DirOptions;
 use hashes::{ContentHasher, FileToHash};
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: `{field}`: {message}")]
@@ -23,36 +27,22 @@ pub struct SourceError {
 }
 
 impl SourceError {
-    fn new(layer: &Layer, field: String, message: impl Into<String>) -> Self {
-        SourceError { file: layer.file.display().to_string(), field, message: message.into() }
+    pub fn new(layer: &Layer, field: impl Into<String>, message: impl Into<String>) -> Self {
+        SourceError { file: layer.file.display().to_string(), field: field.into(), message: message.into() }
     }
 }
 
 /// One source after scanning.
 enum Scanned {
     Dir(dir::DirScan),
-    File {
-        path: PathBuf,
-        meta: std::fs::Metadata,
-    },
-    Archive {
-        path: PathBuf,
-        meta: std::fs::Metadata,
-    },
+    File(std::fs::Metadata),
+    Archive(std::fs::Metadata),
     Remove,
     Rocm(crate::rocm::artifacts::Artifacts, crate::rocm::artifacts::Selection, Vec<dir::DirScan>),
-    /// A wheel already fetched into the download cache (verified).
-    Pypi {
-        path: PathBuf,
-        sha256: String,
-    },
-}
-
-/// A `pypi` source's file, fetched before the scan (see `pypi::fetch`).
-#[derive(Debug, Clone)]
-pub struct FetchedWheel {
-    pub path: PathBuf,
-    pub sha256: String,
+    /// A ROCm dist tree given as `rocm`: copied like a `dir`.
+    RocmTree(dir::DirScan),
+    /// A wheel, known by its sha256 (pinned, or fetched already).
+    Pypi(Digest),
 }
 
 /// Does `dir` hold ROCm build artifacts (subdirectories with an
@@ -65,31 +55,11 @@ pub fn is_rocm_artifacts(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn scan_rocm_artifacts(
-    layer: &Layer,
-    s: &Source,
-    field: String,
-    root: &Path,
-    components: &[String],
-    targets: &[String],
-) -> Result<Scanned, SourceError> {
-    let a = crate::rocm::artifacts::read(root).map_err(|e| SourceError::new(layer, field.clone(), e.to_string()))?;
-    let sel = crate::rocm::artifacts::Selection { components: components.to_vec(), targets: targets.to_vec() };
-    // Scanned now for the fingerprint; flattened again on a miss.
-    let mut scans = Vec::new();
-    for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
-        for p in &art.prefixes {
-            scans.push(dir::scan(p, s).map_err(|m| SourceError::new(layer, field.clone(), m))?);
-        }
-    }
-    Ok(Scanned::Rocm(a, sel, scans))
-}
-
-/// A layer's sources, scanned.
-pub struct LayerScan<'a> {
-    layer: &'a Layer,
-    field_prefix: String,
-    scans: Vec<(usize, &'a Source, Scanned)>,
+/// A files layer's sources, scanned. Owns what it scanned, so a plan can
+/// keep it until the layer is built.
+pub struct FilesScan {
+    layer: Layer,
+    scans: Vec<Scanned>,
 }
 
 /// What building the tree noticed, for the user.
@@ -99,248 +69,230 @@ pub struct TreeReport {
     pub skipped_sockets: usize,
 }
 
-/// Scan every source of `layer`. `field_prefix` is how the definition
-/// names the layer's sources (`source` or `layer[0].source`).
-/// `wheels` holds the fetched file of each `pypi` source, by source index.
-pub fn scan<'a>(
-    layer: &'a Layer,
-    field_prefix: &str,
-    wheels: &std::collections::BTreeMap<usize, FetchedWheel>,
-) -> Result<LayerScan<'a>, SourceError> {
+fn dir_options(s: &Source, include: &[String], exclude: &[String], devices: bool) -> DirOptions {
+    DirOptions { include: include.to_vec(), exclude: exclude.to_vec(), owner: s.owner, devices }
+}
+
+fn files_of(layer: &Layer) -> &FilesLayer {
+    match &layer.kind {
+        crate::definition::LayerKind::Files(f) => f,
+        _ => unreachable!("a FilesScan is made from a files layer"),
+    }
+}
+
+/// Scan every source of a files layer. `wheels` holds the sha256 of each
+/// `pypi` source's wheel (pinned, or fetched), by source index.
+pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan, SourceError> {
+    let crate::definition::LayerKind::Files(files) = &layer.kind else {
+        return Err(SourceError::new(layer, layer.field_prefix.clone(), "is not a files layer"));
+    };
     let mut scans = Vec::new();
-    for (i, s) in layer.sources.iter().enumerate() {
-        let field = |what: &str| format!("{field_prefix}[{i}].{what}");
+    for (i, s) in files.sources.iter().enumerate() {
+        let field = |what: &str| format!("{}source[{i}].{what}", layer.field_prefix);
+        let stat_file = |p: &Path, what: &str| {
+            let meta = std::fs::metadata(p)
+                .map_err(|e| SourceError::new(layer, field(what), format!("cannot read `{}`: {e}", p.display())))?;
+            if !meta.is_file() {
+                return Err(SourceError::new(layer, field(what), format!("`{}` is not a regular file", p.display())));
+            }
+            Ok(meta)
+        };
         let scanned = match &s.kind {
-            SourceKind::Dir(p) => Scanned::Dir(dir::scan(p, s).map_err(|m| SourceError::new(layer, field("dir"), m))?),
-            SourceKind::File(p) => {
-                let meta = std::fs::metadata(p).map_err(|e| {
-                    SourceError::new(layer, field("file"), format!("cannot read `{}`: {e}", p.display()))
-                })?;
-                if !meta.is_file() {
-                    return Err(SourceError::new(
-                        layer,
-                        field("file"),
-                        format!("`{}` is not a regular file", p.display()),
-                    ));
-                }
-                Scanned::File { path: p.clone(), meta }
-            }
-            SourceKind::Archive(p) => {
-                let meta = std::fs::metadata(p).map_err(|e| {
-                    SourceError::new(layer, field("archive"), format!("cannot read `{}`: {e}", p.display()))
-                })?;
-                if !meta.is_file() {
-                    return Err(SourceError::new(layer, field("archive"), format!("`{}` is not a file", p.display())));
-                }
-                Scanned::Archive { path: p.clone(), meta }
-            }
+            SourceKind::Dir(d) => Scanned::Dir(
+                dir::scan(&d.path, &dir_options(s, &d.include, &d.exclude, d.devices))
+                    .map_err(|m| SourceError::new(layer, field("dir"), m))?,
+            ),
+            SourceKind::File(f) => Scanned::File(stat_file(&f.path, "file")?),
+            SourceKind::Archive(a) => Scanned::Archive(stat_file(&a.path, "archive")?),
             SourceKind::Remove => Scanned::Remove,
-            SourceKind::Packages(_) => {
-                // Built by the builder's packages layer over the layers below.
-                return Err(SourceError::new(
-                    layer,
-                    field("packages"),
-                    "a `packages` source is built over the layers below, not scanned",
-                ));
-            }
-            SourceKind::RocmArtifacts { dir: root, components, targets } => {
-                scan_rocm_artifacts(layer, s, field("rocm_artifacts"), root, components, targets)?
-            }
-            SourceKind::Rocm { dir: root, components, targets } => {
-                if is_rocm_artifacts(root) {
-                    scan_rocm_artifacts(layer, s, field("rocm"), root, components, targets)?
-                } else if root.join("bin").is_dir() || root.join("lib").is_dir() {
-                    if !components.is_empty() || !targets.is_empty() {
+            SourceKind::RocmArtifacts(r) => scan_rocm_artifacts(layer, s, field("rocm_artifacts"), r)?,
+            SourceKind::Rocm(r) => {
+                if is_rocm_artifacts(&r.dir) {
+                    scan_rocm_artifacts(layer, s, field("rocm"), r)?
+                } else if r.dir.join("bin").is_dir() || r.dir.join("lib").is_dir() {
+                    if !r.components.is_empty() || !r.targets.is_empty() {
                         return Err(SourceError::new(
                             layer,
                             field("rocm"),
                             format!(
                                 "`{}` is a dist tree: `components` and `targets` select artifacts only; remove them",
-                                root.display()
+                                r.dir.display()
                             ),
                         ));
                     }
-                    Scanned::Dir(dir::scan(root, s).map_err(|m| SourceError::new(layer, field("rocm"), m))?)
+                    Scanned::RocmTree(
+                        dir::scan(&r.dir, &dir_options(s, &[], &[], false))
+                            .map_err(|m| SourceError::new(layer, field("rocm"), m))?,
+                    )
                 } else {
                     return Err(SourceError::new(
                         layer,
                         field("rocm"),
                         format!(
                             "`{}` is neither a ROCm dist tree (with `bin/` or `lib/`) nor an artifacts directory (subdirectories with `{}`)",
-                            root.display(),
+                            r.dir.display(),
                             crate::rocm::artifacts::MANIFEST
                         ),
                     ));
                 }
             }
-            SourceKind::Pypi { request, .. } => {
-                let w = wheels.get(&i).ok_or_else(|| {
-                    SourceError::new(layer, field("pypi"), format!("`{}` was not fetched", request.requirement))
-                })?;
-                Scanned::Pypi { path: w.path.clone(), sha256: w.sha256.clone() }
-            }
+            SourceKind::Pypi(p) => Scanned::Pypi(*wheels.get(&i).ok_or_else(|| {
+                SourceError::new(layer, field("pypi"), format!("`{}` was not fetched", p.request.requirement))
+            })?),
         };
-        scans.push((i, s, scanned));
+        scans.push(scanned);
     }
-    Ok(LayerScan { layer, field_prefix: field_prefix.to_string(), scans })
+    Ok(FilesScan { layer: layer.clone(), scans })
 }
 
-impl LayerScan<'_> {
+fn scan_rocm_artifacts(layer: &Layer, s: &Source, field: String, r: &RocmSource) -> Result<Scanned, SourceError> {
+    let a = crate::rocm::artifacts::read(&r.dir).map_err(|e| SourceError::new(layer, field.clone(), e.to_string()))?;
+    let sel = crate::rocm::artifacts::Selection { components: r.components.clone(), targets: r.targets.clone() };
+    // Scanned now for the fingerprint; flattened again when built.
+    let opts = dir_options(s, &[], &[], false);
+    let mut scans = Vec::new();
+    for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
+        for p in &art.prefixes {
+            scans.push(dir::scan(p, &opts).map_err(|m| SourceError::new(layer, field.clone(), m))?);
+        }
+    }
+    Ok(Scanned::Rocm(a, sel, scans))
+}
+
+/// The definition fields of a source that shape the layer, by name.
+fn encode_source(h: &mut KeyEncoder, s: &Source) {
+    h.str("dest", &s.dest).opt_str("owner", s.owner.map(|(u, g)| format!("{u}:{g}")).as_deref());
+    h.list("remove", &s.remove);
+    match &s.kind {
+        SourceKind::Dir(d) => {
+            h.str("kind", "dir").bytes("path", d.path.as_os_str().as_encoded_bytes());
+            h.list("include", &d.include).list("exclude", &d.exclude).bool("devices", d.devices);
+        }
+        SourceKind::File(f) => {
+            h.str("kind", "file").bytes("path", f.path.as_os_str().as_encoded_bytes());
+            h.opt_str("mode", f.mode.map(|m| format!("{m:o}")).as_deref()).opt_digest("sha256", f.sha256.as_ref());
+        }
+        SourceKind::Archive(a) => {
+            h.str("kind", "archive").bytes("path", a.path.as_os_str().as_encoded_bytes());
+            h.opt_digest("sha256", a.sha256.as_ref()).u64("strip_components", a.strip_components as u64);
+            h.map("map", &a.map).bool("devices", a.devices);
+        }
+        SourceKind::RocmArtifacts(r) | SourceKind::Rocm(r) => {
+            let kind = if matches!(s.kind, SourceKind::Rocm(_)) { "rocm" } else { "rocm_artifacts" };
+            h.str("kind", kind).bytes("path", r.dir.as_os_str().as_encoded_bytes());
+            h.list("components", &r.components).list("targets", &r.targets);
+        }
+        SourceKind::Pypi(p) => {
+            h.str("kind", "pypi").str("requirement", &p.request.requirement).str("format", p.request.format.as_str());
+            h.opt_str("platform", p.request.platform.as_deref()).opt_str("python", p.request.python.as_deref());
+            h.opt_digest("sha256", p.sha256.as_ref()).str("site_packages", &p.site_packages).map("bin", &p.bin);
+        }
+        SourceKind::Remove => {
+            h.str("kind", "remove");
+        }
+    }
+}
+
+/// A source's content, for a bill of materials: its digest as quarry knew it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedContent {
+    pub index: usize,
+    /// A sha256 of the file (file, archive, wheel) or quarry's fingerprint of a tree.
+    pub digest: String,
+}
+
+impl FilesScan {
+    pub fn layer(&self) -> &Layer {
+        &self.layer
+    }
+
     /// Everything that decides the layer's bytes except the parent chain
-    /// and the compression: the canonical definition and the *content* of
+    /// and the compression: the definition's fields and the *content* of
     /// every input (files hashed through `hasher`'s stat memo), so a changed
     /// mtime alone never rebuilds a layer unless the tar would store it.
-    pub fn fingerprint(&self, hasher: &mut ContentHasher, source_date_epoch: u64) -> Result<String, SourceError> {
-        let mut h = KeyHasher::new();
-        h.field("layer-v2").field(&self.layer.name);
-        h.field(format!("{:?}", self.layer.remove));
-        for (i, s, scanned) in &self.scans {
-            let field = |what: &str| format!("{}[{i}].{what}", self.field_prefix);
-            // The validated definition, paths included, in a fixed order.
-            h.field(format!("{s:?}"));
-            match scanned {
-                Scanned::Dir(d) => {
+    /// Also returns each source's content digest.
+    pub fn fingerprint(
+        &self,
+        hasher: &mut ContentHasher,
+        source_date_epoch: u64,
+    ) -> Result<(Key, Vec<ScannedContent>), SourceError> {
+        let layer = &self.layer;
+        let files = files_of(layer);
+        let mut h = KeyEncoder::new("files-layer", 1);
+        h.str("name", &layer.name).list("remove", &files.remove);
+        let mut contents = Vec::new();
+        for (i, (s, scanned)) in files.sources.iter().zip(&self.scans).enumerate() {
+            let field = |what: &str| format!("{}source[{i}].{what}", layer.field_prefix);
+            encode_source(&mut h, s);
+            let content = match scanned {
+                Scanned::Dir(d) | Scanned::RocmTree(d) => {
+                    let opts = match &s.kind {
+                        SourceKind::Dir(d) => dir_options(s, &d.include, &d.exclude, d.devices),
+                        _ => dir_options(s, &[], &[], false),
+                    };
                     let fp = d
-                        .fingerprint(s, hasher, source_date_epoch)
-                        .map_err(|m| SourceError::new(self.layer, field("dir"), m))?;
-                    h.field(fp);
+                        .fingerprint(&opts, hasher, source_date_epoch)
+                        .map_err(|m| SourceError::new(layer, field("dir"), m))?;
+                    h.key("tree", &fp);
+                    Some(format!("sha256:{fp}"))
                 }
-                Scanned::File { path, meta } | Scanned::Archive { path, meta } => {
-                    let (kind, name) = match scanned {
-                        Scanned::File { .. } => ("file", "file"),
-                        _ => ("archive", "archive"),
+                Scanned::File(meta) | Scanned::Archive(meta) => {
+                    let (kind, path) = match &s.kind {
+                        SourceKind::File(f) => ("file", &f.path),
+                        SourceKind::Archive(a) => ("archive", &a.path),
+                        _ => unreachable!("scanned as a file"),
                     };
                     let id = hashes::source_id(kind, path, &[]);
                     let one = [FileToHash { rel: b"", path, meta }];
-                    let d = hasher
-                        .hash_files(&id, &one)
-                        .map_err(|m| SourceError::new(self.layer, field(name), m))?
-                        .remove(0);
-                    h.field(kind).field(meta.size().to_string()).field(d.sha256);
+                    let d =
+                        hasher.hash_files(&id, &one).map_err(|m| SourceError::new(layer, field(kind), m))?.remove(0);
+                    h.u64("size", meta.size()).bytes("sha256", &d.sha256);
                     if kind == "file" {
                         // What `into_tree` takes from the host file's stat.
                         let mtime = (meta.mtime().max(0) as u64).min(source_date_epoch);
-                        h.field(format!("{:o}:{mtime}", meta.mode() & 0o7777));
+                        h.u64("host_mode", (meta.mode() & 0o7777) as u64).u64("mtime", mtime);
                     }
+                    Some(Digest::from_bytes(d.sha256).to_string())
                 }
-                Scanned::Remove => {}
-                Scanned::Pypi { sha256, .. } => {
-                    h.field("pypi").field(sha256);
+                Scanned::Remove => None,
+                Scanned::Pypi(sha256) => {
+                    h.digest("wheel", sha256);
+                    Some(sha256.to_string())
                 }
                 Scanned::Rocm(_, _, scans) => {
+                    let opts = dir_options(s, &[], &[], false);
+                    let mut all = KeyEncoder::new("rocm-trees", 1);
                     for d in scans {
                         let fp = d
-                            .fingerprint(s, hasher, source_date_epoch)
-                            .map_err(|m| SourceError::new(self.layer, field("rocm_artifacts"), m))?;
-                        h.field(d.root.as_os_str().as_encoded_bytes()).field(fp);
+                            .fingerprint(&opts, hasher, source_date_epoch)
+                            .map_err(|m| SourceError::new(layer, field("rocm_artifacts"), m))?;
+                        h.bytes("prefix", d.root.as_os_str().as_encoded_bytes()).key("tree", &fp);
+                        all.key("tree", &fp);
                     }
+                    Some(format!("sha256:{}", all.finish()))
                 }
+            };
+            if let Some(digest) = content {
+                contents.push(ScannedContent { index: i, digest });
             }
         }
-        Ok(h.finish())
+        Ok((h.finish(), contents))
     }
-
-    /// Build the layer's tree. Archives are read (and sha256 pins checked) here.
-    pub fn into_tree(self, spool_dir: &Path) -> Result<(Tree, TreeReport), SourceError> {
-        let layer = self.layer;
-        let mut tree = Tree::new();
-        let mut report = TreeReport::default();
-        for (i, s, scanned) in self.scans {
-            let field = |what: &str| format!("{}[{i}].{what}", self.field_prefix);
-            let dest = normalize_dest(&s.dest)
-                .map_err(|p| SourceError::new(layer, field("dest"), format!("`{}` {p}", s.dest)))?;
-            match scanned {
-                Scanned::Dir(d) => {
-                    let r = d.into_tree(&dest, s, &mut tree).map_err(|m| SourceError::new(layer, field("dir"), m))?;
-                    report.dropped_devices += r.dropped_devices;
-                    report.skipped_sockets += r.skipped_sockets;
-                }
-                Scanned::File { path, meta } => {
-                    if let Some(pin) = &s.sha256 {
-                        verify_pin(layer, &field("sha256"), &path, pin)?;
-                    }
-                    let target = if s.dest.ends_with('/') || dest.is_empty() {
-                        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                        crate::tarball::path::join(&dest, name.as_bytes())
-                    } else {
-                        dest.clone()
-                    };
-                    let (uid, gid) = s.owner.unwrap_or((0, 0));
-                    let mut node = Node::new(
-                        Kind::File { size: meta.size(), content: Content::Host(path.clone()) },
-                        s.mode.unwrap_or(meta.mode() & 0o7777),
-                    )
-                    .owned(uid, gid);
-                    node.mtime = meta.mtime().max(0) as u64;
-                    tree.insert(target, node).map_err(|e| SourceError::new(layer, field("dest"), e.to_string()))?;
-                }
-                Scanned::Archive { path, .. } => {
-                    if let Some(pin) = &s.sha256 {
-                        verify_pin(layer, &field("sha256"), &path, pin)?;
-                    }
-                    let mut map = Vec::new();
-                    for (k, v) in &s.map {
-                        let key = normalize_member(k.trim_start_matches('/').as_bytes()).unwrap_or_default();
-                        let to = normalize_dest(v).unwrap_or_default();
-                        map.push((key, to));
-                    }
-                    let place = Placement {
-                        dest: dest.clone(),
-                        strip_components: s.strip_components,
-                        map,
-                        owner: s.owner,
-                        allow_devices: s.devices,
-                    };
-                    let r = read_into(&path, &mut tree, &place, spool_dir)
-                        .map_err(|e| SourceError::new(layer, field("archive"), e.to_string()))?;
-                    report.dropped_devices += r.dropped_devices;
-                }
-                Scanned::Remove => {}
-                Scanned::Rocm(a, sel, _) => {
-                    let key = if matches!(s.kind, SourceKind::Rocm { .. }) { "rocm" } else { "rocm_artifacts" };
-                    crate::rocm::flatten::into_tree(&a, &sel, &dest, s.owner, &mut tree)
-                        .map_err(|e| SourceError::new(layer, field(key), e.to_string()))?;
-                }
-                Scanned::Pypi { path, .. } => {
-                    let SourceKind::Pypi { site_packages, bin, .. } = &s.kind else {
-                        unreachable!("pypi scans come from pypi sources")
-                    };
-                    let opts = crate::pypi::install::Install { dest: &dest, site_packages, bin, owner: s.owner };
-                    crate::pypi::install::wheel_into_tree(&path, &opts, &mut tree, spool_dir)
-                        .map_err(|m| SourceError::new(layer, field("pypi"), m))?;
-                }
-            }
-            for (j, r) in s.remove.iter().enumerate() {
-                whiteout(layer, &mut tree, &format!("{}[{i}].remove[{j}]", self.field_prefix), r)?;
-            }
-        }
-        for (j, r) in layer.remove.iter().enumerate() {
-            whiteout(layer, &mut tree, &format!("remove[{j}]"), r)?;
-        }
-        tree.finalize_hardlinks().map_err(|e| SourceError::new(layer, self.field_prefix.clone(), e.to_string()))?;
-        Ok((tree, report))
-    }
-}
-
-fn whiteout(layer: &Layer, tree: &mut Tree, field: &str, path: &str) -> Result<(), SourceError> {
-    let p = normalize_dest(path).map_err(|e| SourceError::new(layer, field.to_string(), format!("`{path}` {e}")))?;
-    if p.is_empty() {
-        return Err(SourceError::new(layer, field.to_string(), "cannot remove `/`"));
-    }
-    tree.whiteout(&p).map_err(|e| SourceError::new(layer, field.to_string(), format!("`{}`: {e}", display(&p))))
 }
 
 /// Check a file against its sha256 pin; a mismatch names file, expected, actual.
-pub fn verify_pin(layer: &Layer, field: &str, path: &Path, expected: &str) -> Result<(), SourceError> {
-    let actual = crate::digest::sha256_file(path)
+pub fn verify_pin(layer: &Layer, field: &str, path: &Path, expected: &Digest) -> Result<(), SourceError> {
+    let (actual, _) = crate::store::digest::digest_file(path)
         .map_err(|e| SourceError::new(layer, field.to_string(), format!("cannot read `{}`: {e}", path.display())))?;
-    if actual != expected {
+    if actual != *expected {
         return Err(SourceError::new(
             layer,
             field.to_string(),
             format!(
-                "sha256 mismatch for `{}`: expected {expected}, actual {actual}; if the new file is intended, update the pin",
-                path.display()
+                "sha256 mismatch for `{}`: expected {}, actual {}; if the new file is intended, update the pin",
+                path.display(),
+                expected.hex(),
+                actual.hex()
             ),
         ));
     }

@@ -3,6 +3,8 @@
 //! own `tmp/` and is renamed into place, so a killed build never leaves a
 //! half entry that a later build would trust.
 
+use super::digest::Digest;
+use super::key::Key;
 use super::LayerBlob;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -63,6 +65,10 @@ impl Cache {
         CacheError { dir: self.root.display().to_string(), what: what.into(), err }
     }
 
+    pub(crate) fn io_error(&self, what: impl Into<String>, err: io::Error) -> CacheError {
+        self.err(what, err)
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -71,16 +77,17 @@ impl Cache {
         self.root.join("tmp")
     }
 
-    /// Path of a blob by `sha256:<hex>` or bare hex.
-    pub fn blob_path(&self, digest: &str) -> PathBuf {
-        self.root.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))
+    /// Where the blob with this digest lives (written only through `BlobWriter`).
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.root.join("blobs/sha256").join(digest.hex())
     }
 
-    pub fn has_blob(&self, digest: &str, size: u64) -> bool {
+    pub fn has_blob(&self, digest: &Digest, size: u64) -> bool {
         std::fs::metadata(self.blob_path(digest)).map(|m| m.len() == size).unwrap_or(false)
     }
 
-    /// A temporary file in the cache, to be committed as a blob.
+    /// A temporary file in the cache (removed when dropped); content that
+    /// stays goes through `BlobWriter`.
     pub fn temp_file(&self) -> Result<tempfile::NamedTempFile, CacheError> {
         tempfile::Builder::new()
             .prefix("blob-")
@@ -88,44 +95,30 @@ impl Cache {
             .map_err(|e| self.err("cannot create a temporary file", e))
     }
 
-    /// Move a finished temporary file to its digest's name.
-    pub fn commit_blob(&self, tmp: tempfile::NamedTempFile, hex: &str) -> Result<PathBuf, CacheError> {
-        let dest = self.blob_path(hex);
-        // Blobs are content, not secrets: readable like any other file.
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
-        tmp.persist(&dest).map_err(|e| self.err(format!("cannot store blob {hex}"), e.error))?;
-        Ok(dest)
-    }
-
     /// A content-addressed file of another kind (`debs/<sha256>`, `indexes/<sha256>`).
     pub fn named_path(&self, kind: &str, name: &str) -> PathBuf {
         self.root.join(kind).join(name)
     }
 
-    /// Move a finished temporary file to `kind/name`.
-    pub fn commit_named(&self, tmp: tempfile::NamedTempFile, kind: &str, name: &str) -> Result<PathBuf, CacheError> {
+    /// The directory of a kind of content-addressed files, created when missing.
+    pub fn named_dir(&self, kind: &str) -> Result<PathBuf, CacheError> {
         let dir = self.root.join(kind);
         std::fs::create_dir_all(&dir).map_err(|e| self.err(format!("cannot create `{kind}`"), e))?;
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
-        let dest = dir.join(name);
-        tmp.persist(&dest).map_err(|e| self.err(format!("cannot store {kind}/{name}"), e.error))?;
-        Ok(dest)
+        Ok(dir)
     }
 
-    fn record_path(&self, key: &str) -> PathBuf {
+    fn record_path(&self, key: &Key) -> PathBuf {
         self.root.join("layers").join(format!("{key}.json"))
     }
 
     /// The layer a key produced before, if its record and blob are both intact.
-    pub fn lookup(&self, key: &str) -> Option<LayerBlob> {
+    pub fn lookup(&self, key: &Key) -> Option<LayerBlob> {
         let text = std::fs::read(self.record_path(key)).ok()?;
         let rec: LayerBlob = serde_json::from_slice(&text).ok()?;
         self.has_blob(&rec.digest, rec.size).then_some(rec)
     }
 
-    pub fn record(&self, key: &str, blob: &LayerBlob) -> Result<(), CacheError> {
+    pub fn record(&self, key: &Key, blob: &LayerBlob) -> Result<(), CacheError> {
         let mut tmp = tempfile::Builder::new()
             .prefix("record-")
             .tempfile_in(self.tmp_dir())

@@ -2,6 +2,7 @@
 //! config, manifest and index), and reading images from layout directories
 //! or OCI archives (for `oci` bases, `inspect`, `export`).
 
+use super::digest::Digest;
 use super::LayerBlob;
 use ocidir::cap_std::{ambient_authority, fs::Dir};
 use ocidir::oci_spec::image::{
@@ -11,7 +12,6 @@ use ocidir::oci_spec::image::{
 use ocidir::{OciArchive, OciDir, OciRead};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
@@ -34,8 +34,13 @@ fn bad(path: &Path, message: impl std::fmt::Display) -> LayoutError {
 /// What `write_image` produced.
 #[derive(Debug, Clone)]
 pub struct Written {
-    pub manifest_digest: String,
-    pub config_digest: String,
+    pub manifest_digest: Digest,
+    pub config_digest: Digest,
+}
+
+/// Where a layout directory keeps the blob a descriptor names.
+pub fn blob_path_in(layout: &Path, digest: &ocidir::oci_spec::image::Digest) -> PathBuf {
+    layout.join("blobs").join(digest.algorithm().as_ref()).join(digest.digest())
 }
 
 pub fn media_type(s: &str) -> MediaType {
@@ -120,7 +125,7 @@ pub fn write_image(
             .map_err(io_err(&blob_dir.join(l.hex()), "cannot place layer blob"))?;
         let d = DescriptorBuilder::default()
             .media_type(media_type(&l.media_type))
-            .digest(ocidir::oci_spec::image::Digest::from_str(&l.digest).map_err(|e| bad(out, e))?)
+            .digest(ocidir::oci_spec::image::Digest::from(l.digest))
             .size(l.size)
             .build()
             .map_err(|e| bad(out, e))?;
@@ -137,7 +142,14 @@ pub fn write_image(
     let mdesc = oci.insert_manifest(manifest, Some(tag), platform).map_err(|e| bad(out, e))?;
 
     replace_output(staging, out)?;
-    Ok(Written { manifest_digest: mdesc.digest().to_string(), config_digest: config_desc.digest().to_string() })
+    let digest = |d: &Descriptor| Digest::try_from(d.digest()).map_err(|e| bad(out, e));
+    Ok(Written { manifest_digest: digest(&mdesc)?, config_digest: digest(&config_desc)? })
+}
+
+/// True for an index entry that is an artifact, not an image: it carries
+/// `artifactType`. Readers looking for "the image" of a layout skip these.
+pub fn is_artifact(d: &Descriptor) -> bool {
+    d.artifact_type().is_some()
 }
 
 /// Blob access to an image source, a layout directory or an OCI archive.
@@ -150,9 +162,9 @@ pub enum ImageSource {
 pub struct OpenImage {
     pub source: ImageSource,
     pub manifest: ImageManifest,
-    pub manifest_digest: String,
+    pub manifest_digest: Digest,
     pub config: ImageConfiguration,
-    pub config_digest: String,
+    pub config_digest: Digest,
     /// The tag annotation on the index entry, if any.
     pub tag: Option<String>,
 }
@@ -202,9 +214,9 @@ impl ImageSource {
     }
 
     /// For a layout directory, the file holding a blob (to hardlink it).
-    pub fn blob_file(&self, digest: &str) -> Option<PathBuf> {
+    pub fn blob_file(&self, digest: &Digest) -> Option<PathBuf> {
         match self {
-            ImageSource::Dir(_, p) => Some(p.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))),
+            ImageSource::Dir(_, p) => Some(p.join("blobs/sha256").join(digest.hex())),
             ImageSource::Archive(..) => None,
         }
     }
@@ -223,7 +235,12 @@ pub fn open_image(
 ) -> Result<OpenImage, LayoutError> {
     let source = ImageSource::open(path)?;
     let index = source.read_index()?;
-    let all = index.manifests();
+    // Artifacts attached to an image (an SBOM) are listed beside it: skip them.
+    let (artifacts, all): (Vec<Descriptor>, Vec<Descriptor>) = index.manifests().iter().cloned().partition(is_artifact);
+    if let Some(a) = reference.and_then(|r| artifacts.iter().find(|d| d.digest().to_string() == r)) {
+        let kind = a.artifact_type().as_ref().map(|t| t.to_string()).unwrap_or_default();
+        return Err(bad(path, format!("{} is an artifact ({kind}) attached to an image, not an image", a.digest())));
+    }
     let chosen: Vec<&Descriptor> = match reference {
         Some(r) if r.starts_with("sha256:") => all.iter().filter(|d| d.digest().to_string() == r).collect(),
         Some(r) => all.iter().filter(|d| tag_of(d).as_deref() == Some(r)).collect(),
@@ -267,9 +284,12 @@ pub fn open_image(
     };
     let manifest: ImageManifest = source.read_json(&desc)?;
     let config: ImageConfiguration = source.read_json(manifest.config())?;
+    let sha256 = |d: &Descriptor| {
+        Digest::try_from(d.digest()).map_err(|e| bad(path, format!("{e}: quarry reads sha256 digests only")))
+    };
     Ok(OpenImage {
-        manifest_digest: desc.digest().to_string(),
-        config_digest: manifest.config().digest().to_string(),
+        manifest_digest: sha256(&desc)?,
+        config_digest: sha256(manifest.config())?,
         source,
         manifest,
         config,

@@ -1,23 +1,18 @@
-//! Wheel zips: reading (safe paths, every byte hashed while it streams by)
-//! and deterministic writing (entries sorted with `.dist-info` last and
-//! RECORD at the very end, one fixed timestamp, fixed permissions, ZIP64
-//! where a file or the archive needs it, files streamed from disk).
+//! Wheel zips: the crate's one zip reader ([`WheelZip`]: safe paths, every
+//! byte hashed while it streams by) and the wheel layer over the one zip
+//! writer ([`write_wheel`]: entries sorted with `.dist-info` last and
+//! RECORD at the very end, RECORD generated; see [`super::zip_write`]).
 
 use super::record::{self, Measured, RecordRow};
+use super::zip_write::{ZipEntry, ZipOut, ZipWriteError};
 use super::WheelError;
-use crate::tarball::path::normalize_member;
+use crate::layer::path::normalize_member;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use zip::write::SimpleFileOptions;
-use zip::{CompressionMethod, DateTime, ZipArchive, ZipWriter};
-
-/// Deflate level of written wheels (zlib's default, as pip and auditwheel use).
-const DEFLATE_LEVEL: i64 = 6;
-/// Files at or above this size get ZIP64 local headers.
-const ZIP64_FILE_THRESHOLD: u64 = 0xFFFF_FFFF;
+use zip::{DateTime, ZipArchive};
 /// Largest metadata file read into memory (METADATA, WHEEL, RECORD).
 const MAX_METADATA_BYTES: u64 = 256 << 20;
 
@@ -222,14 +217,10 @@ fn create_file(dest: &Path, name: &str, executable: bool) -> Result<(PathBuf, Bu
     Ok((path, BufWriter::with_capacity(1 << 16, f)))
 }
 
-/// SOURCE_DATE_EPOCH from the environment, when set.
+/// SOURCE_DATE_EPOCH from the environment, when set (see `crate::epoch`).
 pub fn source_date_epoch() -> Result<Option<i64>, WheelError> {
-    match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.trim().is_empty() => {
-            v.trim().parse::<i64>().map(Some).map_err(|_| WheelError::BadEpoch { value: v.clone() })
-        }
-        _ => Ok(None),
-    }
+    let epoch = crate::epoch::from_env().map_err(|e| WheelError::BadEpoch { value: e.0 })?;
+    Ok(epoch.map(|e| e.min(i64::MAX as u64) as i64))
 }
 
 /// A zip timestamp for a Unix time: UTC, clipped to the zip range
@@ -258,12 +249,65 @@ fn member_order(name: &str, dist_info: &str) -> (u8, u8, String) {
     (u8::from(in_dist_info), u8::from(is_record), name.to_string())
 }
 
-/// Turn the unpacked wheel under `root` into a wheel at `out`: RECORD is
-/// regenerated (signatures dropped), members are sorted and stamped with
-/// `time`; the zip is written to a temporary name and renamed, so a failure
-/// never leaves a partial wheel at `out`.
+/// Write the wheel `out` from `entries` with the one zip writer
+/// ([`super::zip_write`]): entries sorted (package files, `.dist-info`,
+/// RECORD last), RECORD generated from what was written (an entry named
+/// RECORD or a signature of it is dropped), every member stamped with
+/// `time`; a temporary name is renamed into place, so a failure never
+/// leaves a partial wheel. Returns RECORD's rows in wheel order.
+pub fn write_wheel(
+    out: &Path,
+    dist_info: &str,
+    mut entries: Vec<ZipEntry>,
+    time: DateTime,
+) -> Result<Vec<RecordRow>, WheelError> {
+    let record_name = format!("{dist_info}/RECORD");
+    let signatures = [format!("{record_name}.jws"), format!("{record_name}.p7s")];
+    entries.retain(|e| e.name != record_name && !signatures.contains(&e.name));
+    entries.sort_by_cached_key(|e| member_order(&e.name, dist_info));
+    if let Some(w) = entries.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(WheelError::Zip {
+            wheel: out.to_path_buf(),
+            why: format!("`{}` would be written twice", w[0].name),
+        });
+    }
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let io = |source| WheelError::Io { path: parent.to_path_buf(), source };
+    let tmp = tempfile::Builder::new().prefix(".quarry-wheel-").suffix(".tmp").tempfile_in(parent).map_err(io)?;
+    let file = tmp.reopen().map_err(io)?;
+    let mut zip = ZipOut::new(BufWriter::with_capacity(1 << 20, file), out, time);
+    let mut rows: Vec<RecordRow> = zip
+        .write_entries(&entries)
+        .map_err(|e| zip_error(out, e))?
+        .into_iter()
+        .map(|w| RecordRow {
+            hash: Some(("sha256".into(), record::sha256_field(&w.sha256)["sha256=".len()..].to_string())),
+            path: w.name,
+            size: Some(w.size),
+        })
+        .collect();
+    rows.push(RecordRow { path: record_name.clone(), hash: None, size: None });
+    zip.write_entries(&[ZipEntry::bytes(record_name, record::write(&rows))]).map_err(|e| zip_error(out, e))?;
+    zip.finish().map_err(|e| zip_error(out, e))?;
+    // Wheels are ordinary files (tempfile creates 0600).
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|source| WheelError::Io { path: tmp.path().to_path_buf(), source })?;
+    tmp.persist(out).map_err(|e| WheelError::Io { path: out.to_path_buf(), source: e.error })?;
+    Ok(rows)
+}
+
+fn zip_error(wheel: &Path, e: ZipWriteError) -> WheelError {
+    match e {
+        ZipWriteError::Io { path, source } => WheelError::Io { path, source },
+        other => WheelError::Zip { wheel: wheel.to_path_buf(), why: other.to_string() },
+    }
+}
+
+/// Turn the unpacked wheel under `root` into a wheel at `out` (see
+/// [`write_wheel`]; RECORD signatures are dropped, also from `root`).
 pub fn pack_dir(root: &Path, dist_info: &str, out: &Path, time: DateTime) -> Result<(), WheelError> {
-    let mut names = Vec::new();
+    use std::os::unix::fs::PermissionsExt;
+    let mut entries = Vec::new();
     for entry in walkdir::WalkDir::new(root).follow_links(false) {
         let entry = entry.map_err(|e| WheelError::Io {
             path: e.path().map(Path::to_path_buf).unwrap_or_else(|| root.to_path_buf()),
@@ -284,106 +328,19 @@ pub fn pack_dir(root: &Path, dist_info: &str, out: &Path, time: DateTime) -> Res
                 why: format!("`{rel}` is not a regular file; wheels hold regular files only"),
             });
         }
-        names.push(rel.to_string());
+        let meta = entry.metadata().map_err(|e| WheelError::Io {
+            path: entry.path().to_path_buf(),
+            source: e.into_io_error().unwrap_or_else(|| io::Error::other("stat failed")),
+        })?;
+        entries.push(ZipEntry::file(rel, entry.path(), meta.permissions().mode() & 0o111 != 0));
     }
-    let record_name = format!("{dist_info}/RECORD");
-    names.retain(|n| n != &record_name && *n != format!("{record_name}.jws") && *n != format!("{record_name}.p7s"));
     for sig in ["RECORD.jws", "RECORD.p7s"] {
         let p = root.join(dist_info).join(sig);
         if p.exists() {
             std::fs::remove_file(&p).map_err(|source| WheelError::Io { path: p.clone(), source })?;
         }
     }
-    names.push(record_name.clone());
-    names.sort_by_cached_key(|n| member_order(n, dist_info));
-
-    let mut rows = Vec::with_capacity(names.len());
-    for n in &names {
-        if *n == record_name {
-            rows.push(RecordRow { path: n.clone(), hash: None, size: None });
-            continue;
-        }
-        let path = root.join(n);
-        let f = File::open(&path).map_err(|source| WheelError::Io { path: path.clone(), source })?;
-        let mut hasher = HashCount::default();
-        io::copy(&mut BufReader::with_capacity(1 << 16, f), &mut hasher)
-            .map_err(|source| WheelError::Io { path: path.clone(), source })?;
-        let field = record::sha256_field(&hasher.hasher.finalize());
-        rows.push(RecordRow {
-            path: n.clone(),
-            hash: Some(("sha256".into(), field["sha256=".len()..].to_string())),
-            size: Some(hasher.count),
-        });
-    }
-    let record_path = root.join(&record_name);
-    std::fs::write(&record_path, record::write(&rows))
-        .map_err(|source| WheelError::Io { path: record_path, source })?;
-
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".quarry-wheel-")
-        .suffix(".tmp")
-        .tempfile_in(parent)
-        .map_err(|source| WheelError::Io { path: parent.to_path_buf(), source })?;
-    let entries: Vec<(String, PathBuf)> = names.iter().map(|n| (n.clone(), root.join(n))).collect();
-    write_zip(&entries, time, tmp.as_file()).map_err(|e| match e {
-        WriteError::Io(path, source) => WheelError::Io { path, source },
-        WriteError::Zip(why) => WheelError::Zip { wheel: out.to_path_buf(), why },
-    })?;
-    // Wheels are ordinary files (tempfile creates 0600).
-    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .map_err(|source| WheelError::Io { path: tmp.path().to_path_buf(), source })?;
-    tmp.persist(out).map_err(|e| WheelError::Io { path: out.to_path_buf(), source: e.error })?;
-    Ok(())
-}
-
-#[derive(Default)]
-struct HashCount {
-    hasher: Sha256,
-    count: u64,
-}
-
-impl Write for HashCount {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.hasher.update(buf);
-        self.count += buf.len() as u64;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-enum WriteError {
-    Io(PathBuf, io::Error),
-    Zip(String),
-}
-
-/// Write `entries` (member name, file on disk), in the order given.
-fn write_zip(entries: &[(String, PathBuf)], time: DateTime, out: &File) -> Result<(), WriteError> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, out));
-    for (name, path) in entries {
-        let meta = std::fs::metadata(path).map_err(|e| WriteError::Io(path.clone(), e))?;
-        let mode = if meta.permissions().mode() & 0o111 != 0 { 0o755 } else { 0o644 };
-        // Deflating nothing only adds a two-byte stream: store empty files.
-        let (method, level) = if meta.len() == 0 {
-            (CompressionMethod::Stored, None)
-        } else {
-            (CompressionMethod::Deflated, Some(DEFLATE_LEVEL))
-        };
-        let options = SimpleFileOptions::default()
-            .compression_method(method)
-            .compression_level(level)
-            .last_modified_time(time)
-            .unix_permissions(mode)
-            .large_file(meta.len() >= ZIP64_FILE_THRESHOLD);
-        zip.start_file(name.as_str(), options).map_err(|e| WriteError::Zip(format!("writing `{name}`: {e}")))?;
-        let f = File::open(path).map_err(|e| WriteError::Io(path.clone(), e))?;
-        io::copy(&mut BufReader::with_capacity(1 << 16, f), &mut zip).map_err(|e| WriteError::Io(path.clone(), e))?;
-    }
-    let mut w = zip.finish().map_err(|e| WriteError::Zip(format!("finishing the archive: {e}")))?;
-    w.flush().map_err(|e| WriteError::Io(PathBuf::from("<output wheel>"), e))?;
+    write_wheel(out, dist_info, entries, time)?;
     Ok(())
 }
 
@@ -463,13 +420,9 @@ mod zip64_tests {
     #[test]
     fn many_members_use_zip64() {
         let dir = tempfile::tempdir().unwrap();
-        let one = dir.path().join("one");
-        std::fs::write(&one, b"").unwrap(); // empty: stored, so the test stays fast
-        let entries: Vec<(String, PathBuf)> = (0..70_000).map(|i| (format!("p/{i:05}"), one.clone())).collect();
+        let entries: Vec<ZipEntry> = (0..70_000).map(|i| ZipEntry::bytes(format!("p/{i:05}"), Vec::new())).collect();
         let out = dir.path().join("many.zip");
-        let f = File::create(&out).unwrap();
-        assert!(write_zip(&entries, zip_time(0), &f).is_ok());
-        drop(f);
+        super::super::zip_write::write_file(&out, &entries, zip_time(0)).unwrap();
         let data = std::fs::read(&out).unwrap();
         // The ZIP64 end-of-central-directory record and locator are present.
         assert!(data.windows(4).any(|w| w == b"PK\x06\x06") && data.windows(4).any(|w| w == b"PK\x06\x07"));
@@ -478,5 +431,59 @@ mod zip64_tests {
         let scan = w.scan(None, |_, _| false).unwrap();
         assert_eq!(scan.files.len(), 70_000);
         assert!(scan.files.values().all(|m| m.size == 0));
+    }
+
+    /// The same bytes whatever the thread count; large entries cut into
+    /// pieces read back whole, with their RECORD hashes.
+    #[test]
+    fn same_bytes_on_any_thread_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.bin");
+        let mut x = 7u64;
+        let data: Vec<u8> = (0..(super::super::zip_write::PIECE as usize * 3 + 12_345))
+            .map(|i| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                if i % 3 == 0 {
+                    (x >> 56) as u8
+                } else {
+                    (i % 97) as u8
+                }
+            })
+            .collect();
+        std::fs::write(&big, &data).unwrap();
+        let entries = vec![
+            ZipEntry::bytes("p-1.dist-info/WHEEL", "Wheel-Version: 1.0\n"),
+            ZipEntry::file("pkg/big.bin", &big, true),
+            ZipEntry::bytes("pkg/empty", ""),
+            ZipEntry::bytes("pkg/a.py", "print(1)\n"),
+        ];
+        let mut outs = Vec::new();
+        for threads in [1, 3] {
+            let out = dir.path().join(format!("t{threads}.zip"));
+            let f = File::create(&out).unwrap();
+            let mut z = ZipOut::new(BufWriter::new(f), &out, zip_time(0)).threads(threads);
+            let written = z.write_entries(&entries).unwrap();
+            z.finish().unwrap();
+            assert_eq!(written[1].size, data.len() as u64);
+            outs.push(std::fs::read(&out).unwrap());
+        }
+        assert!(outs[0] == outs[1], "thread count changed the bytes");
+        let w1 = dir.path().join("one.whl");
+        let rows = write_wheel(&w1, "p-1.dist-info", entries.clone(), zip_time(0)).unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(names, ["pkg/a.py", "pkg/big.bin", "pkg/empty", "p-1.dist-info/WHEEL", "p-1.dist-info/RECORD"]);
+        let mut w = WheelZip::open(&w1).unwrap();
+        let scan = w.scan(Some(&dir.path().join("x")), |_, _| true).unwrap();
+        let record = record::parse(&w.read_file("p-1.dist-info/RECORD").unwrap(), "RECORD").unwrap();
+        assert!(record::verify(&record, &scan.files, "p-1.dist-info/RECORD").is_empty());
+        assert_eq!(std::fs::read(dir.path().join("x/pkg/big.bin")).unwrap(), data);
+        // Python's zipfile reads it too (CRC checked on every member).
+        let ok = std::process::Command::new("python3")
+            .args(["-c", "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None"])
+            .arg(&w1)
+            .status();
+        if let Ok(st) = ok {
+            assert!(st.success(), "python's zipfile rejects the wheel");
+        }
     }
 }

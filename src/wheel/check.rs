@@ -1,5 +1,6 @@
 //! `quarry wheel check`: RECORD verified, every ELF file read, the manylinux
-//! policy computed; no Python and nothing executed.
+//! policy computed, an `abi3` wheel audited against the Stable ABI; no
+//! Python and nothing executed.
 
 use super::analyze::{self, Analysis, ElfEntry, Options};
 use super::archive::{Scan, WheelZip};
@@ -20,6 +21,8 @@ pub struct CheckReport {
     pub record_problems: Vec<String>,
     /// None when the wheel holds no ELF file (a pure wheel).
     pub analysis: Option<Analysis>,
+    /// The abi3 audit, for a wheel tagged `abi3` that holds ELF files.
+    pub abi3: Option<super::abi3::Audit>,
 }
 
 /// What `--json` prints per wheel.
@@ -44,6 +47,15 @@ pub struct CheckSummary {
     pub repairable_policy: Option<String>,
     pub pure: bool,
     pub elfs: Vec<ElfEntry>,
+    /// For a wheel tagged `abi3`: true when its ELF files import only
+    /// Stable ABI symbols of the minimum Python its tag names; null for
+    /// other wheels.
+    pub abi3_ok: Option<bool>,
+    /// The abi3 audit's details (minimum version, symbols outside it).
+    pub abi3: Option<super::abi3::Audit>,
+    /// AMD GPU targets of code objects in the wheel (filled by the command
+    /// line from `code_objects`, the inspector of `quarry code-objects`).
+    pub gpu_targets: Vec<String>,
 }
 
 /// The architecture a wheel's platform tags name, when they agree.
@@ -88,12 +100,28 @@ pub fn check(wheel: &Path, options: &Options) -> Result<CheckReport, WheelError>
     } else {
         Some(analyze::analyze(wheel, work.path(), &scan.extracted, arch_from_name(&name), options)?)
     };
-    Ok(CheckReport { wheel: wheel.to_path_buf(), name, dist_info, record_problems, analysis })
+    let abi3 = match super::abi3::claimed_minimum(&name) {
+        Some(minimum) if !scan.extracted.is_empty() => {
+            let mut imports = BTreeMap::new();
+            for rel in &scan.extracted {
+                let info = crate::elf::read(&work.path().join(rel))?;
+                imports.insert(rel.clone(), info.undefined_symbols.clone());
+            }
+            Some(super::abi3::audit(minimum, &imports))
+        }
+        _ => None,
+    };
+    Ok(CheckReport { wheel: wheel.to_path_buf(), name, dist_info, record_problems, analysis, abi3 })
 }
 
 impl CheckReport {
     pub fn record_ok(&self) -> bool {
         self.record_problems.is_empty()
+    }
+
+    /// False when an abi3 wheel uses symbols outside what it promises.
+    pub fn abi3_ok(&self) -> Option<bool> {
+        self.abi3.as_ref().map(|a| a.violations.is_empty())
     }
 
     /// The policy the wheel satisfies as it is.
@@ -139,6 +167,9 @@ impl CheckReport {
             repairable_policy,
             pure: self.analysis.is_none(),
             elfs,
+            abi3_ok: self.abi3_ok(),
+            abi3: self.abi3.clone(),
+            gpu_targets: Vec::new(),
         }
     }
 }

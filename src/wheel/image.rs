@@ -2,13 +2,13 @@
 //! ELF files need are the ones that image's loader finds (`ldd` run there,
 //! with the image's LD_LIBRARY_PATH and ld.so cache); they are copied out
 //! into a mirror of their image paths, with the image's /etc/ld.so.conf,
-//! which the resolver then searches instead of this machine. patchelf may
-//! run there too. Files go in and out through the engine's archive API,
+//! which the resolver then searches instead of this machine. quarry's own
+//! static patchelf (for the image's architecture) is copied in to edit the
+//! files there; the image needs none of its own. Files go in and out through the engine's archive API,
 //! never bind mounts, and each container is removed however the step ends.
 
 use super::ldd::{is_libpython, SystemPaths};
 use super::WheelError;
-use crate::elf::patchelf::{self, PatchelfError};
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
 use crate::engine::run::{shell_quote, Network, RunOptions};
@@ -21,14 +21,13 @@ const WHEEL_DIR: &str = "/quarry/wheel";
 /// Where the libraries are gathered before they are copied out.
 const LIBS_DIR: &str = "/quarry/libs";
 
-/// Prints `patchelf PATH VERSION-LINE` when asked (`$1` = `patchelf`),
-/// the image's LD_LIBRARY_PATH, then `ldd`'s report of each file (the
-/// remaining arguments), every line prefixed so nothing is mistaken.
-const RESOLVE: &str = r#"want=$1; shift
-if [ "$want" = patchelf ]; then
-  if p=$(command -v patchelf); then printf 'patchelf\t%s\t%s\n' "$p" "$("$p" --version 2>&1 | head -n 1)"
-  else printf 'patchelf\t\t\n'; fi
-fi
+/// Where quarry's patchelf is put in the container.
+const PATCHELF: &str = "/quarry/bin/patchelf";
+
+/// Prints the machine (`uname -m`), the image's LD_LIBRARY_PATH, then
+/// `ldd`'s report of each file (the arguments), every line prefixed so
+/// nothing is mistaken.
+const RESOLVE: &str = r#"printf 'machine\t%s\n' "$(uname -m)"
 printf 'ld_library_path\t%s\n' "${LD_LIBRARY_PATH:-}"
 if ! command -v ldd >/dev/null 2>&1; then printf 'no-ldd\n'; exit 0; fi
 for f; do
@@ -61,8 +60,10 @@ pub struct RepairImage<'e> {
 pub struct ImageLibraries {
     /// Search paths into the mirror.
     pub system_paths: SystemPaths,
-    /// The image's patchelf version (when asked for).
-    pub patchelf_version: Option<String>,
+    /// What `uname -m` printed there (`x86_64`).
+    pub machine: String,
+    /// The image's packages that hold those libraries (image path -> package).
+    pub packages: std::collections::BTreeMap<PathBuf, super::provides::Package>,
 }
 
 fn sh(script: &str, args: impl IntoIterator<Item = String>) -> Vec<String> {
@@ -86,32 +87,23 @@ impl RepairImage<'_> {
 
     /// Resolve the libraries of `elf_files` (paths inside the wheel
     /// unpacked at `root`) in the image and mirror them under `mirror` (a
-    /// new directory). With `patchelf`, also find the image's patchelf and
-    /// refuse it when missing or older than 0.19 (`Some(true)`: this
-    /// machine has none either, for the message).
-    pub fn libraries(
-        &self,
-        root: &Path,
-        elf_files: &[String],
-        mirror: &Path,
-        patchelf: Option<bool>,
-    ) -> Result<ImageLibraries, WheelError> {
+    /// new directory).
+    pub fn libraries(&self, root: &Path, elf_files: &[String], mirror: &Path) -> Result<ImageLibraries, WheelError> {
         let copy_in: Vec<CopyIn> =
             elf_files.iter().map(|f| CopyIn { host: root.join(f), dest: format!("{WHEEL_DIR}/{f}") }).collect();
-        let want = if patchelf.is_some() { "patchelf" } else { "-" };
         let opts = self.run_options();
-        let (report, gathered) = self
+        let (report, gathered, owners) = self
             .engine
             .guarded(async |s| {
                 let id = s.start_idle(&opts, copy_in.clone()).await?;
-                let args = std::iter::once(want.to_string()).chain(elf_files.iter().cloned());
+                let args = elf_files.iter().cloned();
                 let (code, out) = s.exec(&id, sh(RESOLVE, args), vec![], None, ExecOutput::Capture).await?;
                 if code != 0 {
                     return Err(EngineError::Invalid(format!("resolving libraries exited with {code}")));
                 }
                 let report = parse_resolve(&String::from_utf8_lossy(&out));
                 if report.no_ldd {
-                    return Ok((report, String::new()));
+                    return Ok((report, String::new(), String::new()));
                 }
                 let paths = report.libraries.iter().cloned();
                 let (code, out) = s.exec(&id, sh(GATHER, paths), vec![], None, ExecOutput::Capture).await?;
@@ -119,14 +111,17 @@ impl RepairImage<'_> {
                     return Err(EngineError::Invalid(format!("gathering libraries exited with {code}")));
                 }
                 s.copy_out(&id, LIBS_DIR, mirror).await?;
+                // For the SBOM; a failure here only loses that detail.
+                let paths = report.libraries.iter().cloned();
+                let owners =
+                    match s.exec(&id, sh(super::provides::SCRIPT, paths), vec![], None, ExecOutput::Capture).await {
+                        Ok((_, o)) => String::from_utf8_lossy(&o).into_owned(),
+                        Err(_) => String::new(),
+                    };
                 s.remove_container(&id).await;
-                Ok((report, String::from_utf8_lossy(&out).into_owned()))
+                Ok((report, String::from_utf8_lossy(&out).into_owned(), owners))
             })
             .map_err(|e| self.failed("resolving the wheel's libraries", e))?;
-        let patchelf_version = match patchelf {
-            None => None,
-            Some(host_has_none) => Some(checked_patchelf(&self.image, report.patchelf.as_ref(), host_has_none)?),
-        };
         if report.no_ldd {
             return Err(self.unusable(
                 "it has no `ldd` on its PATH: quarry asks the image's loader which libraries the wheel needs; \
@@ -141,22 +136,28 @@ impl RepairImage<'_> {
                     .map_err(|source| WheelError::Io { path: mirror.join(path.trim_start_matches('/')), source })?;
             }
         }
-        Ok(ImageLibraries { system_paths: SystemPaths::from_image(mirror, &report.ld_library_path), patchelf_version })
+        Ok(ImageLibraries {
+            system_paths: SystemPaths::from_image(mirror, &report.ld_library_path),
+            machine: report.machine,
+            packages: super::provides::parse(&owners),
+        })
     }
 
-    /// Run patchelf in the image: each `(file, args)` in order, on the
-    /// files (inside the wheel unpacked at `root`) copied in; the results
-    /// are copied back over them.
-    pub fn patch(&self, root: &Path, edits: &[(String, Vec<String>)]) -> Result<(), WheelError> {
+    /// Run `patchelf` (a static program of this machine's cache, for the
+    /// image's architecture) in the image: each `(file, args)` in order, on
+    /// the files (inside the wheel unpacked at `root`) copied in; the
+    /// results are copied back over them.
+    pub fn patch(&self, root: &Path, edits: &[(String, Vec<String>)], patchelf: &Path) -> Result<(), WheelError> {
         if edits.is_empty() {
             return Ok(());
         }
         let files: BTreeSet<&String> = edits.iter().map(|(f, _)| f).collect();
-        let copy_in: Vec<CopyIn> =
+        let mut copy_in: Vec<CopyIn> =
             files.iter().map(|f| CopyIn { host: root.join(f), dest: format!("{WHEEL_DIR}/{f}") }).collect();
+        copy_in.push(CopyIn { host: patchelf.to_path_buf(), dest: PATCHELF.into() });
         let mut script = String::from("cd /quarry/wheel\n");
         for (file, args) in edits {
-            let command = std::iter::once("patchelf").chain(args.iter().map(String::as_str)).chain([file.as_str()]);
+            let command = std::iter::once(PATCHELF).chain(args.iter().map(String::as_str)).chain([file.as_str()]);
             let quoted: Vec<String> = command.clone().map(shell_quote).collect();
             let shown = shell_quote(&format!("quarry: `{}` failed", command.collect::<Vec<_>>().join(" ")));
             script.push_str(&format!("{} || {{ printf '%s\\n' {shown} >&2; exit 1; }}\n", quoted.join(" ")));
@@ -179,36 +180,11 @@ impl RepairImage<'_> {
     }
 }
 
-/// Prints the path and `--version` line of the image's patchelf, tab
-/// separated, or nothing when it has none.
-pub(crate) const FIND_PATCHELF: &str =
-    r#"if p=$(command -v patchelf); then printf '%s\t%s\n' "$p" "$("$p" --version 2>&1 | head -n 1)"; fi"#;
-
-/// The version of the image's patchelf from what [`FIND_PATCHELF`] printed.
-pub(crate) fn patchelf_in_image(image: &str, printed: &str, host_has_none: bool) -> Result<String, PatchelfError> {
-    let line = printed.lines().next().unwrap_or("");
-    let found = line.split_once('\t').map(|(p, v)| (p.to_string(), v.to_string()));
-    checked_patchelf(image, found.as_ref(), host_has_none)
-}
-
-/// The image's patchelf (path, version line; None or an empty path when it
-/// has none) when it is 0.19 or later.
-fn checked_patchelf(
-    image: &str,
-    found: Option<&(String, String)>,
-    host_has_none: bool,
-) -> Result<String, PatchelfError> {
-    match found {
-        Some((path, output)) if !path.is_empty() => patchelf::check_image_version(image, path, output),
-        _ => Err(PatchelfError::not_in_image(image, host_has_none)),
-    }
-}
-
 /// What the resolve script reported.
 #[derive(Debug, Default, PartialEq)]
 struct Resolved {
-    /// (path, first line of `--version`), the path empty when there is none.
-    patchelf: Option<(String, String)>,
+    /// `uname -m`.
+    machine: String,
     ld_library_path: String,
     no_ldd: bool,
     /// Absolute paths of the libraries found outside the wheel, sorted.
@@ -220,10 +196,7 @@ fn parse_resolve(out: &str) -> Resolved {
     for line in out.lines() {
         let (key, rest) = line.split_once('\t').unwrap_or((line, ""));
         match key {
-            "patchelf" => {
-                let (path, version) = rest.split_once('\t').unwrap_or((rest, ""));
-                r.patchelf = Some((path.to_string(), version.to_string()));
-            }
+            "machine" => r.machine = rest.trim().to_string(),
             "ld_library_path" => r.ld_library_path = rest.to_string(),
             "no-ldd" => r.no_ldd = true,
             "ldd" => {
@@ -279,7 +252,7 @@ mod tests {
 
     #[test]
     fn ldd_output() {
-        let out = "patchelf\t/usr/local/bin/patchelf\tpatchelf 0.19.3\n\
+        let out = "machine\tx86_64\n\
                    ld_library_path\t/opt/x/lib\n\
                    file\tcffi/_cffi_backend.so\n\
                    ldd\t\tlinux-vdso.so.1 (0x00007ffd5a9f2000)\n\
@@ -290,15 +263,12 @@ mod tests {
                    ldd\t\t/lib64/ld-linux-x86-64.so.2 (0x00007f1c2aa00000)\n\
                    ldd\tldd: warning: you do not have execution permission for `x'\n";
         let r = parse_resolve(out);
-        assert_eq!(r.patchelf, Some(("/usr/local/bin/patchelf".into(), "patchelf 0.19.3".into())));
+        assert_eq!(r.machine, "x86_64");
         assert_eq!(r.ld_library_path, "/opt/x/lib");
         assert!(!r.no_ldd);
         let libs: Vec<&str> = r.libraries.iter().map(String::as_str).collect();
         assert_eq!(libs, ["/lib/x86_64-linux-gnu/libffi.so.8", "/lib64/ld-linux-x86-64.so.2"]);
-        assert_eq!(parse_resolve("patchelf\t\t\nno-ldd\n").patchelf, Some((String::new(), String::new())));
-        assert_eq!(patchelf_in_image("i", "/usr/local/bin/patchelf\tpatchelf 0.19.3\n", false).unwrap(), "0.19.3");
-        let none = patchelf_in_image("i:1", "", true).unwrap_err().to_string();
-        assert!(none.contains("i:1") && none.contains("neither has this machine"), "{none}");
+        assert!(parse_resolve("machine\taarch64\nno-ldd\n").no_ldd);
     }
 
     #[test]

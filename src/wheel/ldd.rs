@@ -228,7 +228,9 @@ impl Resolver {
                 libraries.insert(soname.clone(), unresolved);
                 continue;
             };
-            if self.is_excluded(&realpath.to_string_lossy()) {
+            // A path pattern names the path on the machine searched (an
+            // image's own path, not where its files are mirrored here).
+            if self.is_excluded(&self.system.display_path(&realpath).to_string_lossy()) {
                 excluded_here.insert(soname.clone());
                 self.excluded.insert(soname.clone());
                 continue;

@@ -7,20 +7,25 @@
 //! and the engine module; it uses [`local_version::add_local_version`] and
 //! [`repair::repair`] as library calls.
 
+pub mod abi3;
 pub mod analyze;
 pub mod archive;
 pub mod build;
 pub mod check;
+pub mod deflate;
 pub mod image;
 pub mod ldd;
 pub mod local_version;
 pub mod metadata;
 pub mod name;
+pub mod normalize;
 pub mod policy;
+pub mod provides;
 pub mod record;
 pub mod repair;
 pub mod unpack;
 pub mod version;
+pub mod zip_write;
 
 use std::path::PathBuf;
 

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 pub fn quarry() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_quarry"));
-    c.env_remove("SOURCE_DATE_EPOCH");
+    c.env_remove("SOURCE_DATE_EPOCH").env_remove("QUARRY_PATCHELF");
     c
 }
 
@@ -71,7 +71,7 @@ pub fn debian_rootfs(packages: &str) -> PathBuf {
     let name = if packages.is_empty() {
         "debian12-minbase.tar".to_string()
     } else {
-        format!("debian12-{}.tar", &quarry::digest::sha256_hex(packages.as_bytes())[..12])
+        format!("debian12-{}.tar", &quarry::store::digest::sha256_hex(packages.as_bytes())[..12])
     };
     let out = fixtures_dir().join(&name);
     with_lock(&name, || {
@@ -125,7 +125,10 @@ pub fn unique(name: &str) -> String {
 /// once by tests/fixtures/rocm-artifacts.sh under target/fixtures; tests may
 /// change their copy.
 pub fn rocm_artifacts(mode: &str, into: &Path) -> PathBuf {
-    let cached = fixtures_dir().join(format!("rocm-artifacts-{mode}"));
+    // Named after the script's contents: a changed script makes a new fixture.
+    let script = std::fs::read(repo().join("tests/fixtures/rocm-artifacts.sh")).unwrap();
+    let tag = &quarry::store::digest::sha256_hex(&script)[..12];
+    let cached = fixtures_dir().join(format!("rocm-artifacts-{mode}-{tag}"));
     with_lock(&format!("rocm-artifacts-{mode}"), || {
         let st = Command::new("sh")
             .arg(repo().join("tests/fixtures/rocm-artifacts.sh"))
@@ -163,4 +166,48 @@ pub fn leaked_quarry_containers() -> Vec<String> {
         })
         .map(String::from)
         .collect()
+}
+
+/// PATH with every directory holding a `patchelf` left out (checked: no
+/// `patchelf` is found on it), and QUARRY_PATCHELF unset by the caller's
+/// `quarry()`: what a fresh machine without patchelf looks like to quarry.
+pub fn path_without_patchelf() -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let kept: Vec<String> = std::env::split_paths(&path)
+        .filter(|d| !d.join("patchelf").exists())
+        .map(|d| d.display().to_string())
+        .collect();
+    let kept = kept.join(":");
+    let found = Command::new("sh").args(["-c", "command -v patchelf"]).env("PATH", &kept).output().unwrap();
+    assert!(!found.status.success(), "a patchelf is still on PATH: {}", String::from_utf8_lossy(&found.stdout));
+    kept
+}
+
+/// The shipped Debian 13 ROCm images (`rocm-runtime-debian13`,
+/// `hip-builder-debian13`), built from their locks once through a cache
+/// under target/ (~900 MB of packages the first time) into OCI layouts
+/// under target/fixtures; later calls only check the cache (seconds).
+/// Returns (runtime layout, builder layout).
+pub fn debian13_rocm_images() -> (PathBuf, PathBuf) {
+    let cache = repo().join("target").join("packages-cache");
+    let dir = fixtures_dir().join("rocm-debian13");
+    with_lock("rocm-debian13", || {
+        let mut layouts = Vec::new();
+        for name in ["rocm-runtime-debian13", "hip-builder-debian13"] {
+            let out = dir.join(name);
+            run_expect(
+                quarry()
+                    .arg("build")
+                    .arg(repo().join(format!("images/{name}.toml")))
+                    .arg("--cache-dir")
+                    .arg(&cache)
+                    .arg("-o")
+                    .arg(&out)
+                    .arg("--quiet"),
+                0,
+            );
+            layouts.push(out);
+        }
+        (layouts[0].clone(), layouts[1].clone())
+    })
 }

@@ -2,9 +2,11 @@
 //! with its own config and storage, killed when dropped (even on failure).
 
 use super::{have_tool, in_ci};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
@@ -89,4 +91,52 @@ impl Drop for Registry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A proxy to `upstream` that sends each request on its own upstream
+/// connection (it adds `Connection: close`) and records request lines.
+/// `answer` sees each request line and every line so far (this one last);
+/// a response it returns is sent instead of passing the request on.
+pub fn intercepting_proxy(
+    upstream: u16,
+    answer: impl Fn(&str, &[String]) -> Option<Vec<u8>> + Send + 'static,
+) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut client) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && client.read(&mut byte).map(|n| n == 1).unwrap_or(false) {
+                head.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&head).to_string();
+            let line = text.lines().next().unwrap_or("").to_string();
+            let reply = {
+                let mut s = seen2.lock().unwrap();
+                s.push(line.clone());
+                answer(&line, &s)
+            };
+            if let Some(reply) = reply {
+                let _ = client.write_all(&reply);
+                let _ = client.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+            let head = text.replacen("\r\n", "\r\nConnection: close\r\n", 1);
+            server.write_all(head.as_bytes()).unwrap();
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut client, &mut server);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (port, seen)
 }

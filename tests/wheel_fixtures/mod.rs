@@ -102,3 +102,59 @@ pub fn zip_names(wheel: &Path) -> Vec<String> {
     let z = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
     z.file_names().map(|n| n.unwrap().into_owned()).collect()
 }
+
+/// Compile C source `src` into a shared library at `out` with `cc`
+/// (`extra`: more options, e.g. `-Wl,-soname,liba.so.1`, `-L`, `-l`).
+pub fn cc_shared(out: &Path, src: &str, extra: &[&str]) {
+    let dir = out.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let c = dir.join(format!("{}.c", out.file_name().unwrap().to_string_lossy()));
+    std::fs::write(&c, src).unwrap();
+    let o = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(out)
+        .arg(&c)
+        .args(extra)
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "cc failed: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Write a wheel `dir/file_name` holding `files` (path in the wheel, host
+/// file) plus METADATA, WHEEL (tags from the file name) and RECORD.
+pub fn make_wheel(dir: &Path, file_name: &str, files: &[(&str, &Path)]) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    use std::io::Write;
+    let stem = file_name.trim_end_matches(".whl");
+    let parts: Vec<&str> = stem.split('-').collect();
+    let (name, version) = (parts[0], parts[1]);
+    let tag = format!("{}-{}-{}", parts[2], parts[3], parts[4]);
+    let dist_info = format!("{name}-{version}.dist-info");
+    let mut members: Vec<(String, Vec<u8>)> =
+        files.iter().map(|(p, host)| (p.to_string(), std::fs::read(host).unwrap())).collect();
+    members.push((
+        format!("{dist_info}/METADATA"),
+        format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n").into(),
+    ));
+    members.push((
+        format!("{dist_info}/WHEEL"),
+        format!("Wheel-Version: 1.0\nGenerator: quarry-tests\nRoot-Is-Purelib: false\nTag: {tag}\n").into(),
+    ));
+    let mut record = String::new();
+    for (p, data) in &members {
+        let h = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, Sha256::digest(data));
+        record.push_str(&format!("{p},sha256={h},{}\n", data.len()));
+    }
+    record.push_str(&format!("{dist_info}/RECORD,,\n"));
+    members.push((format!("{dist_info}/RECORD"), record.into()));
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(file_name);
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    for (p, data) in &members {
+        let opts = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
+        z.start_file(p.as_str(), opts).unwrap();
+        z.write_all(data).unwrap();
+    }
+    z.finish().unwrap();
+    path
+}

@@ -1,4 +1,4 @@
-use crate::elf::patchelf::{Patchelf, PatchelfError};
+use crate::elf::patchelf::{pinned, ContainerPatchelf};
 use crate::engine::gpu::{self, GpuMode};
 use crate::engine::Engine;
 use crate::wheel::build::{build, parse_axis, BuildOptions};
@@ -26,16 +26,28 @@ pub struct Args {
     /// With --repair: never bundle libraries matching this glob (`libamdhip64.so*`)
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
-    /// Repair the wheels, bundling the libraries the image provides; patchelf
-    /// (0.19 or later) is this machine's when on PATH, else the image's
+    /// Repair the wheels, bundling the libraries the image provides (quarry's
+    /// own patchelf is copied into the image; QUARRY_PATCHELF names another,
+    /// run on this machine)
     #[arg(long)]
     repair: bool,
     /// Install each wheel in a fresh virtualenv in a fresh container and run this command there
     #[arg(long, value_name = "CMD")]
     test: Option<String>,
-    /// A wheelhouse for build (and test) dependencies, copied into the containers
+    /// A wheelhouse for build requirements (searched with the index when
+    /// quarry resolves them) and for --test's dependencies
     #[arg(long = "find-links", value_name = "DIR")]
     find_links: Option<PathBuf>,
+    /// Build with the image's own packages (`pip wheel --no-build-isolation`)
+    /// instead of an isolated environment of the project's build requirements
+    #[arg(long = "no-build-isolation")]
+    no_build_isolation: bool,
+    /// Let the build container reach the network (off by default)
+    #[arg(long)]
+    network: bool,
+    /// The lock of build requirements to use and update [default: OUTPUT/quarry-wheel.lock]
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
     /// GPUs: `auto` passes AMD GPUs when /dev/kfd exists; the target list comes from
     /// PYTORCH_ROCM_ARCH / GPU_ARCHS, else the detected GPUs, else the default list
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
@@ -48,18 +60,25 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::super::set_output_mode(a.json, false);
     let cache_dir = a.def.cache_dir();
     let axes = a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?;
     let pythons = match a.python.as_str() {
         "auto" => None,
         list => Some(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
     };
-    // An old patchelf on PATH is refused, not passed over for the image's.
-    let patchelf = match a.repair.then(|| Patchelf::find(None)) {
-        Some(Ok(p)) => Some(p),
-        Some(Err(PatchelfError::NotFound)) | None => None,
-        Some(Err(e)) => return Err(e.into()),
+    // A QUARRY_PATCHELF older than 0.19, or quarry's own that cannot be
+    // fetched (for this machine's architecture, the images' usual one), is
+    // an error now, not after the builds.
+    let patchelf = match a.repair {
+        true => ContainerPatchelf::choose(&cache_dir, None)?,
+        false => ContainerPatchelf::Pinned { cache_dir: cache_dir.clone() },
     };
+    if let (true, ContainerPatchelf::Pinned { cache_dir }) = (a.repair, &patchelf) {
+        if let Some(arch) = pinned::host_arch() {
+            pinned::fetch(cache_dir, arch)?;
+        }
+    }
     let gpu_plan = gpu::plan(a.gpu, &[])?;
     let targets = match a.gpu {
         GpuMode::None => gpu::build_targets(&[]),
@@ -81,6 +100,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         find_links: a.find_links,
         gpu: gpu_plan,
         targets,
+        isolation: !a.no_build_isolation,
+        network: a.network,
+        lock: a.lock,
+        cache_dir,
     };
     let built = match build(&engine, &opts) {
         Ok(b) => b,

@@ -18,9 +18,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::super::set_output_mode(a.json, false);
     let options = Options { exclude: a.exclude.clone(), system_paths: None };
     let mut summaries = Vec::new();
     let mut bad_records = Vec::new();
+    let mut bad_abi3 = Vec::new();
     let mut failures = 0;
     for wheel in &a.wheels {
         // One unreadable wheel does not stop the others from being checked.
@@ -32,6 +34,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 continue;
             }
         };
+        if report.abi3_ok() == Some(false) {
+            let a = report.abi3.as_ref().expect("audited");
+            let list: Vec<String> = a.violations.iter().map(|v| v.to_string()).collect();
+            bad_abi3.push(format!(
+                "wheel `{}` is tagged abi3 for Python {} and later, but uses symbols outside that Stable ABI \
+                 (build it with Py_LIMITED_API set to that version, or drop the abi3 tag):\n  {}",
+                wheel.display(),
+                a.minimum,
+                list.join("\n  ")
+            ));
+        }
         if !report.record_ok() {
             bad_records.push(format!(
                 "wheel `{}`: RECORD is wrong:\n  {}",
@@ -39,7 +52,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 report.record_problems.join("\n  ")
             ));
         }
-        let s = report.summary();
+        let mut s = report.summary();
+        // The code-object inspector reads the wheel's members for AMD GPU code.
+        match crate::code_objects::inspect_wheel(wheel) {
+            Ok(reports) => s.gpu_targets = crate::code_objects::all_targets(&reports),
+            Err(e) => log::warn!("`{}`: GPU code objects not read: {e}", wheel.display()),
+        }
         if !a.json {
             print_human(&s);
         }
@@ -48,10 +66,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         super::super::print_json(&summaries)?;
     }
-    for b in &bad_records {
+    for b in bad_records.iter().chain(&bad_abi3) {
         eprintln!("quarry: error: {b}");
     }
-    Ok(if bad_records.is_empty() && failures == 0 { 0 } else { 1 })
+    Ok(if bad_records.is_empty() && bad_abi3.is_empty() && failures == 0 { 0 } else { 1 })
 }
 
 fn print_human(s: &crate::wheel::check::CheckSummary) {
@@ -63,6 +81,15 @@ fn print_human(s: &crate::wheel::check::CheckSummary) {
         }
     }
     println!("  RECORD      {}", if s.record_ok { "ok" } else { "WRONG" });
+    if !s.gpu_targets.is_empty() {
+        println!("  gpu targets {}", s.gpu_targets.join(" "));
+    }
+    if let Some(a) = &s.abi3 {
+        match a.violations.len() {
+            0 => println!("  abi3        ok (Stable ABI of Python {})", a.minimum),
+            n => println!("  abi3        {n} symbol(s) outside the Stable ABI of Python {}", a.minimum),
+        }
+    }
     for (lib, versions) in &s.symbol_versions {
         println!("  symbols     {lib}: {}", versions.iter().cloned().collect::<Vec<_>>().join(" "));
     }

@@ -4,9 +4,8 @@ mod build;
 mod check;
 mod repair;
 
-use crate::engine::image_arg::{self, ImageArg};
+use crate::cli::image_arg;
 use crate::engine::Engine;
-use crate::progress::Progress;
 use clap::Subcommand;
 use std::path::Path;
 
@@ -30,20 +29,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     }
 }
 
-/// The engine reference of an IMAGE argument (as for `quarry run`): an OCI
-/// layout or an image definition is built if needed and loaded first.
+/// The engine reference of an IMAGE argument (as for `quarry run`).
 fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache_dir: &Path) -> anyhow::Result<String> {
-    Ok(match image_arg::classify(arg)? {
-        ImageArg::Layout(d) => {
-            let tag = image_arg::layout_tag(&d)?;
-            engine.load_layout(&d, &tag, cache_dir)?;
-            tag
-        }
-        ImageArg::Definition(f) => {
-            let (dir, tag) = crate::cli::build_definition_for_engine(&f, sets, cache_dir, Progress::new(false, false))?;
-            engine.load_layout(&dir, &tag, cache_dir)?;
-            tag
-        }
-        ImageArg::Reference(r) => r,
-    })
+    image_arg::image_in_engine(engine, arg, sets, cache_dir)
 }

@@ -1,4 +1,4 @@
-use crate::elf::patchelf::Patchelf;
+use crate::elf::patchelf::{ContainerPatchelf, Patchelf};
 use crate::engine::Engine;
 use crate::wheel::image::RepairImage;
 use crate::wheel::repair::{repair, RepairIn, RepairOptions};
@@ -12,20 +12,33 @@ pub struct Args {
     /// Directory for the repaired wheel
     #[arg(long, short)]
     output: PathBuf,
-    /// Never bundle libraries matching this glob (matched against versioned
-    /// sonames and resolved paths: use `libamdhip64.so*`, not `libamdhip64.so`)
+    /// Never bundle libraries matching this glob, nor the libraries only they
+    /// need (matched against versioned sonames and resolved paths: use
+    /// `libamdhip64.so*`, not `libamdhip64.so`; a path like
+    /// `/opt/rocm/lib/*` works too)
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
-    /// Target policy (`manylinux_2_28_x86_64`, `manylinux2014`...) [default: auto]
-    #[arg(long, value_name = "POLICY")]
-    plat: Option<String>,
-    /// The patchelf to run (0.19 or later) [default: `patchelf` on PATH]
+    /// Target policy (`manylinux_2_28_x86_64`, `manylinux2014`..., or `auto`:
+    /// the best reachable)
+    #[arg(long, value_name = "POLICY", env = "AUDITWHEEL_PLAT", default_value = "auto")]
+    plat: String,
+    /// Tag the wheel with the --plat policy only, not also the more compatible one it satisfies
+    #[arg(long)]
+    only_plat: bool,
+    /// Strip symbols (.symtab, debug sections) from the bundled libraries and the wheel's ELF files
+    #[arg(long)]
+    strip: bool,
+    /// Keep the wheel's file name and WHEEL tags as they are
+    #[arg(long)]
+    no_update_tags: bool,
+    /// The patchelf to run (0.19 or later) [default: $QUARRY_PATCHELF, else
+    /// quarry's own pinned one, fetched into the cache once]
     #[arg(long, value_name = "PATH")]
     patchelf: Option<PathBuf>,
     /// Repair against the image the wheel was built in (an OCI layout, an
-    /// image definition or an engine image): its libraries are bundled and
-    /// its patchelf (0.19 or later) runs there
-    #[arg(long, value_name = "IMAGE", conflicts_with = "patchelf")]
+    /// image definition or an engine image): its libraries are bundled;
+    /// quarry's patchelf is copied in and runs there (the image needs none)
+    #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
     /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
     #[arg(long = "set", value_name = "K=V", requires = "image")]
@@ -39,20 +52,29 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::super::set_output_mode(a.json, false);
     if !a.wheel.is_file() {
         bail!("wheel `{}` does not exist", a.wheel.display());
     }
     let engine;
+    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir);
     let within = match &a.image {
-        None => RepairIn::Host(Patchelf::find(a.patchelf.as_deref())?),
+        None => RepairIn::Host(Patchelf::find_in(&cache_dir, a.patchelf.as_deref())?),
         Some(arg) => {
+            let patchelf = ContainerPatchelf::choose(&cache_dir, a.patchelf.as_deref())?;
             engine = Engine::connect()?;
-            let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir);
             let image = super::image_in_engine(&engine, arg, &a.sets, &cache_dir)?;
-            RepairIn::Image { image: RepairImage { engine: &engine, image }, patchelf: None, host_has_none: false }
+            RepairIn::Image { image: RepairImage { engine: &engine, image }, patchelf }
         }
     };
-    let options = RepairOptions { exclude: a.exclude, plat: a.plat, within };
+    let options = RepairOptions {
+        exclude: a.exclude,
+        plat: Some(a.plat),
+        only_plat: a.only_plat,
+        strip: a.strip,
+        update_tags: !a.no_update_tags,
+        within,
+    };
     let report = match repair(&a.wheel, &a.output, &options) {
         Ok(r) => r,
         Err(e) => {
@@ -73,5 +95,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for e in &report.excluded_libs {
         println!("  excluded {e}");
     }
+    if let Some(sbom) = &report.sbom {
+        println!("  sbom     {sbom}");
+    }
+    println!("  patchelf {}", report.patchelf);
     Ok(0)
 }

@@ -1,7 +1,11 @@
-//! Overlaying artifacts into one tree per package: each artifact's
-//! prefixes in manifest order, artifacts in name order, a later entry
-//! replacing an earlier one at the same path (as `flatten` does). Nothing
-//! is copied: file entries point at their place in the artifact directory.
+//! Overlaying artifacts into one map of install paths per package: each
+//! artifact's prefixes in manifest order, artifacts in name order, a later
+//! entry replacing an earlier one at the same path (the reference's one
+//! relpath map). Nothing is copied: entries point at their place in the
+//! artifact directory. A symlink is resolved on disk inside its own
+//! artifact (as the reference resolves it), so a link whose target lives in
+//! another artifact is dangling here; one that leaves its artifact (an
+//! absolute link, too many `..`) is dangling too, never a host file.
 
 use super::PackageError;
 use crate::rocm::artifacts::Artifact;
@@ -9,50 +13,27 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+/// What a symlink leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    File { src: PathBuf, executable: bool },
+    Dir,
+    Dangling,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
     Dir,
-    File {
-        src: PathBuf,
-        executable: bool,
-    },
-    /// The link text, as written.
-    Symlink(String),
+    File { src: PathBuf, executable: bool },
+    Symlink { text: String, target: Target },
 }
 
 /// Paths relative to the install root (`lib/libamdhip64.so.7`), `/`-separated.
 #[derive(Debug, Default, Clone)]
 pub struct Staged {
     pub items: BTreeMap<String, Item>,
-}
-
-/// What a symlink leads to inside the tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolved {
-    /// A regular file at this path.
-    File(String),
-    Dir(String),
-    /// Missing, outside the tree (absolute or too many `..`), or a loop.
-    Dangling,
-}
-
-/// `dir` joined with a relative link text, normalized; None when it
-/// climbs out of the tree or is absolute.
-pub fn join_link(dir: &str, link: &str) -> Option<String> {
-    if link.starts_with('/') {
-        return None;
-    }
-    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
-    for c in link.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            c => parts.push(c),
-        }
-    }
-    Some(parts.join("/"))
+    /// The artifact names that contributed.
+    pub names: Vec<String>,
 }
 
 /// The directory part of a tree path (`""` at the top).
@@ -64,70 +45,32 @@ pub fn file_name(path: &str) -> &str {
     path.rsplit_once('/').map(|(_, f)| f).unwrap_or(path)
 }
 
-/// The link text that leads from a file in `from_dir` to `to` (both tree
-/// paths relative to the same root).
-pub fn relative(from_dir: &str, to: &str) -> String {
-    let from: Vec<&str> = from_dir.split('/').filter(|p| !p.is_empty()).collect();
-    let to_parts: Vec<&str> = to.split('/').filter(|p| !p.is_empty()).collect();
-    let common = from.iter().zip(&to_parts).take_while(|(a, b)| a == b).count();
-    let mut out: Vec<&str> = vec![".."; from.len() - common];
-    out.extend(&to_parts[common..]);
-    out.join("/")
-}
-
-impl Staged {
-    /// Follow `path` through symlinks (and symlinked directories on the way).
-    pub fn resolve(&self, path: &str) -> Resolved {
-        let mut current = path.to_string();
-        for _ in 0..40 {
-            match self.lookup(&current) {
-                Some((real, Item::File { .. })) => return Resolved::File(real),
-                Some((real, Item::Dir)) => return Resolved::Dir(real),
-                Some((real, Item::Symlink(target))) => match join_link(parent(&real), target) {
-                    Some(next) => current = next,
-                    None => return Resolved::Dangling,
-                },
-                None => return Resolved::Dangling,
-            }
-        }
-        Resolved::Dangling
-    }
-
-    /// The entry at `path`, following symlinked directories among its
-    /// ancestors; returns the path it was found at.
-    fn lookup(&self, path: &str) -> Option<(String, &Item)> {
-        if let Some(item) = self.items.get(path) {
-            return Some((path.to_string(), item));
-        }
-        // An ancestor may be a directory symlink: rewrite through it.
-        let mut prefix = String::new();
-        let parts: Vec<&str> = path.split('/').collect();
-        for (i, part) in parts.iter().enumerate() {
-            if !prefix.is_empty() {
-                prefix.push('/');
-            }
-            prefix.push_str(part);
-            if i + 1 == parts.len() {
-                break;
-            }
-            if let Some(Item::Symlink(t)) = self.items.get(&prefix) {
-                let base = join_link(parent(&prefix), t)?;
-                let rest = parts[i + 1..].join("/");
-                let next = if base.is_empty() { rest } else { format!("{base}/{rest}") };
-                // Bounded: each call strips one symlinked ancestor.
-                return match self.resolve(&next) {
-                    Resolved::File(p) => self.items.get(&p).map(|it| (p, it)),
-                    Resolved::Dir(p) => self.items.get(&p).map(|it| (p, it)),
-                    Resolved::Dangling => None,
-                };
-            }
-        }
-        None
-    }
+/// `"../"` once per component of `relpath` (from its directory to the root
+/// above the package directory).
+pub fn backtrack(relpath: &str) -> String {
+    "../".repeat(relpath.split('/').count())
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PackageError + '_ {
     move |source| PackageError::Io { path: path.to_path_buf(), source }
+}
+
+fn executable(meta: &std::fs::Metadata) -> bool {
+    meta.permissions().mode() & 0o111 != 0
+}
+
+/// Resolve the symlink at `link` on disk, inside `root` (its artifact).
+fn resolve(link: &Path, root: &Path) -> Target {
+    let Ok(real) = std::fs::canonicalize(link) else { return Target::Dangling };
+    let Ok(root) = std::fs::canonicalize(root) else { return Target::Dangling };
+    if !real.starts_with(&root) {
+        return Target::Dangling;
+    }
+    match std::fs::metadata(&real) {
+        Ok(m) if m.is_dir() => Target::Dir,
+        Ok(m) if m.is_file() => Target::File { executable: executable(&m), src: real },
+        _ => Target::Dangling,
+    }
 }
 
 /// Overlay every artifact's prefixes; `exclude(rel)` leaves paths out.
@@ -137,6 +80,7 @@ pub fn collect<'a>(
 ) -> Result<Staged, PackageError> {
     let mut staged = Staged::default();
     for art in artifacts {
+        staged.names.push(art.name.name.clone());
         for prefix in &art.prefixes {
             let walk = walkdir::WalkDir::new(prefix).follow_links(false).sort_by_file_name().min_depth(1);
             for entry in walk {
@@ -157,18 +101,13 @@ pub fn collect<'a>(
                 let item = if ft.is_dir() {
                     Item::Dir
                 } else if ft.is_symlink() {
-                    let target = std::fs::read_link(entry.path()).map_err(io_err(entry.path()))?;
-                    let target = target
-                        .to_str()
-                        .ok_or_else(|| PackageError::NonUtf8Path(entry.path().to_path_buf()))?
-                        .to_string();
-                    Item::Symlink(target)
+                    let text = std::fs::read_link(entry.path()).map_err(io_err(entry.path()))?;
+                    let text =
+                        text.to_str().ok_or_else(|| PackageError::NonUtf8Path(entry.path().to_path_buf()))?.to_string();
+                    Item::Symlink { text, target: resolve(entry.path(), &art.dir) }
                 } else if ft.is_file() {
-                    let meta = entry.metadata().map_err(|e| PackageError::Io {
-                        path: entry.path().to_path_buf(),
-                        source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("stat failed")),
-                    })?;
-                    Item::File { src: entry.path().to_path_buf(), executable: meta.permissions().mode() & 0o111 != 0 }
+                    let meta = std::fs::metadata(entry.path()).map_err(io_err(entry.path()))?;
+                    Item::File { src: entry.path().to_path_buf(), executable: executable(&meta) }
                 } else {
                     return Err(PackageError::SpecialFile(entry.path().to_path_buf()));
                 };
@@ -187,6 +126,8 @@ pub fn collect<'a>(
             }
         }
     }
+    staged.names.sort();
+    staged.names.dedup();
     Ok(staged)
 }
 
@@ -196,31 +137,27 @@ mod tests {
 
     #[test]
     fn paths() {
-        assert_eq!(join_link("lib", "libx.so.1").unwrap(), "lib/libx.so.1");
-        assert_eq!(join_link("lib/llvm/lib", "../../x").unwrap(), "lib/x");
-        assert!(join_link("lib", "../../x").is_none());
-        assert!(join_link("lib", "/opt/x").is_none());
-        assert_eq!(relative("lib", "bin/x"), "../bin/x");
-        assert_eq!(relative("bin", "bin/x"), "x");
-        assert_eq!(relative("", "lib/x"), "lib/x");
-        assert_eq!(relative("_rocm_sdk_libraries/lib", "_rocm_sdk_core/lib"), "../../_rocm_sdk_core/lib");
+        assert_eq!(parent("lib/x.so"), "lib");
+        assert_eq!(parent("x"), "");
+        assert_eq!(file_name("lib/x.so"), "x.so");
+        assert_eq!(backtrack("lib/libamdhip64.so.7"), "../../");
+        assert_eq!(backtrack("x"), "../");
     }
 
     #[test]
-    fn resolves_chains_and_dir_links() {
-        let mut s = Staged::default();
-        let f = |p: &str| Item::File { src: PathBuf::from(p), executable: false };
-        s.items.insert("lib".into(), Item::Dir);
-        s.items.insert("lib/libx.so.1.2".into(), f("x"));
-        s.items.insert("lib/libx.so.1".into(), Item::Symlink("libx.so.1.2".into()));
-        s.items.insert("lib/libx.so".into(), Item::Symlink("libx.so.1".into()));
-        s.items.insert("lib64".into(), Item::Symlink("lib".into()));
-        s.items.insert("lib/loop".into(), Item::Symlink("loop".into()));
-        s.items.insert("lib/gone".into(), Item::Symlink("nothing".into()));
-        assert_eq!(s.resolve("lib/libx.so"), Resolved::File("lib/libx.so.1.2".into()));
-        assert_eq!(s.resolve("lib64/libx.so"), Resolved::File("lib/libx.so.1.2".into()));
-        assert_eq!(s.resolve("lib64"), Resolved::Dir("lib".into()));
-        assert_eq!(s.resolve("lib/loop"), Resolved::Dangling);
-        assert_eq!(s.resolve("lib/gone"), Resolved::Dangling);
+    fn links_resolve_inside_their_artifact() {
+        let t = tempfile::tempdir().unwrap();
+        let art = t.path().join("core-hip_lib_generic");
+        let lib = art.join("stage/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libx.so.1.2"), "x").unwrap();
+        std::os::unix::fs::symlink("libx.so.1.2", lib.join("libx.so.1")).unwrap();
+        std::os::unix::fs::symlink("../../../other/lib/y", lib.join("outside")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", lib.join("absolute")).unwrap();
+        std::os::unix::fs::symlink(".", lib.join("self")).unwrap();
+        assert!(matches!(resolve(&lib.join("libx.so.1"), &art), Target::File { .. }));
+        assert_eq!(resolve(&lib.join("outside"), &art), Target::Dangling);
+        assert_eq!(resolve(&lib.join("absolute"), &art), Target::Dangling);
+        assert_eq!(resolve(&lib.join("self"), &art), Target::Dir);
     }
 }

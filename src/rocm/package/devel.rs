@@ -1,103 +1,105 @@
-//! The devel package's tree, written as one tar (`_devel.tar`) because a
-//! wheel cannot hold symlinks:
-//! - a file that already ships in a runtime wheel becomes a relative
-//!   symlink into that wheel's directory, under its SONAME
-//!   (`lib/libamdhip64.so.7 -> ../../_rocm_sdk_core/lib/libamdhip64.so.7`);
-//! - its other names (SONAME aliases, the versioned file name) become
-//!   relative symlinks to the SONAME entry;
-//! - every other file is stored as is; symlinks inside the tree stay;
-//!   dangling symlinks are dropped (listed in the report).
+//! The devel package's tree, written as one tar (`rocm_sdk_devel/_devel.tar`
+//! in the wheel, a wheel cannot hold symlinks) whose members sit under
+//! `_rocm_sdk_devel/`, with an empty `_rocm_sdk_devel/__init__.py` (what the
+//! expansion checks). Per install path, as the reference decides:
+//! - another name of a shared library (an alias in a runtime package) ->
+//!   a symlink to the bare SONAME;
+//! - a file a runtime package ships (core, profiler, libraries, device, in
+//!   that order) -> a symlink `"../" x depth + <package dir>/<path>`;
+//! - a symlink of the artifacts -> the same symlink, verbatim;
+//! - anything else -> the file (an ELF file built with an RPATH or RUNPATH
+//!   gets it back as DT_RPATH).
 //!
-//! `rocm_sdk._devel` expands it on first use.
+//! Directories come before their contents (sorted paths); `rocm_sdk`
+//! expands the tar on first use.
 
-use super::collect::{parent, relative, Item, Resolved, Staged};
-use super::runtime::Dropped;
+use super::classify::Facts;
+use super::collect::{backtrack, Item, Staged};
+use super::runtime::RuntimeLayout;
 use super::PackageError;
-use crate::tarball::tree::{Content, Kind, Node};
-use crate::tarball::Tree;
-use std::collections::BTreeMap;
-use std::path::Path;
+use crate::layer::tree::{Content, Kind, Node};
+use crate::layer::Tree;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
-/// Where a runtime package holds a file of the install tree.
-#[derive(Debug, Clone)]
-pub struct InRuntime {
-    /// The package directory (`_rocm_sdk_core`).
-    pub package: String,
-    /// The path under it (`lib/libamdhip64.so.7`), also the install path
-    /// the devel tree gives it.
-    pub path: String,
-}
+/// A devel file that needs its RPATH rewritten: (source, DT_RPATH to set).
+pub type Normalize = (PathBuf, String);
 
-/// The devel tree, rooted at the devel package directory.
+/// The devel tree, rooted above the devel package directory `devel_dir`.
+/// `runtime`: (package directory, layout) in the reference's order.
 pub fn tree(
     staged: &Staged,
-    devel_package: &str,
-    runtime: &BTreeMap<String, InRuntime>,
-) -> Result<(Tree, Vec<Dropped>), PackageError> {
-    let mut entries: BTreeMap<String, Node> = BTreeMap::new();
-    let mut dropped = Vec::new();
-    let link = |from: &str, to: &str| Node::new(Kind::Symlink(relative(parent(from), to).into_bytes()), 0o777);
-    for (path, item) in &staged.items {
+    facts: &HashMap<PathBuf, Facts>,
+    devel_dir: &str,
+    runtime: &[(String, &RuntimeLayout)],
+) -> Result<(Tree, Vec<Normalize>), PackageError> {
+    let mut tree = Tree::new();
+    let mut normalize = Vec::new();
+    let mut put = |path: String, node: Node| {
+        tree.insert(path.into_bytes(), node).map_err(|e| PackageError::DevelTree(e.to_string()))
+    };
+    let link = |text: String| Node::new(Kind::Symlink(text.into_bytes()), 0o777);
+    put(format!("{devel_dir}/__init__.py"), Node::bytes(Vec::new(), 0o644))?;
+    for (rel, item) in &staged.items {
+        let path = format!("{devel_dir}/{rel}");
+        if matches!(item, Item::Dir) {
+            put(path, Node::dir(0o755))?;
+            continue;
+        }
+        if let Some(soname) = runtime.iter().find_map(|(_, l)| l.aliases.get(rel)) {
+            put(path, link(soname.clone()))?;
+            continue;
+        }
+        if let Some((pkg, _)) = runtime.iter().find(|(_, l)| l.files.contains_key(rel)) {
+            put(path, link(format!("{}{pkg}/{rel}", backtrack(rel))))?;
+            continue;
+        }
         match item {
-            Item::Dir => {
-                entries.entry(path.clone()).or_insert_with(|| Node::dir(0o755));
-            }
+            Item::Symlink { text, .. } => put(path, link(text.clone()))?,
             Item::File { src, executable } => {
-                if let Some(r) = runtime.get(path) {
-                    let text =
-                        relative(&format!("{devel_package}/{}", parent(&r.path)), &format!("{}/{}", r.package, r.path));
-                    entries.insert(r.path.clone(), Node::new(Kind::Symlink(text.into_bytes()), 0o777));
-                    if r.path != *path {
-                        entries.insert(path.clone(), link(path, &r.path));
-                    }
-                } else {
-                    let size =
-                        std::fs::metadata(src).map_err(|source| PackageError::Io { path: src.clone(), source })?.len();
-                    entries.entry(path.clone()).or_insert_with(|| {
-                        Node::new(
-                            Kind::File { size, content: Content::Host(src.clone()) },
-                            if *executable { 0o755 } else { 0o644 },
-                        )
-                    });
+                let f = &facts[src];
+                if let (true, Some(r)) = (f.patchable, f.built_rpath.as_ref()) {
+                    normalize.push((src.clone(), r.clone()));
                 }
+                let size =
+                    std::fs::metadata(src).map_err(|source| PackageError::Io { path: src.clone(), source })?.len();
+                let node = Node::new(
+                    Kind::File { size, content: Content::Host(src.clone()) },
+                    if *executable { 0o755 } else { 0o644 },
+                );
+                put(path, node)?;
             }
-            Item::Symlink(text) => match staged.resolve(path) {
-                Resolved::Dangling => dropped.push(Dropped {
-                    path: path.clone(),
-                    reason: "dangling symlink (its target is not in the devel tree)".into(),
-                }),
-                Resolved::File(target) => {
-                    let node = match runtime.get(&target) {
-                        Some(r) if r.path != *path => link(path, &r.path),
-                        Some(_) => continue, // the SONAME entry itself
-                        None => Node::new(Kind::Symlink(text.clone().into_bytes()), 0o777),
-                    };
-                    entries.entry(path.clone()).or_insert(node);
-                }
-                Resolved::Dir(_) => {
-                    entries
-                        .entry(path.clone())
-                        .or_insert_with(|| Node::new(Kind::Symlink(text.clone().into_bytes()), 0o777));
-                }
-            },
+            Item::Dir => unreachable!("handled above"),
         }
     }
-    let mut tree = Tree::new();
-    for (path, node) in entries {
-        tree.insert(path.clone().into_bytes(), node).map_err(|e| PackageError::DevelTree(e.to_string()))?;
+    Ok((tree, normalize))
+}
+
+/// Point the tree's copies of patched files at their patched copies.
+pub fn use_patched(tree: &mut Tree, patched: &HashMap<PathBuf, PathBuf>) -> Result<(), PackageError> {
+    let swaps: Vec<(Vec<u8>, Node)> = tree
+        .iter()
+        .filter_map(|(p, n)| match &n.kind {
+            Kind::File { content: Content::Host(src), .. } => patched.get(src).map(|copy| {
+                let size = std::fs::metadata(copy).map(|m| m.len()).unwrap_or(0);
+                (p.clone(), Node::new(Kind::File { size, content: Content::Host(copy.clone()) }, n.mode))
+            }),
+            _ => None,
+        })
+        .collect();
+    for (p, n) in swaps {
+        tree.insert(p, n).map_err(|e| PackageError::DevelTree(e.to_string()))?;
     }
-    Ok((tree, dropped))
+    Ok(())
 }
 
 /// Write the devel tree as a tar at `out` (entries sorted, owners 0:0,
 /// times clamped to SOURCE_DATE_EPOCH or 0).
 pub fn write(tree: &Tree, out: &Path, epoch: u64) -> Result<(), PackageError> {
     let f = std::fs::File::create(out).map_err(|source| PackageError::Io { path: out.to_path_buf(), source })?;
-    let opts = crate::tarball::write::WriteOptions { source_date_epoch: epoch };
-    let w = crate::tarball::write::write_tar(tree, std::io::BufWriter::new(f), &opts, &mut |_| {})
+    let opts = crate::layer::write::WriteOptions { source_date_epoch: epoch };
+    let w = crate::layer::write::write_tar(tree, std::io::BufWriter::with_capacity(1 << 20, f), &opts, &mut |_| {})
         .map_err(|e| PackageError::DevelTree(e.to_string()))?;
-    w.into_inner()
-        .map_err(|e| PackageError::Io { path: out.to_path_buf(), source: e.into_error() })?
-        .sync_all()
-        .map_err(|source| PackageError::Io { path: out.to_path_buf(), source })
+    w.into_inner().map_err(|e| PackageError::Io { path: out.to_path_buf(), source: e.into_error() })?;
+    Ok(())
 }

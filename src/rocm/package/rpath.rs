@@ -1,89 +1,86 @@
-//! `$ORIGIN`-relative DT_RPATH for every host ELF file of a runtime
-//! package, written with patchelf (0.19 or later, see `elf::patchelf`) and
-//! checked with `elf::verify` afterwards.
+//! Writing DT_RPATH into copies of ELF files: each (source, RPATH) pair is
+//! copied once into the scratch directory, copies that get the same RPATH
+//! are patched by one patchelf run ([`crate::elf::batch`]), batches run in
+//! parallel, and every result is checked with `elf::verify` (a file the
+//! loader might reject, or one without exactly that DT_RPATH, stops the
+//! packaging).
 //!
 //! DT_RPATH rather than DT_RUNPATH: it applies to the whole dependency
 //! chain and LD_LIBRARY_PATH cannot override it, so a library of
-//! `_rocm_sdk_libraries` always finds `_rocm_sdk_core`'s copy of
-//! libamdhip64 and never another one on the machine.
+//! `_rocm_sdk_libraries` always finds `_rocm_sdk_core`'s libamdhip64.
 
-use super::collect::{parent, relative};
 use super::PackageError;
 use crate::elf::patchelf::Patchelf;
-use std::path::Path;
+use rayon::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
-/// One library directory a package searches: `(package dir, path under it)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LibDir {
-    pub package: String,
-    pub dir: String,
+/// The patched copy of every (source, RPATH) pair asked for.
+#[derive(Debug, Default)]
+pub struct Patched {
+    copies: HashMap<(PathBuf, String), PathBuf>,
 }
 
-impl LibDir {
-    pub fn new(package: &str, dir: &str) -> LibDir {
-        LibDir { package: package.into(), dir: dir.into() }
+impl Patched {
+    pub fn get(&self, src: &Path, rpath: &str) -> Option<&PathBuf> {
+        self.copies.get(&(src.to_path_buf(), rpath.to_string()))
     }
 }
 
-/// The RPATH of `file` (a path under `package`): every search directory
-/// relative to the file's own, then the `$ORIGIN` entries it was built
-/// with (absolute build-tree entries are dropped).
-pub fn rpath_for(package: &str, file: &str, dirs: &[LibDir], built: Option<&str>) -> String {
-    let from = format!("{package}/{}", parent(file));
-    let mut entries: Vec<String> = Vec::new();
-    let mut push = |e: String| {
-        if !entries.contains(&e) {
-            entries.push(e);
-        }
+/// Copy and patch every job of `jobs` under `scratch`.
+pub fn patch_all(patchelf: &Patchelf, jobs: Vec<(PathBuf, String)>, scratch: &Path) -> Result<Patched, PackageError> {
+    let dir = scratch.join("patched");
+    std::fs::create_dir_all(&dir).map_err(|source| PackageError::Io { path: dir.clone(), source })?;
+    let mut unique: Vec<(PathBuf, String)> = jobs;
+    unique.sort();
+    unique.dedup();
+    let copies: Vec<PathBuf> = (0..unique.len()).map(|i| dir.join(format!("{i}"))).collect();
+    unique.par_iter().zip(&copies).try_for_each(|((src, _), copy)| {
+        std::fs::copy(src, copy).map_err(|source| PackageError::Io { path: src.clone(), source })?;
+        // patchelf opens files for writing; sources may be read-only.
+        std::fs::set_permissions(copy, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(|source| PackageError::Io { path: copy.clone(), source })
+    })?;
+    let mut by_rpath: BTreeMap<&str, Vec<PathBuf>> = BTreeMap::new();
+    for ((_, rpath), copy) in unique.iter().zip(&copies) {
+        by_rpath.entry(rpath.as_str()).or_default().push(copy.clone());
+    }
+    let batches: Vec<(&str, &[PathBuf])> =
+        by_rpath.iter().flat_map(|(r, files)| files.chunks(crate::elf::batch::BATCH).map(move |c| (*r, c))).collect();
+    let source_of = |copy: &Path| -> PathBuf {
+        copies.iter().position(|c| c == copy).map(|i| unique[i].0.clone()).unwrap_or_else(|| copy.to_path_buf())
     };
-    for d in dirs {
-        let rel = relative(&from, &format!("{}/{}", d.package, d.dir));
-        push(if rel.is_empty() { "$ORIGIN".to_string() } else { format!("$ORIGIN/{rel}") });
-    }
-    for e in built.unwrap_or("").split(':') {
-        if e.starts_with("$ORIGIN") || e.starts_with("${ORIGIN}") {
-            push(e.to_string());
+    batches.par_iter().try_for_each(|(rpath, files)| {
+        crate::elf::batch::set_rpath_many(patchelf, rpath, files).map_err(|e| match e {
+            crate::elf::patchelf::PatchelfError::Failed { file, stderr, .. } => PackageError::Patch {
+                member: String::new(),
+                src: source_of(&file),
+                why: format!("patchelf {} failed: {stderr}", patchelf.version()),
+            },
+            other => PackageError::Patchelf(other),
+        })
+    })?;
+    unique.par_iter().zip(&copies).try_for_each(|((src, rpath), copy)| {
+        let fail = |why: String| PackageError::Patch { member: String::new(), src: src.clone(), why };
+        let info = crate::elf::verify(copy).map_err(|e| {
+            fail(format!(
+                "{e}; patchelf {} wrote a file the loader may reject, so nothing was packaged \
+                 (try another patchelf release and report the input file)",
+                patchelf.version()
+            ))
+        })?;
+        if info.rpath.as_deref() != Some(rpath.as_str()) || info.runpath.is_some() {
+            return Err(PackageError::RpathNotSet {
+                file: src.clone(),
+                expected: rpath.clone(),
+                found: format!(
+                    "DT_RPATH {:?}, DT_RUNPATH {:?}",
+                    info.rpath.unwrap_or_default(),
+                    info.runpath.unwrap_or_default()
+                ),
+            });
         }
-    }
-    entries.join(":")
-}
-
-/// Set `rpath` on `file` and verify the result: the file must still be a
-/// sound ELF (program headers inside a LOAD segment, segments inside the
-/// file, dynamic section readable) carrying exactly that DT_RPATH.
-pub fn patch_and_verify(patchelf: &Patchelf, file: &Path, rpath: &str) -> Result<(), PackageError> {
-    patchelf.set_rpath(file, rpath)?;
-    let info = crate::elf::verify(file)?;
-    if info.rpath.as_deref() != Some(rpath) || info.runpath.is_some() {
-        return Err(PackageError::RpathNotSet {
-            file: file.to_path_buf(),
-            expected: rpath.to_string(),
-            found: format!(
-                "DT_RPATH {:?}, DT_RUNPATH {:?}",
-                info.rpath.unwrap_or_default(),
-                info.runpath.unwrap_or_default()
-            ),
-        });
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn origin_relative_entries() {
-        let core = [LibDir::new("_rocm_sdk_core", "lib"), LibDir::new("_rocm_sdk_core", "lib/llvm/lib")];
-        assert_eq!(rpath_for("_rocm_sdk_core", "lib/libamdhip64.so.7", &core, None), "$ORIGIN:$ORIGIN/llvm/lib");
-        assert_eq!(
-            rpath_for("_rocm_sdk_core", "bin/hipcc", &core, Some("$ORIGIN/../lib:/build/x")),
-            "$ORIGIN/../lib:$ORIGIN/../lib/llvm/lib"
-        );
-        let libs = [LibDir::new("_rocm_sdk_libraries", "lib"), LibDir::new("_rocm_sdk_core", "lib")];
-        assert_eq!(
-            rpath_for("_rocm_sdk_libraries", "lib/librocblas.so.5", &libs, None),
-            "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib"
-        );
-    }
+        Ok(())
+    })?;
+    Ok(Patched { copies: unique.into_iter().zip(copies).collect() })
 }

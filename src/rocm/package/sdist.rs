@@ -6,8 +6,8 @@
 //! times, gzip header without name or time.
 
 use super::PackageError;
+use crate::layer::{Node, Tree};
 use crate::rocm::python::{DistInfo, ROCM_SDK_FILES, SELECTOR_BACKEND, SELECTOR_PYPROJECT};
-use crate::tarball::{Node, Tree};
 use std::io::Write;
 use std::path::Path;
 
@@ -47,8 +47,8 @@ pub fn write(dist: &Path, info: &DistInfo, epoch: u64) -> Result<(std::path::Pat
         .map_err(|source| PackageError::Io { path: dist.to_path_buf(), source })?;
     let io_fail = |source: std::io::Error| PackageError::Io { path: out.clone(), source };
     let gz = flate2::GzBuilder::new().mtime(0).write(tmp.reopen().map_err(io_fail)?, flate2::Compression::best());
-    let opts = crate::tarball::write::WriteOptions { source_date_epoch: epoch };
-    let gz = crate::tarball::write::write_tar(&tree, gz, &opts, &mut |_| {})
+    let opts = crate::layer::write::WriteOptions { source_date_epoch: epoch };
+    let gz = crate::layer::write::write_tar(&tree, gz, &opts, &mut |_| {})
         .map_err(|e| PackageError::DevelTree(e.to_string()))?;
     let mut f = gz.finish().map_err(io_fail)?;
     f.flush().map_err(io_fail)?;

@@ -26,14 +26,23 @@ def libraries_package(family):
     """The import name of the libraries package for a target family."""
     if _dist_info.SPLIT:
         return _dist_info.PACKAGES["libraries"]
-    return "%s_%s" % (_dist_info.PACKAGES["libraries"], family.replace("-", "_"))
+    return "_rocm_sdk_libraries_%s%s" % (family.replace("-", "_"), _dist_info.SUFFIX)
 
 
 def package_dir(kind):
-    """The directory of the installed package `kind` (core, libraries, devel), or None."""
+    """The directory of the installed package `kind` (core, libraries,
+    profiler, devel: the expanded tree, expanding it first), or None."""
     name = _dist_info.PACKAGES.get(kind)
     if kind == "libraries":
         name = libraries_package(target_family())
+    if kind == "devel":
+        import importlib.util as _u
+
+        if _u.find_spec("rocm_sdk_devel") is None:
+            return None
+        from . import _devel
+
+        return _devel.expand()
     if not name:
         return None
     spec = importlib.util.find_spec(name)
@@ -67,6 +76,8 @@ def find_libraries(*shortnames):
                 "unknown ROCm library %r; known: %s" % (short, ", ".join(sorted(_dist_info.LIBRARIES)))
             )
         kind, rel = entry
+        if rel is None:
+            raise RocmSdkError("library %r is not part of this ROCm build" % short)
         base = package_dir(kind)
         if base is None:
             raise RocmSdkError(

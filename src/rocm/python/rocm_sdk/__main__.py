@@ -9,10 +9,10 @@ def _devel_root():
     import rocm_sdk
     from . import _devel
 
-    base = rocm_sdk.package_dir("devel")
-    if base is None:
-        raise SystemExit("rocm-sdk: the devel package is not installed: pip install 'rocm[devel]'")
-    return _devel.expand(base)
+    try:
+        return _devel.expand()
+    except _devel.DevelError as e:
+        raise SystemExit("rocm-sdk: %s" % e)
 
 
 def main(argv=None):
@@ -25,7 +25,8 @@ def main(argv=None):
     which.add_argument("--cmake", action="store_true", help="the CMake package directory (CMAKE_PREFIX_PATH)")
     sub.add_parser("version", help="print the SDK version")
     sub.add_parser("targets", help="print the GPU targets of the installed packages")
-    sub.add_parser("init", help="expand the devel package now")
+    init = sub.add_parser("init", help="expand the devel package now")
+    init.add_argument("--quiet", action="store_true", help="print nothing")
     sub.add_parser("test", help="run the self tests")
     args = parser.parse_args(argv)
 
@@ -45,7 +46,9 @@ def main(argv=None):
         else:
             print(os.path.join(root, "lib", "cmake"))
     elif args.command == "init":
-        print(_devel_root())
+        root = _devel_root()
+        if not args.quiet:
+            print(root)
     elif args.command == "test":
         from . import _selftest
 

@@ -47,24 +47,26 @@ def run(out=sys.stdout):
             p = subprocess.run([sys.executable, "-c", code, so], capture_output=True, text=True, env=env)
             check("loads " + os.path.relpath(so, os.path.dirname(d)), p.returncode == 0, p.stderr.strip()[-300:])
     for short in sorted(_dist_info.LIBRARIES):
-        kind, _rel = _dist_info.LIBRARIES[short]
-        if rocm_sdk.package_dir(kind) is None:
+        kind, rel = _dist_info.LIBRARIES[short]
+        if rel is None or kind == "devel" or rocm_sdk.package_dir(kind) is None:
             continue
         try:
             rocm_sdk.find_libraries(short)
             check("find_libraries(%r)" % short, True)
         except Exception as e:  # report, keep going
             check("find_libraries(%r)" % short, False, str(e))
-    for name, target in sorted(_dist_info.LAUNCHERS.items()):
-        path = os.path.join(core or "", "bin", name)
-        real = os.path.normpath(os.path.join(core or "", "bin", target))
-        check("launcher bin/%s -> %s" % (name, target), os.access(path, os.X_OK) and os.access(real, os.X_OK))
-    if rocm_sdk.package_dir("devel") is not None:
+    for rel, text in sorted(_dist_info.LAUNCHERS.items()):
+        path = os.path.join(core or "", rel)
+        real = os.path.normpath(os.path.join(os.path.dirname(path), text))
+        check("launcher %s -> %s" % (rel, text), os.access(path, os.X_OK) and os.access(real, os.X_OK))
+    import importlib.util
+
+    if importlib.util.find_spec("rocm_sdk_devel") is not None:
         from . import _devel
 
         try:
-            root = _devel.expand(rocm_sdk.package_dir("devel"))
-            check("devel expanded", os.path.isdir(os.path.join(root, "lib", "cmake")), root)
+            root = _devel.expand()
+            check("devel expanded", _devel.is_expanded() and os.path.isdir(os.path.join(root, "include")), root)
         except Exception as e:
             check("devel expanded", False, str(e))
     gpu = os.path.exists("/dev/kfd")

@@ -39,6 +39,19 @@ def _dist(name):
     return name.replace("_", "-")
 
 
+def _device_target():
+    """The target of the `device` extra: ROCM_SDK_TARGET_FAMILY, else a
+    detected GPU's, else the first target (sorted)."""
+    targets = _dist_info.DEVICE_TARGETS if _dist_info.SPLIT else _dist_info.FAMILIES
+    env = os.environ.get("ROCM_SDK_TARGET_FAMILY")
+    if env:
+        return env
+    for t in _targets.detected_targets():
+        if t in targets:
+            return t
+    return sorted(targets)[0] if targets else ""
+
+
 def _metadata():
     v = _dist_info.VERSION
     lines = [
@@ -49,20 +62,20 @@ def _metadata():
         "Requires-Python: >=3.8",
         "Requires-Dist: %s==%s" % (_dist(_dist_info.DISTS["core"]), v),
     ]
+    # The reference's extras, in its order.
     extras = []
     if _dist_info.SPLIT:
-        libraries = _dist_info.DISTS["libraries"]
+        extras.append(("libraries", [_dist_info.DISTS["libraries"]]))
     else:
-        libraries = "%s-%s" % (_dist_info.DISTS["libraries"], _family())
-    extras.append(("libraries", [libraries]))
-    if "devel" in _dist_info.DISTS:
-        extras.append(("devel", [_dist_info.DISTS["devel"]]))
+        extras.append(("libraries", ["%s-%s" % (_dist_info.DISTS["libraries"], _family())]))
+    extras.append(("device", ["%s-%s" % (_dist_info.DISTS["device"], _device_target())]))
+    extras.append(("devel", [_dist_info.DISTS["devel"]]))
     if "profiler" in _dist_info.DISTS:
         extras.append(("profiler", [_dist_info.DISTS["profiler"]]))
     devices = ["%s-%s" % (_dist_info.DISTS["device"], t) for t in _dist_info.DEVICE_TARGETS]
-    for t, d in zip(_dist_info.DEVICE_TARGETS, devices):
-        extras.append(("device-%s" % t, [d]))
-    if devices:
+    if len(devices) >= 2:
+        for t, d in zip(_dist_info.DEVICE_TARGETS, devices):
+            extras.append(("device-%s" % t, [d]))
         extras.append(("device-all", devices))
     for extra, dists in extras:
         lines.append("Provides-Extra: %s" % extra)

@@ -1,0 +1,209 @@
+//! `quarry build`: a plan executed. Each layer of the plan is taken from the
+//! cache when its key is there, else made (`files`, `packages`, `step`) or
+//! imported (`import`: OCI layout and registry bases), then the image
+//! config is composed (`config`) and an OCI layout written. `lock` is
+//! `quarry lock`, which makes a plan with fresh pins and builds only what
+//! resolving a packages layer over the layers below needs.
+
+mod config;
+mod execute;
+mod files;
+mod import;
+mod lock;
+mod packages;
+mod step;
+
+pub use execute::Executor;
+pub use lock::{lock_image, Locked};
+
+use crate::definition::{DefinitionError, Image};
+use crate::layer::compress::LayerCodec;
+use crate::plan::{PinMode, Plan, PlanError, PlanOptions};
+use crate::progress::Progress;
+use crate::store::cache::{Cache, CacheError};
+use crate::store::layout::{self, LayoutError};
+use crate::store::{Digest, LayerBlob};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Definition(#[from] DefinitionError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("layer `{layer}`: {err}")]
+    Pack { layer: String, err: crate::layer::pack::PackError },
+    #[error(transparent)]
+    Step(#[from] crate::engine::step::StepError),
+    #[error("layer `{layer}`: {err}")]
+    Engine { layer: String, err: crate::engine::EngineError },
+    #[error(transparent)]
+    Sbom(#[from] crate::sbom::SbomError),
+}
+
+impl From<crate::source::SourceError> for BuildError {
+    fn from(e: crate::source::SourceError) -> BuildError {
+        BuildError::Plan(e.into())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub sets: BTreeMap<String, String>,
+    pub output: Option<PathBuf>,
+    pub compression: LayerCodec,
+    pub cache_dir: PathBuf,
+    pub no_cache: bool,
+    /// Rehash every input file instead of trusting the stat memo.
+    pub verify: bool,
+    pub threads: usize,
+    pub source_date_epoch: u64,
+    pub progress: Progress,
+    /// Attach an SPDX SBOM to the image in its layout.
+    pub sbom: bool,
+}
+
+impl BuildOptions {
+    /// Default options for building a definition on the way to something
+    /// else (`load`, `run`): gzip, all cores, SOURCE_DATE_EPOCH from the env.
+    pub fn defaults(
+        sets: BTreeMap<String, String>,
+        cache_dir: PathBuf,
+        progress: Progress,
+    ) -> Result<BuildOptions, String> {
+        Ok(BuildOptions {
+            sets,
+            output: None,
+            compression: LayerCodec::default(),
+            cache_dir,
+            no_cache: false,
+            verify: false,
+            threads: crate::layer::compress::default_threads(),
+            source_date_epoch: source_date_epoch_from_env()?,
+            progress,
+            sbom: false,
+        })
+    }
+
+    /// How a plan for these options is made.
+    pub fn plan_options(&self, cache: &Cache, pins: PinMode) -> PlanOptions {
+        PlanOptions {
+            cache: cache.clone(),
+            codec: self.compression,
+            source_date_epoch: self.source_date_epoch,
+            verify: self.verify,
+            pins,
+        }
+    }
+
+    /// Where the layout of `image` goes: `--output`, else `out/NAME`.
+    pub fn output_for(&self, name: &str) -> PathBuf {
+        self.output.clone().unwrap_or_else(|| PathBuf::from("out").join(name))
+    }
+}
+
+/// SOURCE_DATE_EPOCH from the environment, default 0 (see `crate::epoch`).
+pub fn source_date_epoch_from_env() -> Result<u64, String> {
+    crate::epoch::from_env_or_zero().map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuiltLayer {
+    pub name: String,
+    pub digest: Digest,
+    pub diff_id: Digest,
+    pub size: u64,
+    pub media_type: String,
+    pub cached: bool,
+    /// Input files read and hashed to compute the layer's cache key (those
+    /// whose stat changed since the last build, or all with `--verify`).
+    pub files_hashed: u64,
+}
+
+impl BuiltLayer {
+    pub fn blob(&self) -> LayerBlob {
+        LayerBlob { digest: self.digest, diff_id: self.diff_id, size: self.size, media_type: self.media_type.clone() }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuildResult {
+    pub name: String,
+    pub tag: String,
+    pub output: PathBuf,
+    pub manifest_digest: Digest,
+    pub config_digest: Digest,
+    pub layers: Vec<BuiltLayer>,
+    /// The SBOM artifact's manifest digest, with `--sbom`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sbom: Option<Digest>,
+}
+
+/// Build an image definition into an OCI layout.
+pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
+    let image = crate::definition::load_image(image_file, &opts.sets)?;
+    build_image(&image, opts)
+}
+
+pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
+    let cache = Cache::open(&opts.cache_dir)?;
+    let mut plan = crate::plan::make(image, &opts.plan_options(&cache, PinMode::Locked))?;
+    build_plan(&mut plan, opts, &cache)
+}
+
+/// Execute a plan and write its layout.
+pub fn build_plan(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -> Result<BuildResult, BuildError> {
+    let mut exec = Executor::new(opts, cache, false)?;
+    let n = plan.layers.len();
+    exec.run(plan, n)?;
+    let output = opts.output_for(&plan.name);
+    let written = write_layout(plan, &mut exec, cache, &output)?;
+    let sbom = if opts.sbom {
+        let inv = crate::sbom::inventory(plan, Some(&written.manifest_digest), opts.source_date_epoch)?;
+        let doc = crate::sbom::spdx_json(&inv)?;
+        let desc = crate::store::referrer::attach_sbom(&output, &written.manifest_digest, &doc)?;
+        Some(
+            Digest::try_from(desc.digest())
+                .map_err(|e| LayoutError::Bad { path: output.display().to_string(), message: e.to_string() })?,
+        )
+    } else {
+        None
+    };
+    Ok(BuildResult {
+        name: plan.name.clone(),
+        tag: plan.tag.clone(),
+        output,
+        manifest_digest: written.manifest_digest,
+        config_digest: written.config_digest,
+        layers: exec.layers,
+        sbom,
+    })
+}
+
+/// The manifest digest a build of `plan` would write, when every layer is
+/// in the cache (composed in a scratch layout; nothing is built).
+pub fn manifest_if_cached(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -> Result<Option<Digest>, BuildError> {
+    if !plan.all_cached() {
+        return Ok(None);
+    }
+    let mut exec = Executor::new(opts, cache, true)?;
+    let n = plan.layers.len();
+    if !exec.run(plan, n)? {
+        return Ok(None);
+    }
+    let scratch = exec.spool().join("compose");
+    Ok(Some(write_layout(plan, &mut exec, cache, &scratch)?.manifest_digest))
+}
+
+/// The image the executor made, as an OCI layout at `out`.
+fn write_layout(plan: &Plan, exec: &mut Executor, cache: &Cache, out: &Path) -> Result<layout::Written, BuildError> {
+    let config = exec.final_config(plan);
+    let blobs: Vec<LayerBlob> = exec.layers.iter().map(BuiltLayer::blob).collect();
+    let blob_dir = cache.root().join("blobs/sha256");
+    Ok(layout::write_image(out, &blob_dir, &blobs, &config, &plan.tag, plan.platform.to_oci())?)
+}

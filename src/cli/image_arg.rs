@@ -1,0 +1,107 @@
+//! What an IMAGE argument of `run`/`load`/`wheel` names: an OCI layout
+//! directory, an image definition (built first, into the cache), or a
+//! reference to an image the engine already has. The command line builds a
+//! definition first, then hands the engine a layout: the engine never
+//! builds.
+
+use crate::build::{build, BuildOptions, BuildResult};
+use crate::engine::{Engine, EngineError};
+use crate::progress::Progress;
+use crate::store::layout::open_image;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageArg {
+    /// An OCI image layout directory.
+    Layout(PathBuf),
+    /// An image definition (`.toml`).
+    Definition(PathBuf),
+    /// An engine image reference (`debian:12`, an id...).
+    Reference(String),
+}
+
+/// Tell what `arg` names. A path that exists must be a layout or a `.toml`.
+pub fn classify(arg: &str) -> Result<ImageArg, EngineError> {
+    let p = Path::new(arg);
+    if p.is_dir() {
+        if p.join("index.json").is_file() {
+            return Ok(ImageArg::Layout(p.to_path_buf()));
+        }
+        return Err(EngineError::Invalid(format!(
+            "`{arg}` is a directory but not an OCI image layout (no index.json); give a layout written by `quarry build`, an image definition or an engine image"
+        )));
+    }
+    if p.is_file() {
+        if arg.ends_with(".toml") {
+            return Ok(ImageArg::Definition(p.to_path_buf()));
+        }
+        return Err(EngineError::Invalid(format!(
+            "`{arg}` is a file but not an image definition (.toml); give a layout directory, an image definition or an engine image"
+        )));
+    }
+    if arg.ends_with(".toml") {
+        return Err(EngineError::Invalid(format!("image definition `{arg}` does not exist")));
+    }
+    Ok(ImageArg::Reference(arg.to_string()))
+}
+
+/// The engine name for a layout: its directory name (lower-cased) and the
+/// tag recorded in the layout.
+pub fn layout_tag(dir: &Path) -> Result<String, EngineError> {
+    let img = open_image(dir, None, None)?;
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()))
+        .unwrap_or_else(|| "quarry-image".into());
+    Ok(format!("{}:{}", name, img.tag.unwrap_or_else(|| "latest".into())))
+}
+
+/// The engine name for a built definition: `name:tag`, lower-cased.
+pub fn definition_tag(r: &BuildResult) -> String {
+    format!("{}:{}", r.name.to_lowercase(), r.tag)
+}
+
+/// Build a definition into `<cache>/images/<name>`; returns the layout.
+pub fn build_definition(file: &Path, opts: &BuildOptions) -> Result<BuildResult, crate::build::BuildError> {
+    let mut opts = opts.clone();
+    if opts.output.is_none() {
+        let img = crate::definition::load_image(file, &opts.sets)?;
+        opts.output = Some(opts.cache_dir.join("images").join(&img.name));
+    }
+    build(file, &opts)
+}
+
+/// Build a definition (default options, into the cache) on the way to the
+/// engine; returns the layout and the tag to load it as. `sets` are
+/// `--set K=V` arguments.
+pub fn build_for_engine(
+    file: &Path,
+    sets: &[String],
+    cache_dir: &Path,
+    progress: Progress,
+) -> anyhow::Result<(PathBuf, String)> {
+    let sets = crate::definition::parse_sets(sets).map_err(|e| anyhow::anyhow!(e))?;
+    let opts = BuildOptions::defaults(sets, cache_dir.to_path_buf(), progress).map_err(|e| anyhow::anyhow!(e))?;
+    let r = build_definition(file, &opts)?;
+    let tag = definition_tag(&r);
+    Ok((r.output, tag))
+}
+
+/// The engine reference of an IMAGE argument: a layout or a definition is
+/// built if needed and loaded first.
+pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache_dir: &Path) -> anyhow::Result<String> {
+    Ok(match classify(arg)? {
+        ImageArg::Layout(d) => {
+            let tag = layout_tag(&d)?;
+            engine.load_layout(&d, &tag, cache_dir)?;
+            tag
+        }
+        ImageArg::Definition(f) => {
+            let (dir, tag) = build_for_engine(&f, sets, cache_dir, Progress::new(false, false))?;
+            engine.load_layout(&dir, &tag, cache_dir)?;
+            tag
+        }
+        ImageArg::Reference(r) => r,
+    })
+}

@@ -1,0 +1,47 @@
+//! How the engine's option types are spelled on the command line: the
+//! engine knows nothing of clap, the command line maps words to them here.
+
+use crate::engine::gpu::GpuMode;
+use crate::engine::run::Network;
+use clap::builder::PossibleValue;
+use clap::ValueEnum;
+
+impl ValueEnum for GpuMode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[GpuMode::Auto, GpuMode::Amd, GpuMode::None]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(match self {
+            GpuMode::Auto => "auto",
+            GpuMode::Amd => "amd",
+            GpuMode::None => "none",
+        }))
+    }
+}
+
+impl ValueEnum for Network {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Network::None, Network::Bridge, Network::Host]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.mode()))
+    }
+}
+
+impl ValueEnum for crate::layer::compress::Compression {
+    fn value_variants<'a>() -> &'a [Self] {
+        use crate::layer::compress::Compression;
+        &[Compression::Gzip, Compression::Zstd, Compression::None]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        use crate::layer::compress::Compression;
+        Some(PossibleValue::new(match self {
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+            Compression::None => "none",
+        }))
+    }
+}

@@ -1,0 +1,211 @@
+//! Loading a definition: read the image file and the layer files it names,
+//! gather parameters (layer defaults < image `[params]` < `--set`),
+//! substitute `${NAME}` everywhere, then validate into typed values. An
+//! `image` base is loaded the same way, with this image's parameters.
+
+use super::image::{Base, Image};
+use super::params::{subst_value, SubstError};
+use super::platform::Platform;
+use super::raw::{ImageFile, LayerBody};
+use super::validate::{validate_base, validate_config, validate_layer, ValidBase};
+use super::{field_err, DefinitionError};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn read(what: &'static str, file: &Path) -> Result<String, DefinitionError> {
+    std::fs::read_to_string(file).map_err(|err| DefinitionError::Read { what, file: file.display().to_string(), err })
+}
+
+fn parse_err(file: &Path, e: impl std::fmt::Display) -> DefinitionError {
+    DefinitionError::Parse { file: file.display().to_string(), message: e.to_string().trim_end().to_string() }
+}
+
+fn subst_err(file: &Path, e: SubstError) -> DefinitionError {
+    match e {
+        SubstError::Unset(u) => field_err(
+            file,
+            u.field,
+            format!(
+                "parameter `${{{}}}` is not set; pass `--set {}=VALUE` or declare a default under [params]",
+                u.name, u.name
+            ),
+        ),
+        SubstError::Syntax(s) => field_err(file, s.field, s.message),
+    }
+}
+
+/// Find `layers/NAME.toml` in the parent of the image's directory, else beside the image.
+pub fn find_layer_file(image_file: &Path, name: &str) -> Option<PathBuf> {
+    let dir = image_file.parent().unwrap_or(Path::new("."));
+    let mut candidates = Vec::new();
+    if let Some(parent) = dir.parent() {
+        candidates.push(parent.join("layers").join(format!("{name}.toml")));
+    }
+    candidates.push(dir.join("layers").join(format!("{name}.toml")));
+    candidates.push(dir.join(format!("{name}.toml")));
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// Parse `--set K=V` arguments.
+pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut m = BTreeMap::new();
+    for s in sets {
+        let (k, v) = s.split_once('=').ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        if k.is_empty() {
+            return Err(format!("`--set {s}`: the key is empty"));
+        }
+        m.insert(k.to_string(), v.to_string());
+    }
+    Ok(m)
+}
+
+/// Load an image definition and every layer it names.
+pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image, DefinitionError> {
+    load_image_in(file, sets, &mut Vec::new())
+}
+
+/// `chain`: the definitions whose `image` bases led here, to refuse cycles.
+fn load_image_in(
+    file: &Path,
+    sets: &BTreeMap<String, String>,
+    chain: &mut Vec<PathBuf>,
+) -> Result<Image, DefinitionError> {
+    let text = read("image definition", file)?;
+    // First pass: structure and unknown fields, with line numbers.
+    let parsed: ImageFile = toml::from_str(&text).map_err(|e| parse_err(file, e))?;
+    let mut doc: toml::Value = toml::from_str(&text).map_err(|e| parse_err(file, e))?;
+
+    // Layer files, read first so their [params] defaults are known.
+    let mut layer_docs = Vec::new();
+    for (i, name) in parsed.layers.iter().enumerate() {
+        let lf = find_layer_file(file, name).ok_or_else(|| {
+            field_err(
+                file,
+                format!("layers[{i}]"),
+                format!(
+                    "unknown layer `{name}`: no `layers/{name}.toml` next to the image's directory or beside the image file"
+                ),
+            )
+        })?;
+        let ltext = read("layer definition", &lf)?;
+        let lparsed: LayerBody = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
+        if lparsed.name != *name {
+            return Err(field_err(&lf, "name", format!("is `{}` but the file is named for `{name}`", lparsed.name)));
+        }
+        let ldoc: toml::Value = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
+        layer_docs.push((lf, lparsed.params.clone().unwrap_or_default(), ldoc));
+    }
+
+    let mut params: BTreeMap<String, String> = BTreeMap::new();
+    for (_, defaults, _) in &layer_docs {
+        params.extend(defaults.clone());
+    }
+    params.extend(parsed.params.clone());
+    params.extend(sets.clone());
+
+    subst_value(&mut doc, "", &params, &["params"]).map_err(|e| subst_err(file, e))?;
+    let img: ImageFile = doc.try_into().map_err(|e| parse_err(file, e))?;
+    let platform = match &img.config.platform {
+        Some(p) => Platform::parse(p).map_err(|m| field_err(file, "config.platform", m))?,
+        None => Platform::host(),
+    };
+
+    let mut layers = Vec::new();
+    for (lf, _, mut ldoc) in layer_docs {
+        subst_value(&mut ldoc, "", &params, &["params"]).map_err(|e| subst_err(&lf, e))?;
+        let body: LayerBody = ldoc.try_into().map_err(|e| parse_err(&lf, e))?;
+        layers.push(validate_layer(&lf, "", body, &platform)?);
+    }
+    for (i, body) in img.layer.into_iter().enumerate() {
+        let prefix = format!("layer[{i}].");
+        if body.params.is_some() {
+            return Err(field_err(
+                file,
+                format!("{prefix}params"),
+                "parameters of an image belong in its top-level [params] table",
+            ));
+        }
+        layers.push(validate_layer(file, &prefix, body, &platform)?);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for l in &layers {
+        if !seen.insert(l.name.clone()) {
+            return Err(field_err(
+                file,
+                "layers",
+                format!("layer `{}` appears twice; layer names must be unique", l.name),
+            ));
+        }
+    }
+
+    if img.name.is_empty() {
+        return Err(field_err(file, "name", "must not be empty"));
+    }
+    validate_config(file, &img.config)?;
+    let base = match validate_base(file, img.base, &platform)? {
+        ValidBase::Done(b) => b,
+        ValidBase::Image(path) => Base::Image(Box::new(load_base_image(file, &path, &params, &platform, chain)?)),
+    };
+    Ok(Image {
+        file: file.to_path_buf(),
+        name: img.name,
+        tag: img.tag.unwrap_or_else(|| "latest".into()),
+        base,
+        layers,
+        config: img.config,
+        platform,
+        params,
+    })
+}
+
+/// Load the definition an `image` base names, with this image's parameters
+/// (its own defaults < this image's [params] < --set); refuses cycles and a
+/// platform other than this image's.
+fn load_base_image(
+    file: &Path,
+    base_file: &Path,
+    params: &BTreeMap<String, String>,
+    platform: &Platform,
+    chain: &mut Vec<PathBuf>,
+) -> Result<Image, DefinitionError> {
+    let field = "base.image";
+    if !base_file.is_file() {
+        return Err(field_err(
+            file,
+            field,
+            format!(
+                "`{}` is not an image definition file (relative paths resolve from the directory of the file that names them)",
+                base_file.display()
+            ),
+        ));
+    }
+    let me = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    let next = base_file.canonicalize().unwrap_or_else(|_| base_file.to_path_buf());
+    let mut path: Vec<PathBuf> = chain.clone();
+    path.push(me);
+    if path.contains(&next) {
+        path.push(next);
+        let shown: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
+        return Err(field_err(
+            file,
+            field,
+            format!("image bases form a cycle: {}; an image cannot be built on itself", shown.join(" -> ")),
+        ));
+    }
+    let saved = std::mem::replace(chain, path);
+    let loaded = load_image_in(base_file, params, chain);
+    *chain = saved;
+    let base = loaded?;
+    if base.platform != *platform {
+        return Err(field_err(
+            file,
+            field,
+            format!(
+                "`{}` is for {} but this image is for {platform}; set the same `config.platform` in both",
+                base_file.display(),
+                base.platform
+            ),
+        ));
+    }
+    Ok(base)
+}

@@ -1,0 +1,167 @@
+//! Package sets: a `[base.packages]` table and a layer's `[source.packages]`.
+
+use super::super::packages::{Mirror, PackageSet, PackagesBase, Variant};
+use super::super::platform::Platform;
+use super::super::raw::{self, SourceDef};
+use super::super::{field_err, resolve_path};
+use super::{given_keys, Result};
+use std::path::Path;
+
+fn valid_package_name(n: &str) -> bool {
+    n.len() >= 2
+        && n.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+}
+
+fn valid_account_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 32
+        && n.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+/// The keys a packages base and a packages layer share.
+fn validate_package_set(file: &Path, prefix: &str, p: &raw::PackagesDef, platform: &Platform) -> Result<PackageSet> {
+    let f = |k: &str| format!("{prefix}.{k}");
+    if p.suite.is_empty() || p.suite.contains(['/', ' ']) {
+        return Err(field_err(
+            file,
+            f("suite"),
+            format!("`{}` is not a suite name like \"bookworm\" or \"noble\"", p.suite),
+        ));
+    }
+    let components = p.components.clone().unwrap_or_else(|| vec!["main".into()]);
+    if components.is_empty() || components.iter().any(|c| c.is_empty() || c.contains(' ')) {
+        return Err(field_err(file, f("components"), "give one or more component names, e.g. [\"main\"]"));
+    }
+    let platform_arch = platform.arch.debian();
+    let architecture = p.architecture.clone().unwrap_or_else(|| platform_arch.to_string());
+    if architecture != platform_arch {
+        return Err(field_err(
+            file,
+            f("architecture"),
+            format!("`{architecture}` does not match the image's platform (Debian architecture `{platform_arch}`); set `config.platform` or drop `architecture`"),
+        ));
+    }
+    let mirror = match p.mirror.as_str() {
+        "host" => Mirror::Host,
+        m if m.starts_with("http://") || m.starts_with("https://") => Mirror::Url(m.trim_end_matches('/').to_string()),
+        m => {
+            return Err(field_err(
+                file,
+                f("mirror"),
+                format!(
+                    "`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"
+                ),
+            ))
+        }
+    };
+    if p.keyring.is_empty() {
+        return Err(field_err(
+            file,
+            f("keyring"),
+            "is empty; name the keyring that signs the archive, e.g. /usr/share/keyrings/debian-archive-keyring.gpg",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, inc) in p.include.iter().enumerate() {
+        let (name, version) = match inc.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (inc.as_str(), None),
+        };
+        if !valid_package_name(name) || version.is_some_and(|v| v.is_empty() || v.contains(' ')) {
+            return Err(field_err(
+                file,
+                format!("{}[{i}]", f("include")),
+                format!("`{inc}` is not a package name (optionally `name=version`)"),
+            ));
+        }
+        if !seen.insert(name.to_string()) {
+            return Err(field_err(file, format!("{}[{i}]", f("include")), format!("`{name}` is listed twice")));
+        }
+    }
+    Ok(PackageSet {
+        suite: p.suite.clone(),
+        components,
+        architecture,
+        mirror,
+        keyring: resolve_path(file, &p.keyring),
+        include: p.include.clone(),
+        configure: p.configure,
+    })
+}
+
+pub(super) fn validate_packages_base(
+    file: &Path,
+    prefix: &str,
+    p: raw::PackagesDef,
+    platform: &Platform,
+) -> Result<PackagesBase> {
+    let set = validate_package_set(file, prefix, &p, platform)?;
+    let f = |k: &str| format!("{prefix}.{k}");
+    let variant = match p.variant.as_deref() {
+        None | Some("required") => Variant::Required,
+        Some("essential") => Variant::Essential,
+        Some(v) => return Err(field_err(file, f("variant"), format!("`{v}` is not \"required\" or \"essential\""))),
+    };
+    for (g, gid) in &p.groups {
+        if !valid_account_name(g) || *gid == 0 || *gid >= 65534 {
+            return Err(field_err(
+                file,
+                format!("{}.{g}", f("groups")),
+                "expects a group name (lowercase) and a gid between 1 and 65533",
+            ));
+        }
+    }
+    for (i, u) in p.users.iter().enumerate() {
+        let uf = format!("{}[{i}]", f("users"));
+        if !valid_account_name(&u.name) {
+            return Err(field_err(
+                file,
+                format!("{uf}.name"),
+                format!("`{}` is not a user name (lowercase letters, digits, `_`, `-`)", u.name),
+            ));
+        }
+        if u.uid == 0 || u.uid >= 65534 || u.gid.is_some_and(|g| g >= 65534) {
+            return Err(field_err(file, format!("{uf}.uid"), "uid and gid must be between 1 and 65533"));
+        }
+        if let Some(g) = u.groups.iter().find(|g| !valid_account_name(g)) {
+            return Err(field_err(file, format!("{uf}.groups"), format!("`{g}` is not a group name")));
+        }
+        for (k, v) in [("shell", &u.shell), ("home", &u.home)] {
+            if v.as_ref().is_some_and(|v| !v.starts_with('/') || v.contains("..")) {
+                return Err(field_err(file, format!("{uf}.{k}"), "must be an absolute path without `..`"));
+            }
+        }
+    }
+    Ok(PackagesBase { set, variant, groups: p.groups, users: p.users })
+}
+
+/// `[[source]]` with `[source.packages]`: nothing else in the same source.
+pub(super) fn validate_packages_source(file: &Path, f: &str, s: SourceDef, platform: &Platform) -> Result<PackageSet> {
+    if let Some(k) = given_keys(&s).into_iter().find(|k| *k != "packages") {
+        return Err(field_err(
+            file,
+            format!("{f}.{k}"),
+            "does not go with `packages`; the packages' own keys go inside the `packages` table",
+        ));
+    }
+    let p = *s.packages.expect("called for packages sources");
+    let pf = format!("{f}.packages");
+    for (k, given) in
+        [("variant", p.variant.is_some()), ("users", !p.users.is_empty()), ("groups", !p.groups.is_empty())]
+    {
+        if given {
+            return Err(field_err(
+                file,
+                format!("{pf}.{k}"),
+                "applies only to `[base.packages]`; a packages layer installs what `include` names and what it depends on",
+            ));
+        }
+    }
+    let set = validate_package_set(file, &pf, &p, platform)?;
+    if set.include.is_empty() {
+        return Err(field_err(file, format!("{pf}.include"), "is empty; name the packages this layer installs"));
+    }
+    Ok(set)
+}

@@ -1,0 +1,306 @@
+//! The layer pipeline: tree -> deterministic tar -> sha256 (diff_id) ->
+//! compressor -> sha256 (digest) -> a blob in the cache.
+//!
+//! Four stages on their own threads, joined by bounded queues of 1 MiB
+//! chunks, so that reading files, hashing, compressing and writing the blob
+//! overlap and memory stays flat whatever the layer's size:
+//! - the calling thread walks the tree and writes the tar;
+//! - a hashing thread computes the tar's sha256 (the diff_id);
+//! - a compressing thread drives the encoder (whose own workers compress
+//!   gzip blocks or zstd jobs in parallel);
+//! - a writing thread hashes the compressed bytes (the digest) and writes
+//!   the blob (a `BlobWriter`, which names it by that digest).
+//!
+//! An uncompressed layer is the tar itself: the hashing thread writes it,
+//! and its one digest is both the diff_id and the blob's digest.
+
+use crate::layer::compress::{self, Compression, LayerCodec};
+use crate::layer::write::{write_tar_to, CopyError, TarSink, WriteError, WriteOptions};
+use crate::layer::Tree;
+use crate::store::blob::{BlobError, BlobWriter, Stored};
+use crate::store::cache::{Cache, CacheError};
+use crate::store::digest::{Digest, HashingWriter};
+use crate::store::LayerBlob;
+use std::io::{self, Read, Write};
+use std::sync::mpsc;
+
+/// Bytes per chunk passed between stages.
+const CHUNK: usize = 1 << 20;
+/// Chunks each queue holds: enough read-ahead to ride out a slow file or a
+/// slow disk, small enough to keep memory flat (2 queues x 8 MiB).
+const QUEUE_CHUNKS: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// A writer that cuts its input into `CHUNK`-sized buffers and sends them
+/// down a bounded queue (blocking while the queue is full).
+struct ChunkSender {
+    tx: mpsc::SyncSender<Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+impl ChunkSender {
+    fn new(tx: mpsc::SyncSender<Vec<u8>>) -> Self {
+        ChunkSender { tx, buf: Vec::with_capacity(CHUNK) }
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        // The receiver only goes away when its stage failed; that stage's
+        // error is the one reported.
+        self.tx.send(full).map_err(|_| next_stage_stopped())
+    }
+}
+
+impl Write for ChunkSender {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = (CHUNK - self.buf.len()).min(data.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == CHUNK {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
+}
+
+impl TarSink for ChunkSender {
+    /// File content goes straight into the chunk: `read_to_end` fills the
+    /// spare capacity without zeroing it, and never grows the chunk (`want`
+    /// fits), so each byte is copied once, by the kernel.
+    fn append_from(&mut self, src: &mut dyn Read, len: u64) -> Result<(), CopyError> {
+        let mut left = len;
+        while left > 0 {
+            if self.buf.len() == CHUNK {
+                self.send().map_err(CopyError::Write)?;
+            }
+            let want = ((CHUNK - self.buf.len()) as u64).min(left);
+            match src.take(want).read_to_end(&mut self.buf) {
+                Ok(0) => return Err(CopyError::Short),
+                Ok(n) => left -= n as u64,
+                Err(e) => return Err(CopyError::Read(e)),
+            }
+        }
+        if self.buf.len() == CHUNK {
+            self.send().map_err(CopyError::Write)?;
+        }
+        Ok(())
+    }
+}
+
+/// Pack `tree` into a blob in `cache`. `on_bytes` sees content progress.
+pub fn pack_tree(
+    cache: &Cache,
+    tree: &Tree,
+    codec: LayerCodec,
+    threads: usize,
+    opts: &WriteOptions,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<LayerBlob, PackError> {
+    let uncompressed = codec.compression == Compression::None;
+    // The blob's writer: the tar hashing stage's for an uncompressed layer,
+    // else the last stage's.
+    let mut blob = Some(BlobWriter::blob(cache)?);
+    let tar_blob = if uncompressed { blob.take() } else { None };
+    let (tar_tx, tar_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+    let (hashed_tx, hashed_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+    let (blob_tx, blob_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+
+    let (produced, hashed, compressed, written) = std::thread::scope(|s| {
+        let writer = stage(s, "blob-write", move || -> io::Result<Option<BlobWriter>> {
+            let mut out = blob;
+            for chunk in blob_rx {
+                out.as_mut().ok_or_else(next_stage_stopped)?.write_all(&chunk)?;
+            }
+            Ok(out)
+        });
+        // Hashing the tar on its own thread keeps the walk and the
+        // compressor busy on both cores instead of waiting for it.
+        let hasher = stage(s, "tar-hash", move || -> io::Result<TarEnd> {
+            match tar_blob {
+                Some(mut w) => {
+                    for chunk in tar_rx {
+                        w.write_all(&chunk)?;
+                    }
+                    Ok(TarEnd::Blob(w))
+                }
+                None => {
+                    let mut h = HashingWriter::new(io::sink());
+                    for chunk in tar_rx {
+                        h.write_all(&chunk)?;
+                        hashed_tx.send(chunk).map_err(|_| next_stage_stopped())?;
+                    }
+                    Ok(TarEnd::Hashed(h.finish().1))
+                }
+            }
+        });
+        let compressor = stage(s, "compress", move || -> io::Result<()> {
+            if uncompressed {
+                drop(blob_tx);
+                return Ok(());
+            }
+            let mut enc = compress::encoder(codec, threads, ChunkSender::new(blob_tx))?;
+            for chunk in hashed_rx {
+                enc.write_all(&chunk)?;
+            }
+            enc.finish()?.flush()
+        });
+        let produced = (|| -> Result<(), WriteError> {
+            let mut sender = write_tar_to(tree, ChunkSender::new(tar_tx), opts, on_bytes)?;
+            sender.flush()?;
+            Ok(())
+        })();
+        // The tar sender is dropped by now: the other stages drain and end.
+        let hashed = join(hasher, "tar hashing");
+        let compressed = join(compressor, "compressing");
+        let written = join(writer, "blob writing");
+        (produced, hashed, compressed, written)
+    });
+    // A stage's failure makes the stages before it fail with BrokenPipe:
+    // report the furthest one, which is the cause.
+    let compressed_blob = written.map_err(WriteError::Io)?;
+    compressed.map_err(WriteError::Io)?;
+    let tar_end = hashed.map_err(WriteError::Io)?;
+    produced?;
+    let (diff_id, stored): (Digest, Stored) = match (tar_end, compressed_blob) {
+        (TarEnd::Blob(w), _) => {
+            let stored = w.commit()?;
+            (stored.digest, stored)
+        }
+        (TarEnd::Hashed(diff_id), Some(w)) => (diff_id, w.commit()?),
+        (TarEnd::Hashed(_), None) => unreachable!("a compressed layer's writer is the last stage's"),
+    };
+    Ok(LayerBlob { digest: stored.digest, diff_id, size: stored.size, media_type: codec.media_type().to_string() })
+}
+
+/// How the tar stage ends: it wrote the blob itself (uncompressed), or
+/// hashed the tar on its way to the compressor.
+enum TarEnd {
+    Blob(BlobWriter),
+    Hashed(Digest),
+}
+
+/// Start a pipeline stage on a named thread (names show in `top -H` and
+/// profilers); a thread that cannot start is that stage's error.
+fn stage<'scope, 'env, T: Send + 'scope>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    name: &str,
+    f: impl FnOnce() -> io::Result<T> + Send + 'scope,
+) -> StageHandle<'scope, T> {
+    std::thread::Builder::new().name(format!("quarry-{name}")).spawn_scoped(s, f)
+}
+
+type StageHandle<'scope, T> = io::Result<std::thread::ScopedJoinHandle<'scope, io::Result<T>>>;
+
+fn join<T>(stage: StageHandle<'_, T>, what: &str) -> io::Result<T> {
+    stage?.join().unwrap_or_else(|_| Err(io::Error::other(format!("the {what} thread panicked"))))
+}
+
+fn next_stage_stopped() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the next pipeline stage stopped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::{Node, Tree};
+    use std::io::Read;
+
+    /// A tree of several MiB (many chunks and gzip blocks) from memory.
+    fn tree() -> Tree {
+        let mut t = Tree::new();
+        for i in 0..40u32 {
+            let data: Vec<u8> = (0..200_000u32)
+                .map(|j| if i % 3 == 0 { (j.wrapping_mul(2654435761) >> 13) as u8 } else { (j % 251) as u8 })
+                .collect();
+            t.insert(format!("d{}/f{i}", i % 4).into_bytes(), Node::bytes(data, 0o644)).unwrap();
+        }
+        t
+    }
+
+    fn decompress(c: Compression, blob: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        match c {
+            Compression::Gzip => {
+                flate2::read::MultiGzDecoder::new(blob).read_to_end(&mut out).unwrap();
+            }
+            Compression::Zstd => out = zstd::decode_all(blob).unwrap(),
+            Compression::None => out = blob.to_vec(),
+        }
+        out
+    }
+
+    #[test]
+    fn blob_and_digests_match_the_tar() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(tmp.path()).unwrap();
+        let t = tree();
+        let opts = WriteOptions::default();
+        let tar = crate::layer::write::write_tar(&t, Vec::new(), &opts, &mut |_| {}).unwrap();
+        for c in [Compression::Gzip, Compression::Zstd, Compression::None] {
+            let mut progress = 0;
+            let codec = LayerCodec::new(c, None).unwrap();
+            let one = pack_tree(&cache, &t, codec, 1, &opts, &mut |n| progress += n).unwrap();
+            let two = pack_tree(&cache, &t, codec, 2, &opts, &mut |_| {}).unwrap();
+            assert_eq!(one, two, "{c:?}: thread count changed the blob");
+            assert_eq!(progress, t.content_bytes());
+            let blob = std::fs::read(cache.blob_path(&one.digest)).unwrap();
+            assert_eq!(blob.len() as u64, one.size);
+            assert_eq!(Digest::of_bytes(&blob), one.digest);
+            assert_eq!(Digest::of_bytes(&tar), one.diff_id);
+            assert!(decompress(c, &blob) == tar, "{c:?}: the blob decompresses to the tar");
+        }
+    }
+
+    #[test]
+    fn a_source_shorter_than_recorded_is_an_error_for_every_sink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&tmp.path().join("cache")).unwrap();
+        let file = tmp.path().join("short");
+        std::fs::write(&file, vec![7u8; 3000]).unwrap();
+        let mut t = tree();
+        // A slice is read without a size check at open: the copy itself
+        // must notice that the source ends early (past a chunk boundary).
+        let content = crate::layer::Content::Slice { file: std::sync::Arc::new(file.clone()), offset: 0 };
+        let node = Node::new(crate::layer::Kind::File { size: (3 * CHUNK) as u64, content }, 0o644);
+        t.insert(b"zz/short".to_vec(), node).unwrap();
+        let plain = crate::layer::write::write_tar(&t, Vec::new(), &WriteOptions::default(), &mut |_| {});
+        let err = plain.map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("changed while") && err.contains("short"), "{err}");
+        let err = pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
+        let err = err.to_string();
+        assert!(err.contains("changed while") && err.contains("short"), "{err}");
+        assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");
+    }
+
+    #[test]
+    fn a_failing_source_is_reported_and_leaves_no_blob() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(tmp.path()).unwrap();
+        let mut t = tree();
+        let missing = tmp.path().join("gone");
+        let node = Node::new(
+            crate::layer::Kind::File { size: 5, content: crate::layer::Content::Host(missing.clone()) },
+            0o644,
+        );
+        t.insert(b"zz/gone".to_vec(), node).unwrap();
+        let err = pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
+        assert!(err.to_string().contains("gone"), "{err}");
+        assert_eq!(std::fs::read_dir(cache.root().join("blobs/sha256")).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");
+    }
+}

@@ -1,0 +1,98 @@
+//! Stability guards for cache keys. The stored values below are not proof
+//! that the keys are right; they catch a change to what a key encodes that
+//! was not meant. If one fails after a deliberate change, bump the version
+//! of the schema that changed (see `keys`) and update the value here.
+
+use super::*;
+use crate::definition::{load_image, PackageSet, PackagesBase, Variant};
+use crate::distro::pins::{PackagePins, PinnedPackage};
+
+fn plan_of(text: &str) -> Plan {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("image.toml");
+    std::fs::write(&f, text).unwrap();
+    let image = load_image(&f, &Default::default()).unwrap();
+    let cache = Cache::open(&d.path().join("cache")).unwrap();
+    let opts =
+        PlanOptions { cache, codec: LayerCodec::default(), source_date_epoch: 0, verify: false, pins: PinMode::Locked };
+    make(&image, &opts).unwrap()
+}
+
+#[test]
+fn key_stability_guard_files_and_step() {
+    // Guards key stability (see the module comment): a remove-only files
+    // layer and a step, on no host path, so the keys are the same anywhere.
+    let plan = plan_of(
+        "name = \"g\"\nbase = \"scratch\"\n[config]\nplatform = \"linux/amd64\"\nenv = { A = \"1\" }\n\
+         [[layer]]\nname = \"clean\"\nremove = [\"/tmp/x\"]\n\
+         [[layer]]\nname = \"s\"\n[layer.run]\nscript = \"echo hi > /hi\"\n",
+    );
+    let keys: Vec<String> = plan.layers.iter().map(|n| n.key.unwrap().hex()).collect();
+    assert_eq!(
+        keys,
+        [
+            "9adf48fc09fab1dc94082d5bbf65d1269bbf46ade21fa06bdd5574314bc69f1b",
+            "456ec95311c28ab0ce7138266827daa7b5428b7972d13daa9fa176c7bd671646",
+        ]
+    );
+    assert!(plan.layers.iter().all(|n| !n.cached));
+}
+
+#[test]
+fn key_stability_guard_packages() {
+    // Guards key stability (see the module comment). The quarry version is
+    // part of package keys on purpose: a new version may unpack differently.
+    let set = PackageSet {
+        suite: "bookworm".into(),
+        components: vec!["main".into()],
+        architecture: "amd64".into(),
+        mirror: crate::definition::Mirror::Host,
+        keyring: "/k.gpg".into(),
+        include: vec!["jq".into()],
+        configure: false,
+    };
+    let base = PackagesBase { set: set.clone(), variant: Variant::Required, groups: Default::default(), users: vec![] };
+    let pins = PackagePins {
+        suite: "bookworm".into(),
+        architecture: "amd64".into(),
+        components: vec!["main".into()],
+        variant: Some(Variant::Required),
+        include: vec!["jq".into()],
+        release: "sha256:00".into(),
+        below: None,
+        packages: vec![PinnedPackage {
+            name: "jq".into(),
+            version: "1.6".into(),
+            architecture: "amd64".into(),
+            file: "pool/jq.deb".into(),
+            sha256: "ab".repeat(32),
+            size: 1,
+        }],
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(version, "0.1.0", "a new version changes these keys: update the values below with it");
+    assert_eq!(
+        keys::packages_base(&base, &pins).hex(),
+        "6d3c611e8a2e69285fcc80f2febf309f71f841cc8176ea18e391f77354eeccd6"
+    );
+    assert_eq!(
+        keys::packages_layer("tools", &set, &pins).hex(),
+        "211d96f90973f01d4606c66dc029811bcf557d1f293f17051a48e1e4b0aa20d2"
+    );
+}
+
+#[test]
+fn keys_chain_and_an_unknown_key_hides_the_ones_above() {
+    let mut plan = plan_of(
+        "name = \"g\"\nbase = \"scratch\"\n[config]\nplatform = \"linux/amd64\"\n\
+         [[layer]]\nname = \"one\"\nremove = [\"/a\"]\n[[layer]]\nname = \"two\"\nremove = [\"/b\"]\n",
+    );
+    let before: Vec<_> = plan.layers.iter().map(|n| n.key).collect();
+    assert!(before.iter().all(Option::is_some));
+    plan.layers[0].own = None;
+    plan.rekey();
+    assert!(plan.layers.iter().all(|n| n.key.is_none()), "nothing above an unknown key is known");
+    plan.layers[0].own = Some(keys::oci_base(&crate::store::Digest::of_bytes(b"x")));
+    plan.rekey();
+    assert!(plan.layers[1].key.is_some() && plan.layers[1].key != before[1], "a change below changes the keys above");
+}

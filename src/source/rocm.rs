@@ -1,0 +1,46 @@
+//! ROCm build artifacts -> the dist tree (the `/opt/rocm` layout): every
+//! selected artifact's prefixes overlaid, in artifact-name order. The result
+//! is a layer `Tree`, packed by a `rocm`/`rocm_artifacts` source or written
+//! to disk by `quarry rocm flatten`.
+
+use super::dir::DirOptions;
+use crate::layer::Tree;
+use crate::rocm::artifacts::{Artifacts, Selection};
+
+#[derive(Debug, thiserror::Error)]
+#[error("artifact `{artifact}`: {message}")]
+pub struct FlattenError {
+    pub artifact: String,
+    pub message: String,
+}
+
+/// What flattening saw.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct FlattenReport {
+    pub artifacts: Vec<String>,
+    pub entries: usize,
+}
+
+/// Overlay the selected artifacts into `tree` under `dest` (normalized).
+pub fn into_tree(
+    a: &Artifacts,
+    sel: &Selection,
+    dest: &[u8],
+    owner: Option<(u64, u64)>,
+    tree: &mut Tree,
+) -> Result<FlattenReport, FlattenError> {
+    let mut report = FlattenReport::default();
+    let opts = DirOptions { owner, ..DirOptions::default() };
+    for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
+        let label = art.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        for prefix in &art.prefixes {
+            let scan =
+                super::dir::scan(prefix, &opts).map_err(|m| FlattenError { artifact: label.clone(), message: m })?;
+            report.entries += scan.entries.len();
+            scan.into_tree(dest, &opts, tree).map_err(|m| FlattenError { artifact: label.clone(), message: m })?;
+        }
+        report.artifacts.push(label);
+    }
+    tree.finalize_hardlinks().map_err(|e| FlattenError { artifact: "(all)".into(), message: e.to_string() })?;
+    Ok(report)
+}

@@ -1,0 +1,89 @@
+//! After the builds: each wheel the container left is rewritten
+//! deterministically, labelled with its local version, repaired, and moved
+//! into the output directory.
+
+use super::{BuildError, BuildOptions, Built, Job};
+use crate::engine::Engine;
+use crate::wheel::image::RepairImage;
+use crate::wheel::local_version::add_local_version;
+use crate::wheel::name::WheelName;
+use crate::wheel::normalize::normalize;
+use crate::wheel::repair::{repair, RepairIn, RepairOptions};
+use std::path::{Path, PathBuf};
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+    move |err| BuildError::Io { path: path.to_path_buf(), err }
+}
+
+pub(super) fn parse_name(wheel: &Path) -> Result<WheelName, BuildError> {
+    Ok(WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())?)
+}
+
+/// The wheels of `jobs` (job `n`'s in `raw/n`), finished into `o.output`;
+/// `labels` per axes combination; scratch space in `staging`.
+pub(super) fn finish(
+    engine: &Engine,
+    o: &BuildOptions,
+    jobs: &[Job],
+    labels: &[Option<String>],
+    raw: &Path,
+    staging: &Path,
+    epoch: u64,
+) -> Result<Vec<Built>, BuildError> {
+    let mut built = Vec::new();
+    for (n, job) in jobs.iter().enumerate() {
+        let dir = raw.join(n.to_string());
+        let wheels: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(io(&dir))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+            .collect();
+        if wheels.len() != 1 {
+            return Err(BuildError::WheelCount {
+                python: job.python.tag.clone(),
+                axes: job.axes.clone(),
+                count: wheels.len(),
+                names: wheels
+                    .iter()
+                    .map(|w| w.file_name().unwrap().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        // Byte for byte the same for the same inputs, before anything else touches it.
+        let mut wheel = normalize(&wheels[0], &staging.join(format!("normalized-{n}")), epoch)?;
+        if let Some(label) = labels[job.combo].as_deref() {
+            wheel = add_local_version(&wheel, label, &staging.join(format!("label-{n}")))?;
+        }
+        let pure = parse_name(&wheel)?.is_pure();
+        let mut repaired = false;
+        if o.repair && !pure {
+            let within =
+                RepairIn::Image { image: RepairImage { engine, image: o.image.clone() }, patchelf: o.patchelf.clone() };
+            let report = repair(
+                &wheel,
+                &staging.join(format!("repair-{n}")),
+                &RepairOptions { exclude: o.exclude.clone(), ..RepairOptions::new(within) },
+            )?;
+            wheel = report.output;
+            repaired = true;
+        }
+        let dest = o.output.join(wheel.file_name().unwrap());
+        std::fs::rename(&wheel, &dest).map_err(io(&dest))?;
+        let name = parse_name(&dest)?;
+        built.push(Built {
+            tag: format!("{}-{}-{}", name.python_tags.join("."), name.abi_tags.join("."), name.platform_tags.join(".")),
+            size: std::fs::metadata(&dest).map_err(io(&dest))?.len(),
+            sha256: crate::store::digest::sha256_file(&dest).map_err(io(&dest))?,
+            wheel: dest,
+            python: job.python.tag.clone(),
+            axes: job.axes.clone(),
+            seconds: job.seconds,
+            isolated: o.isolation,
+            repaired,
+            tested: false,
+            pure,
+        });
+    }
+    Ok(built)
+}

@@ -1,0 +1,335 @@
+//! `quarry wheel repair`: bundle the external libraries a wheel needs into
+//! `<pkg>.libs/` under hashed names, point the wheel's ELF files at them
+//! (SONAME, NEEDED, a forced `$ORIGIN` RPATH, through patchelf), verify every
+//! patched file, retag, describe the bundled libraries in a CycloneDX SBOM
+//! (`.dist-info/sboms/quarry.cdx.json`), regenerate RECORD and write the
+//! zip deterministically. Nothing is written to the output unless every
+//! step succeeded.
+
+mod paths;
+pub mod sbom;
+mod tags;
+
+use paths::{copy_library, relative_path, rpath_within};
+
+use super::analyze::{self, Options};
+use super::archive;
+use super::check::arch_from_name;
+use super::image::RepairImage;
+use super::ldd::{is_libpython, SystemPaths};
+use super::metadata;
+use super::unpack::unpack;
+use super::WheelError;
+use crate::elf::patchelf::{args, pinned, ContainerPatchelf, Patchelf, PatchelfError};
+use crate::elf::{self};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where the external libraries come from and where patchelf runs.
+pub enum RepairIn<'e> {
+    /// This machine's libraries, this patchelf.
+    Host(Patchelf),
+    /// The libraries of an image (the one the wheel was built in), as its
+    /// loader finds them; the files are edited by the user's patchelf here,
+    /// or by quarry's own copied into the image (it needs none of its own).
+    Image { image: RepairImage<'e>, patchelf: ContainerPatchelf },
+}
+
+/// How to repair.
+pub struct RepairOptions<'e> {
+    /// Globs of sonames (or resolved paths) never bundled; the libraries
+    /// only an excluded one needs are not bundled either.
+    pub exclude: Vec<String>,
+    /// Target policy (`manylinux_2_28_x86_64`, `manylinux_2_28`, an alias);
+    /// None or `auto` picks the highest reachable one.
+    pub plat: Option<String>,
+    /// Tag the wheel with the requested policy only, not also a higher one
+    /// it satisfies.
+    pub only_plat: bool,
+    /// Strip symbols (`.symtab`, debug sections) from the bundled libraries
+    /// and the wheel's ELF files.
+    pub strip: bool,
+    /// Rewrite the file name's and WHEEL's platform tags (false:
+    /// `--no-update-tags`, the wheel keeps its name).
+    pub update_tags: bool,
+    pub within: RepairIn<'e>,
+}
+
+impl<'e> RepairOptions<'e> {
+    /// auditwheel's defaults: `--plat auto`, tags updated, nothing stripped.
+    pub fn new(within: RepairIn<'e>) -> RepairOptions<'e> {
+        RepairOptions { exclude: Vec::new(), plat: None, only_plat: false, strip: false, update_tags: true, within }
+    }
+}
+
+/// A library copied into the wheel.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Bundled {
+    pub soname: String,
+    /// Where it came from (a path in the image when repairing with one).
+    pub source: PathBuf,
+    /// Its path inside the repaired wheel.
+    pub path: String,
+    /// sha256 of the file as the repaired wheel holds it.
+    pub sha256: String,
+    /// The system package that installed it, when the package manager
+    /// says (`libffi8` 3.4.4-1).
+    pub package: Option<super::provides::Package>,
+}
+
+/// What a repair did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RepairReport {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    /// The policy of the repaired wheel (`manylinux_2_17_x86_64`).
+    pub policy: String,
+    pub platform_tags: Vec<String>,
+    pub bundled: Vec<Bundled>,
+    pub excluded_libs: Vec<String>,
+    /// The image the libraries were taken from, if any.
+    pub image: Option<String>,
+    /// The patchelf that edited the files (`patchelf 0.19.3 (quarry's own ...)`).
+    pub patchelf: String,
+    /// The SBOM's path inside the wheel, when libraries were bundled.
+    pub sbom: Option<String>,
+    pub stripped: bool,
+}
+
+/// One patchelf run: the file (inside the wheel) and its options.
+type Edit = (String, Vec<String>);
+
+/// Repair `wheel` into `out_dir`.
+pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
+    let fail = |why: String| WheelError::Repair { wheel: wheel.to_path_buf(), why };
+    let u = unpack(wheel, out_dir, "repair")?;
+    let (name, dist_info) = (&u.name, &u.dist_info);
+    let elf_files: Vec<String> =
+        u.scan.extracted.iter().filter(|f| !f.ends_with(".py") && elf::is_elf(&u.root.join(f))).cloned().collect();
+    if elf_files.is_empty() {
+        return Err(fail("it holds no ELF file: a pure wheel needs no repair".into()));
+    }
+
+    // Where libraries are looked up, and which patchelf edits the files
+    // (where: this machine, or in the image).
+    let mut image_packages = None;
+    let (system_paths, patchelf, in_image, image_name) = match &options.within {
+        RepairIn::Host(pe) => (SystemPaths::from_host(), pe.clone(), false, None),
+        RepairIn::Image { image, patchelf } => {
+            let mut found = image.libraries(&u.root, &elf_files, &u.work.path().join("image"))?;
+            image_packages = Some(std::mem::take(&mut found.packages));
+            let (pe, in_image) = match patchelf {
+                ContainerPatchelf::Host(pe) => (pe.clone(), false),
+                ContainerPatchelf::Pinned { cache_dir } => {
+                    let arch = pinned::arch_from_uname(&found.machine).ok_or_else(|| PatchelfError::NoPin {
+                        arch: format!("`{}` (uname -m in image `{}`)", found.machine, image.image),
+                    })?;
+                    (pinned::fetch(cache_dir, arch)?, true)
+                }
+            };
+            (found.system_paths, pe, in_image, Some(image.image.clone()))
+        }
+    };
+    let patchelf_name = match &image_name {
+        Some(image) if in_image => {
+            format!("patchelf {} ({}), run in image `{image}`", patchelf.version(), patchelf.origin())
+        }
+        _ => format!("patchelf {} ({})", patchelf.version(), patchelf.origin()),
+    };
+    let not_found = |rel: &str, soname: &str| match &image_name {
+        None => format!(
+            "`{rel}` needs `{soname}`, which was not found on this machine; install it, \
+             add its directory to LD_LIBRARY_PATH, or leave it out with --exclude '{soname}'"
+        ),
+        Some(image) => format!(
+            "`{rel}` needs `{soname}`, which the loader of image `{image}` does not find; install it in the \
+             image (or set LD_LIBRARY_PATH in its environment), or leave it out with --exclude '{soname}'"
+        ),
+    };
+
+    let analyze_options = Options { exclude: options.exclude.clone(), system_paths: Some(system_paths.clone()) };
+    let analysis = analyze::analyze(wheel, &u.root, &elf_files, arch_from_name(name), &analyze_options)?;
+    let root = u.root.canonicalize().map_err(|source| WheelError::Io { path: u.root.clone(), source })?;
+    let abis = tags::choose_tags(&analysis, options.plat.as_deref(), options.only_plat).map_err(fail)?;
+    let target = analysis.policies.find(&abis[0]).expect("chosen from the policies");
+
+    // Bundle and rename the libraries, and plan every file's edits: they
+    // depend only on the files as they are now, so they can run here one
+    // by one or in the image in one go.
+    let libs_dir = format!("{}.libs", name.name);
+    let mut soname_map: BTreeMap<String, (String, String)> = BTreeMap::new(); // old soname -> (new soname, path)
+    let mut bundled = Vec::new();
+    let mut patched: Vec<String> = Vec::new();
+    let mut edits: Vec<Edit> = Vec::new();
+    for (rel, refs) in &analysis.external_refs_by_file {
+        let libs = &refs[target].libs;
+        let file = root.join(rel);
+        let mut replacements = Vec::new();
+        let mut remove = Vec::new();
+        for (soname, src) in libs {
+            if is_libpython(soname) {
+                remove.push(soname.clone());
+                continue;
+            }
+            let Some(src) = src else {
+                return Err(fail(not_found(rel, soname)));
+            };
+            let new_soname = match soname_map.get(soname) {
+                Some((new_soname, _)) => new_soname.clone(),
+                None => {
+                    let (new_soname, new_rel, copied) = copy_library(src, &root, &libs_dir)?;
+                    if copied {
+                        bundled.push(Bundled {
+                            soname: soname.clone(),
+                            source: system_paths.display_path(src),
+                            path: new_rel.clone(),
+                            sha256: String::new(),
+                            package: None,
+                        });
+                        edits.push((new_rel.clone(), args::set_soname(&new_soname)));
+                    }
+                    soname_map.insert(soname.clone(), (new_soname.clone(), new_rel));
+                    new_soname
+                }
+            };
+            replacements.push((soname.clone(), new_soname));
+        }
+        if !remove.is_empty() {
+            edits.push((rel.clone(), args::remove_needed(&remove)));
+        }
+        if !replacements.is_empty() {
+            edits.push((rel.clone(), args::replace_needed(&replacements)));
+        }
+        if !libs.is_empty() {
+            let parts: Vec<&str> = rel.split('/').collect();
+            if parts.len() == 3 && parts[0].ends_with(".data") && parts[1] == "scripts" {
+                return Err(fail(format!(
+                    "`{rel}` is an executable in the scripts directory that needs bundled libraries; quarry does not support that yet"
+                )));
+            }
+            let parent = Path::new(rel).parent().unwrap_or(Path::new(""));
+            let new_rpath = format!("$ORIGIN/{}", relative_path(parent, Path::new(&libs_dir)));
+            // Removing or renaming NEEDED entries leaves the search path as it is.
+            let info = elf::read(&file)?;
+            let mut rpaths: Vec<String> = info
+                .effective_search_path()
+                .unwrap_or("")
+                .split(':')
+                .filter(|r| !r.is_empty() && rpath_within(r, &file, &root))
+                .map(str::to_string)
+                .collect();
+            rpaths.push(new_rpath);
+            let mut unique: Vec<String> = Vec::new();
+            for r in rpaths {
+                if !unique.contains(&r) {
+                    unique.push(r);
+                }
+            }
+            edits.push((rel.clone(), args::set_rpath(&unique.join(":"))));
+        }
+        if !libs.is_empty() || !remove.is_empty() {
+            patched.push(rel.clone());
+        }
+    }
+    // Bundled libraries may need each other: rename those references too.
+    for (_, rel) in soname_map.values() {
+        let info = elf::read(&root.join(rel))?;
+        let replacements: Vec<(String, String)> =
+            info.needed.iter().filter_map(|n| soname_map.get(n).map(|(new, _)| (n.clone(), new.clone()))).collect();
+        if replacements.is_empty() {
+            edits.push((rel.clone(), args::remove_rpath()));
+        } else {
+            edits.push((rel.clone(), args::set_rpath("$ORIGIN")));
+            edits.push((rel.clone(), args::replace_needed(&replacements)));
+        }
+        patched.push(rel.clone());
+    }
+    // Stripped before patching, as auditwheel does (fewer sections for
+    // patchelf to move); the planned edits touch only the dynamic section.
+    if options.strip {
+        let mut files: Vec<&String> = elf_files.iter().chain(soname_map.values().map(|(_, rel)| rel)).collect();
+        files.sort();
+        files.dedup();
+        for rel in files {
+            elf::strip::strip_file(&root.join(rel))?;
+        }
+    }
+    match (&options.within, in_image) {
+        (RepairIn::Image { image, .. }, true) => image.patch(&root, &edits, patchelf.path())?,
+        _ => {
+            for (rel, a) in &edits {
+                patchelf.run(&root.join(rel), a)?;
+            }
+        }
+    }
+
+    // Every patched file must be sound and say what was asked.
+    for rel in &patched {
+        let file = root.join(rel);
+        let info = elf::verify(&file).map_err(|e| fail(format!("{patchelf_name} produced a broken file: {e}")))?;
+        if let Some(old) = info.needed.iter().find(|n| soname_map.contains_key(*n)) {
+            return Err(fail(format!("`{rel}` still needs `{old}` after patching")));
+        }
+    }
+    for (old, (new_soname, rel)) in &soname_map {
+        let info = elf::read(&root.join(rel))?;
+        if info.soname.as_deref() != Some(new_soname.as_str()) {
+            return Err(fail(format!(
+                "bundled `{old}` at `{rel}` has SONAME {:?} after patching, not `{new_soname}`",
+                info.soname
+            )));
+        }
+    }
+
+    // Retag the file name and WHEEL (unless --no-update-tags).
+    let new_name = if options.update_tags {
+        let remove = metadata::replaced_platforms(&abis[0]);
+        let wheel_file = root.join(dist_info).join("WHEEL");
+        let text = std::fs::read_to_string(&wheel_file)
+            .map_err(|source| WheelError::Io { path: wheel_file.clone(), source })?;
+        let text =
+            metadata::retag_wheel_file(&text, &abis, &remove).map_err(|e| fail(format!("{dist_info}/WHEEL: {e}")))?;
+        std::fs::write(&wheel_file, text).map_err(|source| WheelError::Io { path: wheel_file.clone(), source })?;
+        metadata::retag_name(name, &abis, &remove)
+    } else {
+        name.clone()
+    };
+
+    // The SBOM describes the files as the wheel holds them (patched).
+    bundled.sort_by(|a, b| a.path.cmp(&b.path));
+    let packages = match image_packages {
+        Some(p) => p,
+        None => super::provides::on_host(bundled.iter().map(|b| b.source.clone()).collect()),
+    };
+    for b in &mut bundled {
+        let file = root.join(&b.path);
+        b.sha256 = crate::store::digest::sha256_file(&file).map_err(|source| WheelError::Io { path: file, source })?;
+        b.package = packages.get(&b.source).cloned();
+    }
+    let sbom = if bundled.is_empty() {
+        None
+    } else {
+        let rel = format!("{dist_info}/sboms/quarry.cdx.json");
+        let doc = sbom::document(&new_name, &bundled);
+        let path = root.join(&rel);
+        std::fs::create_dir_all(path.parent().expect("in sboms/"))
+            .map_err(|source| WheelError::Io { path: path.clone(), source })?;
+        std::fs::write(&path, doc).map_err(|source| WheelError::Io { path: path.clone(), source })?;
+        Some(rel)
+    };
+
+    let output = out_dir.join(new_name.to_string());
+    archive::pack_dir(&root, dist_info, &output, u.zip_time()?)?;
+    Ok(RepairReport {
+        input: wheel.to_path_buf(),
+        output,
+        policy: abis[0].clone(),
+        platform_tags: new_name.platform_tags.clone(),
+        bundled,
+        excluded_libs: analysis.excluded.iter().cloned().collect(),
+        image: image_name,
+        patchelf: patchelf_name,
+        sbom,
+        stripped: options.strip,
+    })
+}

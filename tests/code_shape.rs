@@ -1,0 +1,271 @@
+//! The shape of the source tree, checked on every test run: no import
+//! cycles between modules (at the top level, and among the children of any
+//! module), no file of the build path over its size budget, and no
+//! printing to stderr outside the command line and the diagnostics sink.
+//! The module graph is read from the sources (`use` statements and paths
+//! starting at `crate::` or `super::`); test modules are left out, they may
+//! reach anywhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every source file with its module path (`distro::below`; `` for lib.rs).
+fn modules() -> Vec<(Vec<String>, PathBuf)> {
+    let mut out = Vec::new();
+    for e in walkdir::WalkDir::new(src()).into_iter().filter_map(|e| e.ok()) {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let rel = p.strip_prefix(src()).unwrap();
+        let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+        let last = parts.pop().unwrap();
+        let stem = last.trim_end_matches(".rs");
+        if stem != "mod" && stem != "lib" && stem != "main" {
+            parts.push(stem.to_string());
+        }
+        if stem == "main" {
+            continue;
+        }
+        out.push((parts, p.to_path_buf()));
+    }
+    out
+}
+
+/// The file's text without its `#[cfg(test)]` module (quarry keeps those last).
+fn non_test_code(text: &str) -> &str {
+    match text.find("#[cfg(test)]\nmod ") {
+        Some(i) => &text[..i],
+        None => text,
+    }
+}
+
+/// Expand `a::{b, c::{d, e}}` into `a::b`, `a::c::d`, `a::c::e`.
+fn expand(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else { return vec![tree.split(" as ").next().unwrap().trim().to_string()] };
+    let prefix = &tree[..open];
+    let inner = &tree[open + 1..tree.rfind('}').unwrap()];
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, ch) in inner.char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.trim().is_empty())
+        .flat_map(|p| expand(p).into_iter().map(move |e| format!("{prefix}{e}")))
+        .collect()
+}
+
+/// Paths a file names that start at `crate::` or `super::`.
+fn references(code: &str) -> Vec<String> {
+    let mut refs = Vec::new();
+    let mut rest = code;
+    // `use` statements, braces expanded.
+    while let Some(i) = rest.find("use ") {
+        let before_ok = i == 0 || !rest.as_bytes()[i - 1].is_ascii_alphanumeric() && rest.as_bytes()[i - 1] != b'_';
+        let stmt_end = rest[i..].find(';').map(|e| i + e).unwrap_or(rest.len());
+        if before_ok {
+            let stmt: String = rest[i + 4..stmt_end].split_whitespace().collect::<Vec<_>>().join(" ");
+            if stmt.starts_with("crate::") || stmt.starts_with("super::") {
+                refs.extend(expand(&stmt));
+            }
+        }
+        rest = &rest[(i + 4).min(rest.len())..];
+    }
+    // Paths in code.
+    let bytes = code.as_bytes();
+    for start in ["crate::", "super::"] {
+        let mut from = 0;
+        while let Some(i) = code[from..].find(start).map(|i| i + from) {
+            from = i + start.len();
+            if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':') {
+                continue;
+            }
+            let end = code[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .map(|e| i + e)
+                .unwrap_or(code.len());
+            refs.push(code[i..end].trim_end_matches(':').to_string());
+        }
+    }
+    refs
+}
+
+/// The module a path names, resolved from module `from` (longest known prefix).
+fn resolve(path: &str, from: &[String], known: &BTreeSet<Vec<String>>, is_mod_rs: bool) -> Option<Vec<String>> {
+    let mut segs: Vec<&str> = path.split("::").collect();
+    let mut base: Vec<String> = match segs.first() {
+        Some(&"crate") => {
+            segs.remove(0);
+            Vec::new()
+        }
+        Some(&"super") => {
+            // In `x/mod.rs` (module x) and in `x.rs` alike, `super` is x's parent.
+            let _ = is_mod_rs;
+            let mut b = from.to_vec();
+            while segs.first() == Some(&"super") {
+                segs.remove(0);
+                b.pop()?;
+            }
+            b
+        }
+        _ => return None,
+    };
+    let mut best = base.clone();
+    for s in segs {
+        base.push(s.to_string());
+        if known.contains(&base) {
+            best = base.clone();
+        } else {
+            break;
+        }
+    }
+    Some(best)
+}
+
+/// Edges between siblings: from the child of their common parent that holds
+/// the referring file to the child that holds the referenced module.
+fn graph() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+    let mods = modules();
+    let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
+    let mut by_parent: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (m, file) in &mods {
+        let text = std::fs::read_to_string(file).unwrap();
+        let is_mod_rs = file.file_name().is_some_and(|n| n == "mod.rs");
+        for r in references(non_test_code(&text)) {
+            let Some(target) = resolve(&r, m, &known, is_mod_rs) else { continue };
+            let common = m.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            // A module naming its ancestor or its own descendant is not an edge between siblings.
+            if common == m.len() || common == target.len() {
+                continue;
+            }
+            let parent = m[..common].to_vec();
+            by_parent.entry(parent).or_default().entry(m[common].clone()).or_default().insert(target[common].clone());
+        }
+    }
+    by_parent
+}
+
+/// A cycle in the graph, if there is one (as a path of names).
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_string(), 1);
+        stack.push(n.to_string());
+        for next in edges.get(n).into_iter().flatten() {
+            match state.get(next.as_str()) {
+                Some(1) => {
+                    let at = stack.iter().position(|s| s == next).unwrap();
+                    let mut cycle = stack[at..].to_vec();
+                    cycle.push(next.clone());
+                    return Some(cycle);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(c) = visit(next, edges, state, stack) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in edges.keys() {
+        if !state.contains_key(n) {
+            if let Some(c) = visit(n, edges, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_reader_sees_what_it_should() {
+    // The checks below rest on these.
+    assert_eq!(expand("crate::a::{b, c::{d, e as f}}"), ["crate::a::b", "crate::a::c::d", "crate::a::c::e"]);
+    let refs = references("use super::{x, y::Z};\nfn f() { crate::q::r(); let s = super::super::t; }");
+    assert!(refs.contains(&"super::x".to_string()) && refs.contains(&"crate::q::r".to_string()), "{refs:?}");
+    let known: BTreeSet<Vec<String>> =
+        [vec!["a".to_string()], vec!["a".into(), "b".into()], vec!["c".into()]].into_iter().collect();
+    let from = vec!["a".to_string(), "b".into()];
+    assert_eq!(resolve("super::b::X", &from, &known, false).unwrap(), ["a", "b"]);
+    assert_eq!(resolve("crate::c::d", &from, &known, false).unwrap(), ["c"]);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    edges.entry("a".into()).or_default().insert("b".into());
+    edges.entry("b".into()).or_default().insert("a".into());
+    assert_eq!(find_cycle(&edges).unwrap(), ["a", "b", "a"]);
+}
+
+#[test]
+fn no_import_cycles_between_modules() {
+    let mut found = Vec::new();
+    for (parent, edges) in graph() {
+        if let Some(c) = find_cycle(&edges) {
+            let at = if parent.is_empty() { "crate".to_string() } else { parent.join("::") };
+            found.push(format!("in {at}: {}", c.join(" -> ")));
+        }
+    }
+    assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn build_path_files_stay_small() {
+    // The middle of the house: definition -> plan -> build, and the layer
+    // and store leaves it runs on.
+    let mut over = Vec::new();
+    for dir in ["definition", "plan", "build", "source", "layer", "store"] {
+        for e in walkdir::WalkDir::new(src().join(dir)).into_iter().filter_map(|e| e.ok()) {
+            if e.path().extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                let code = non_test_code(&text).lines().count();
+                if code > 400 {
+                    over.push(format!("{} ({code} lines before its tests)", e.path().display()));
+                }
+            }
+        }
+    }
+    assert!(over.is_empty(), "files over 400 lines:\n{}", over.join("\n"));
+}
+
+#[test]
+fn only_the_command_line_and_the_sink_print_to_stderr() {
+    let allowed = ["cli", "diagnostics.rs", "progress.rs", "main.rs"];
+    let mut found = Vec::new();
+    for e in walkdir::WalkDir::new(src()).into_iter().filter_map(|e| e.ok()) {
+        let rel = e.path().strip_prefix(src()).unwrap();
+        let first = rel.iter().next().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+        if e.path().extension().is_none_or(|x| x != "rs") || allowed.contains(&first.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        for (i, line) in non_test_code(&text).lines().enumerate() {
+            if line.contains("eprintln!") || line.contains("eprint!") {
+                found.push(format!("{}:{}: {}", rel.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "library code printing to stderr (use log::warn! / log::info!):\n{}", found.join("\n"));
+}

