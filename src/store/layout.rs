@@ -87,17 +87,45 @@ pub fn stage_output(out: &Path, prefix: &str) -> Result<tempfile::TempDir, Layou
 }
 
 /// Move a finished staging directory over `out`; a previous layout is moved
-/// aside first and removed only once the new one is in place.
+/// aside first and removed only once the new one is in place. Two processes
+/// writing the same output at once (two `quarry run` of one definition) both
+/// succeed: whichever renames last wins, and the layouts are the same image.
 pub fn replace_output(staging: tempfile::TempDir, out: &Path) -> Result<(), LayoutError> {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let staged = staging.keep();
-    if out.exists() {
-        let old = parent.join(format!(".quarry-old-{}", std::process::id()));
-        std::fs::rename(out, &old).map_err(io_err(out, "cannot move the previous output aside"))?;
-        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
-        let _ = std::fs::remove_dir_all(&old);
-    } else {
-        std::fs::rename(&staged, out).map_err(io_err(out, "cannot move the new output in place"))?;
+    let mut moved_aside = Vec::new();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        // Unique across processes (pid) and across threads of this one (counter).
+        static ASIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let old = parent.join(format!(".quarry-old-{}-{n}", std::process::id()));
+        if out.exists() {
+            match std::fs::rename(out, &old) {
+                Ok(()) => moved_aside.push(old),
+                // Another process moved it aside first: try again.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 5 => continue,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&staged);
+                    return Err(io_err(out, "cannot move the previous output aside")(e));
+                }
+            }
+        }
+        match std::fs::rename(&staged, out) {
+            Ok(()) => break,
+            // Another process put its output in place meanwhile: move that aside too.
+            Err(e) if out.exists() && attempts < 5 => {
+                log::debug!("{}: output appeared while writing ({e}); retrying", out.display());
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staged);
+                return Err(io_err(out, "cannot move the new output in place")(e));
+            }
+        }
+    }
+    for old in moved_aside {
+        let _ = std::fs::remove_dir_all(old);
     }
     Ok(())
 }
@@ -295,4 +323,32 @@ pub fn open_image(
         config,
         tag,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Several writers of one output at once all succeed and leave one whole
+    /// layout and nothing else behind (two `quarry run` of one definition).
+    #[test]
+    fn concurrent_writers_of_one_output_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("image");
+        let ready = std::sync::Barrier::new(8);
+        std::thread::scope(|scope| {
+            for i in 0..8 {
+                let (out, ready) = (out.clone(), &ready);
+                scope.spawn(move || {
+                    let staging = stage_output(&out, ".quarry-new-").unwrap();
+                    std::fs::write(staging.path().join("oci-layout"), format!("{i}")).unwrap();
+                    ready.wait();
+                    replace_output(staging, &out).unwrap();
+                });
+            }
+        });
+        assert!(out.join("oci-layout").is_file());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("image")], "{left:?}");
+    }
 }
