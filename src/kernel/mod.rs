@@ -195,7 +195,11 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
             let engine = connect(&mut engine)?;
             let reference = match &o.image {
                 KernelImage::Layout { dir, tag } => {
-                    engine.load_layout(dir, tag, &o.cache_dir)?;
+                    // Already there under this name with this config: no load at all.
+                    let have = container::image_id(engine, tag).ok();
+                    if have.as_deref() != Some(image.to_string().as_str()) {
+                        engine.load_layout(dir, tag, &o.cache_dir)?;
+                    }
                     tag.clone()
                 }
                 KernelImage::Reference(r) => r.clone(),
