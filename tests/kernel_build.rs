@@ -148,3 +148,34 @@ fn a_failing_command_exits_with_its_code_and_leaves_no_container() {
         assert!(!out.exists(), "a failed build wrote outputs");
     }
 }
+
+#[test]
+fn the_command_runs_as_the_image_user_without_network_and_out_is_an_output() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    // rocm-runtime-debian13 runs as `tester`: the copied source is theirs.
+    let (runtime, _) = debian13_rocm_images();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(src.join("build")).unwrap();
+    std::fs::write(src.join("a.txt"), "source\n").unwrap();
+    // A host build/ is where outputs go, not an input: it is not copied in.
+    std::fs::write(src.join("build/stale.o"), "stale").unwrap();
+    let out = work.path().join("out");
+    let script = "id -un > /out/user; ls /sys/class/net > /out/net; mkdir -p build/sub && cp a.txt build/sub/; ls build > /out/build-listing";
+    let r = stdout_json(&run_expect(
+        &mut kernel_build(&runtime, &src, &out, &work.path().join("cache"), &["--json"], &["sh", "-ec", script]),
+        0,
+    ));
+    let mut files: Vec<String> =
+        r["outputs"].as_array().unwrap().iter().map(|o| o["file"].as_str().unwrap().into()).collect();
+    files.sort();
+    assert_eq!(files, ["build-listing", "net", "sub/a.txt", "user"], "{r:#}");
+    assert_eq!(std::fs::read_to_string(out.join("user")).unwrap(), "tester\n");
+    assert_eq!(std::fs::read_to_string(out.join("net")).unwrap(), "lo\n");
+    assert_eq!(std::fs::read_to_string(out.join("build-listing")).unwrap(), "sub\n");
+    assert!(r["jobs"].as_u64().unwrap() >= 1 && r["resources"]["cores"].as_u64().unwrap() >= 1, "{r:#}");
+    // No --targets: auto, from the environment, detected GPUs or the fallback list.
+    assert!(["default", "detected", "PYTORCH_ROCM_ARCH", "GPU_ARCHS"].contains(&r["targets_source"].as_str().unwrap()));
+}

@@ -61,9 +61,16 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
     engine.guarded(async |s| {
         let id = s.start_idle(&job.opts, job.copy_in.clone()).await?;
         let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
-        let (made, _) = s.exec(&id, sh(&format!("mkdir -p {OUT_DIR}")), vec![], None, ExecOutput::Capture).await?;
+        // The copied source and /out belong to the image's user, who runs the command.
+        let owner = format!("mkdir -p {SRC_DIR} {OUT_DIR} && chown -R \"$1\" {SRC_DIR} {OUT_DIR}");
+        let (ids, user) = s.exec(&id, sh("echo $(id -u):$(id -g)"), vec![], None, ExecOutput::Capture).await?;
+        let user = String::from_utf8_lossy(&user).trim().to_string();
+        let mut prepare = sh(&owner);
+        prepare.extend(["sh".to_string(), user.clone()]);
+        let made =
+            if ids == 0 { s.exec_as(&id, Some("0"), prepare, vec![], None, ExecOutput::Capture).await?.0 } else { ids };
         if made != 0 {
-            log::warn!("could not create {OUT_DIR} in the build container (is there a shell?)");
+            log::warn!("could not give {SRC_DIR} and {OUT_DIR} to the image's user `{user}` (is there a shell?)");
         }
         let (jobs, resources) = match job.jobs {
             Some(n) => (n, None),
