@@ -134,3 +134,15 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_help_names_the_fallback_targets_quarry_uses() {
+        use clap::CommandFactory;
+        let mut cli = crate::cli::Cli::command();
+        let build = cli.find_subcommand_mut("kernel").and_then(|k| k.find_subcommand_mut("build")).unwrap();
+        let help = build.render_long_help().to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(help.contains(&crate::engine::gpu::DEFAULT_TARGETS.join(",")), "{help}");
+    }
+}
