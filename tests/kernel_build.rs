@@ -162,7 +162,8 @@ fn the_command_runs_as_the_image_user_without_network_and_out_is_an_output() {
     std::fs::write(src.join("a.txt"), "source\n").unwrap();
     // A host build/ is where outputs go, not an input: it is not copied in.
     std::fs::write(src.join("build/stale.o"), "stale").unwrap();
-    let out = work.path().join("out");
+    // The output directory inside the source is not an input either.
+    let out = src.join("dist");
     let script = "id -un > /out/user; ls /sys/class/net > /out/net; mkdir -p build/sub && cp a.txt build/sub/; ls build > /out/build-listing";
     let r = stdout_json(&run_expect(
         &mut kernel_build(&runtime, &src, &out, &work.path().join("cache"), &["--json"], &["sh", "-ec", script]),
@@ -178,4 +179,9 @@ fn the_command_runs_as_the_image_user_without_network_and_out_is_an_output() {
     assert!(r["jobs"].as_u64().unwrap() >= 1 && r["resources"]["cores"].as_u64().unwrap() >= 1, "{r:#}");
     // No --targets: auto, from the environment, detected GPUs or the fallback list.
     assert!(["default", "detected", "PYTORCH_ROCM_ARCH", "GPU_ARCHS"].contains(&r["targets_source"].as_str().unwrap()));
+    let again = stdout_json(&run_expect(
+        &mut kernel_build(&runtime, &src, &out, &work.path().join("cache"), &["--json"], &["sh", "-ec", script]),
+        0,
+    ));
+    assert_eq!((&again["cached"], &again["key"]), (&serde_json::json!(true), &r["key"]), "{again:#}");
 }

@@ -161,6 +161,22 @@ fn source_copies(src: &Path, skip: &[&str]) -> Result<Vec<CopyIn>, KernelError> 
         .collect())
 }
 
+/// Top-level source entries that are not inputs: `build` when it is the
+/// default output directory, and the output directory when it is directly
+/// in the source (`-o SRC/dist`), so earlier outputs never change the key.
+fn skipped_inputs(source: &Path, output: &Path, default_outputs: bool) -> Vec<String> {
+    let mut skip: Vec<String> = Vec::new();
+    if default_outputs {
+        skip.push("build".into());
+    }
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (src, out) = (abs(source), abs(output));
+    if let Some(name) = out.parent().filter(|p| *p == src).and(out.file_name()) {
+        skip.push(name.to_string_lossy().into_owned());
+    }
+    skip
+}
+
 /// Build (or take from the cache), copy the outputs to `o.output`, check them.
 pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     let started = Instant::now();
@@ -172,7 +188,9 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     }
     let outputs = output_paths(&o.outputs)?;
     // A host `build/` is where outputs go by default: it is not an input.
-    let skip: &[&str] = if o.outputs.is_empty() { &["build"] } else { &[] };
+    let skip_names = skipped_inputs(&o.source, &o.output, o.outputs.is_empty());
+    let skip: Vec<&str> = skip_names.iter().map(String::as_str).collect();
+    let skip = skip.as_slice();
     let cache_err = |e: std::io::Error| KernelError::Cache(e.to_string());
     let cache = Cache::open(&o.cache_dir).map_err(|e| KernelError::Cache(e.to_string()))?;
     let mut engine = None;
@@ -275,6 +293,9 @@ mod tests {
         assert!(d.iter().all(|p| !p.required));
         let given = output_paths(&["dist/lib.so".into()]).unwrap();
         assert_eq!(given, [OutputPath { path: "/quarry/src/dist/lib.so".into(), required: true }]);
+        let skipped = skipped_inputs(Path::new("src"), Path::new("src/dist"), true);
+        assert_eq!(skipped, ["build", "dist"]);
+        assert!(skipped_inputs(Path::new("src"), Path::new("out"), false).is_empty());
         for bad in ["/etc/passwd", "../x", "a/../../b", ""] {
             let e = output_paths(&[bad.into()]).unwrap_err().to_string();
             assert!(e.contains("--output"), "{e}");
