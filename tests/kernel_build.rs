@@ -66,6 +66,7 @@ fn hip_library_builds_for_three_targets_is_checked_and_cached() {
         "GPU_ARCHS=gfx90a;gfx942;gfx1100".into(),
         "GPU_TARGETS=gfx90a;gfx942;gfx1100".into(),
         "AMDGPU_TARGETS=gfx90a;gfx942;gfx1100".into(),
+        "HIP_OFFLOAD_ARCH=gfx90a;gfx942;gfx1100".into(),
         "HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100".into(),
         format!("MAX_JOBS={jobs}"),
         format!("CMAKE_BUILD_PARALLEL_LEVEL={jobs}"),

@@ -86,7 +86,7 @@ pub enum KernelError {
     Cache(String),
     #[error("the build command exited with code {code} (its output is above); nothing was kept and the container was removed")]
     Failed { code: i32 },
-    #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, GPU_TARGETS and HIPCC_COMPILE_FLAGS_APPEND), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
+    #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, HIP_OFFLOAD_ARCH, GPU_TARGETS and HIPCC_COMPILE_FLAGS_APPEND), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
     MissingTargets { missing: Vec<Missing>, output: PathBuf },
 }
 

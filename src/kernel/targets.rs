@@ -55,10 +55,10 @@ pub fn resolve(arg: &TargetsArg, detected: &[GpuInfo]) -> TargetList {
     }
 }
 
-/// The variables a build reads its targets from: `PYTORCH_ROCM_ARCH` and
-/// `GPU_ARCHS` (`;`-separated), `GPU_TARGETS` and `AMDGPU_TARGETS`
-/// (CMake lists, also `;`), and hipcc's `HIPCC_COMPILE_FLAGS_APPEND` with
-/// one `--offload-arch=` per target.
+/// The variables a build reads its targets from: `PYTORCH_ROCM_ARCH`,
+/// `GPU_ARCHS` and `HIP_OFFLOAD_ARCH` (`;`-separated), `GPU_TARGETS` and
+/// `AMDGPU_TARGETS` (CMake lists, also `;`), and hipcc's
+/// `HIPCC_COMPILE_FLAGS_APPEND` with one `--offload-arch=` per target.
 pub fn env(targets: &[String]) -> Vec<String> {
     let list = targets.join(";");
     let flags: Vec<String> = targets.iter().map(|t| format!("--offload-arch={t}")).collect();
@@ -67,6 +67,7 @@ pub fn env(targets: &[String]) -> Vec<String> {
         format!("GPU_ARCHS={list}"),
         format!("GPU_TARGETS={list}"),
         format!("AMDGPU_TARGETS={list}"),
+        format!("HIP_OFFLOAD_ARCH={list}"),
         format!("HIPCC_COMPILE_FLAGS_APPEND={}", flags.join(" ")),
     ]
 }
@@ -131,6 +132,7 @@ mod tests {
         assert!(e.contains(&"GPU_ARCHS=gfx90a;gfx942".to_string()));
         assert!(e.contains(&"GPU_TARGETS=gfx90a;gfx942".to_string()));
         assert!(e.contains(&"AMDGPU_TARGETS=gfx90a;gfx942".to_string()));
+        assert!(e.contains(&"HIP_OFFLOAD_ARCH=gfx90a;gfx942".to_string()));
         assert!(e.contains(&"HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx942".to_string()));
     }
 }
