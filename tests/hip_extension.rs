@@ -5,7 +5,9 @@
 //! `--exclude 'libamdhip64.so*'` (nothing from ROCm bundled; `wheel check`
 //! lists its gpu_targets), then imported in rocm-runtime-debian13, where
 //! calling into the GPU says no device is present: without GPU nodes and
-//! with simulated /dev/kfd and /dev/dri nodes passed through.
+//! with simulated /dev/kfd and /dev/dri nodes passed through. Then
+//! images/rocm-test-image.toml on rocm-runtime-debian13 with the wheel and
+//! tests/fixtures/hip/smoke: its smoke tests run and report no device.
 
 mod common;
 
@@ -81,6 +83,67 @@ fn hip_extension_wheel_builds_repairs_without_rocm_and_reports_no_device() {
             assert!(text.contains("/dev/kfd\n") && text.contains("4242"), "{text}");
         }
     }
+
+    test_image_smoke_tests_report_no_device(&wheel, work.path());
+}
+
+/// images/rocm-test-image.toml with rocm-runtime-debian13 as its test image
+/// (ROCm from Debian's packages: an empty ROCM_DIST, ROCM_PATH=/usr), the
+/// wheel installed into its virtualenv by Debian's pip (which needs the CA
+/// bundle) and tests/fixtures/hip/smoke: the import test passes, the GPU
+/// test says no device is present, and the run exits 1 as the smoke tests do.
+fn test_image_smoke_tests_report_no_device(wheel: &Path, work: &Path) {
+    let (wheels, empty) = (work.join("test-image-wheels"), work.join("empty-rocm-dist"));
+    std::fs::create_dir_all(&wheels).unwrap();
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::copy(wheel, wheels.join(wheel.file_name().unwrap())).unwrap();
+    let layout = work.join("rocm-test-image");
+    let mut c = quarry();
+    c.arg("build").arg(repo().join("images/rocm-test-image.toml"));
+    c.arg("--cache-dir").arg(repo().join("target/packages-cache")).arg("-o").arg(&layout).arg("--json");
+    for (k, v) in [
+        ("TEST_IMAGE", "rocm-runtime-debian13.toml".into()),
+        ("ROCM_DIST", empty.display().to_string()),
+        ("ROCM_PATH", "/usr".into()),
+        ("WHEELS", wheels.display().to_string()),
+        ("SMOKE_TESTS", repo().join("tests/fixtures/hip/smoke").display().to_string()),
+    ] {
+        c.arg("--set").arg(format!("{k}={v}"));
+    }
+    let built = stdout_json(&run_expect(&mut c, 0));
+    let names: Vec<&str> = built["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "rocm-runtime-debian13/base",
+            "rocm-runtime-debian13/rocm-debian",
+            "rocm-runtime-debian13/ca-certificates",
+            "rocm",
+            "smoke-runner",
+            "wheels",
+            "venv",
+            "smoke"
+        ],
+        "{built:#}"
+    );
+    let o = quarry()
+        .arg("run")
+        .arg(&layout)
+        .args(["--gpu", "none", "--cache-dir"])
+        .arg(repo().join("target/packages-cache"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("hipext from /opt/venv/lib/python3.13/site-packages/hipext"), "{all}");
+    assert!(stdout.contains("/usr/lib/x86_64-linux-gnu/libamdhip64.so") && stdout.contains("ROCM_PATH=/usr"), "{all}");
+    assert!(stdout.contains("--- PASS test_hipext_import.py"), "{all}");
+    assert!(
+        stdout.contains("no ROCm device present: hipGetDeviceCount: no ROCm-capable device is detected\n--- FAIL test_hipext_gpu.py (exit 1)"),
+        "{all}"
+    );
+    assert!(stdout.contains("smoke tests: 1 passed, 1 failed: test_hipext_gpu.py"), "{all}");
+    assert_eq!(o.status.code(), Some(1), "the smoke tests' status: {all}");
 }
 
 /// /dev/kfd and /dev/dri/renderD128 stand-ins (the null device's numbers)
