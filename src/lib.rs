@@ -13,6 +13,7 @@ pub mod elf;
 pub mod engine;
 pub mod epoch;
 pub mod export;
+pub mod kernel;
 pub mod layer;
 pub mod plan;
 pub mod progress;

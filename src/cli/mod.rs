@@ -10,6 +10,7 @@ mod gc;
 mod gpus;
 mod image_arg;
 mod inspect;
+mod kernel;
 mod load;
 mod lock;
 mod plan;
@@ -68,6 +69,9 @@ enum Command {
     Plan(plan::Args),
     /// List the AMD GPU targets that files, wheels or directories hold code for
     CodeObjects(code_objects::Args),
+    /// Compile GPU kernels in a container for a target list, cached and checked
+    #[command(subcommand)]
+    Kernel(kernel::Command),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -91,6 +95,7 @@ pub fn main() -> i32 {
         Command::Lock(a) => lock::run(a),
         Command::Plan(a) => plan::run(a),
         Command::CodeObjects(a) => code_objects::run(a),
+        Command::Kernel(c) => kernel::run(c),
     };
     match result {
         Ok(code) => code,

@@ -54,6 +54,19 @@ impl Session<'_> {
         workdir: Option<&str>,
         output: ExecOutput,
     ) -> Result<(i64, Vec<u8>), EngineError> {
+        self.exec_as(id, None, cmd, env, workdir, output).await
+    }
+
+    /// [`Session::exec`] as `user` (NAME, UID or UID:GID) instead of the container's.
+    pub(crate) async fn exec_as(
+        &self,
+        id: &str,
+        user: Option<&str>,
+        cmd: Vec<String>,
+        env: Vec<String>,
+        workdir: Option<&str>,
+        output: ExecOutput,
+    ) -> Result<(i64, Vec<u8>), EngineError> {
         let d = &self.engine.docker;
         let what = cmd.join(" ");
         let created = d
@@ -65,6 +78,7 @@ impl Session<'_> {
                     env: Some(env),
                     cmd: Some(cmd),
                     working_dir: workdir.map(str::to_string),
+                    user: user.map(str::to_string),
                     ..Default::default()
                 },
             )

@@ -186,7 +186,9 @@ pub fn path_without_patchelf() -> String {
 /// The shipped Debian 13 ROCm images (`rocm-runtime-debian13`,
 /// `hip-builder-debian13`), built from their locks once through a cache
 /// under target/ (~900 MB of packages the first time) into OCI layouts
-/// under target/fixtures; later calls only check the cache (seconds).
+/// under target/fixtures; later calls only check the cache (seconds). Every
+/// call runs `quarry build`, so the cache is keyed like any build: a changed
+/// definition, lock or layer file rebuilds what it changes.
 /// Returns (runtime layout, builder layout).
 pub fn debian13_rocm_images() -> (PathBuf, PathBuf) {
     let cache = repo().join("target").join("packages-cache");

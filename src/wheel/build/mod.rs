@@ -175,14 +175,15 @@ fn build_env(
         Some(v) => format!("{v}/bin"),
         None => Path::new(&python.path).parent().map(|p| p.display().to_string()).unwrap_or_default(),
     };
-    let mut env: Vec<String> = axes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // The targets first: an axis of the same name (PYTORCH_ROCM_ARCH=...) comes later and wins.
+    let mut env =
+        vec![format!("PYTORCH_ROCM_ARCH={}", o.targets.joined()), format!("GPU_ARCHS={}", o.targets.joined())];
+    env.extend(axes.iter().map(|(k, v)| format!("{k}={v}")));
     env.push(format!("QUARRY_PYTHON={}", python.path));
     env.push(format!("PATH={bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
     if let Some(v) = venv {
         env.push(format!("VIRTUAL_ENV={v}"));
     }
-    env.push(format!("PYTORCH_ROCM_ARCH={}", o.targets.joined()));
-    env.push(format!("GPU_ARCHS={}", o.targets.joined()));
     env.push(format!("SOURCE_DATE_EPOCH={epoch}"));
     env.push("PYTHONNOUSERSITE=1".into());
     env.push("PIP_DISABLE_PIP_VERSION_CHECK=1".into());

@@ -1,0 +1,188 @@
+//! `quarry kernel build` with the real compiler: tests/fixtures/hip/lib (a
+//! HIP library with two kernels and a Makefile calling hipcc) built in the
+//! shipped hip-builder-debian13 image (Debian 13, ROCm 5.7) for gfx90a,
+//! gfx942 and gfx1100, network off and no GPU. The outputs are checked with
+//! `quarry code-objects`; a build asking for a target its command does not
+//! compile fails naming it; an unchanged rebuild comes from the cache; a
+//! failing command exits with its code and leaves no container.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const THREE: &str = "gfx90a,gfx942,gfx1100";
+
+fn source_copy(into: &Path) -> PathBuf {
+    let src = into.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for f in ["vops.hip", "Makefile"] {
+        std::fs::copy(repo().join("tests/fixtures/hip/lib").join(f), src.join(f)).unwrap();
+    }
+    src
+}
+
+fn kernel_build(builder: &Path, src: &Path, out: &Path, cache: &Path, flags: &[&str], cmd: &[&str]) -> Command {
+    let mut c = quarry();
+    c.args(["kernel", "build"]).arg(src).arg("--image").arg(builder).arg("-o").arg(out);
+    c.arg("--cache-dir").arg(cache).args(["--gpu", "none"]).args(flags).arg("--").args(cmd);
+    c
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn hip_library_builds_for_three_targets_is_checked_and_cached() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let (_, builder) = debian13_rocm_images();
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let src = source_copy(work.path());
+    // The build's environment is kept as an output to check what it saw.
+    let make = ["sh", "-ec", "make; env | sort > build/env.txt"];
+
+    let out = work.path().join("out");
+    let cold = stdout_json(&run_expect(
+        &mut kernel_build(&builder, &src, &out, &cache, &["--targets", THREE, "--json"], &make),
+        0,
+    ));
+    assert_eq!(cold["cached"], false, "{cold:#}");
+    assert!(cold["jobs"].as_u64().unwrap() >= 1, "{cold:#}");
+    let lib = cold["outputs"].as_array().unwrap().iter().find(|o| o["file"] == "libvops.so").expect("libvops.so");
+    assert_eq!(strings(&lib["targets"]), ["gfx1100", "gfx90a", "gfx942"]);
+    assert_eq!(lib["size"].as_u64().unwrap(), std::fs::metadata(out.join("libvops.so")).unwrap().len());
+    // Copied in, never mounted: the host source has no build directory.
+    assert!(!src.join("build").exists());
+    let env = std::fs::read_to_string(out.join("env.txt")).unwrap();
+    let jobs = cold["jobs"].as_u64().unwrap();
+    for want in [
+        "PYTORCH_ROCM_ARCH=gfx90a;gfx942;gfx1100".to_string(),
+        "GPU_ARCHS=gfx90a;gfx942;gfx1100".into(),
+        "GPU_TARGETS=gfx90a;gfx942;gfx1100".into(),
+        "AMDGPU_TARGETS=gfx90a;gfx942;gfx1100".into(),
+        "HIP_OFFLOAD_ARCH=gfx90a;gfx942;gfx1100".into(),
+        "HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100".into(),
+        format!("MAX_JOBS={jobs}"),
+        format!("CMAKE_BUILD_PARALLEL_LEVEL={jobs}"),
+    ] {
+        assert!(env.lines().any(|l| l == want), "the build did not see {want}:\n{env}");
+    }
+    assert!(env.contains(&format!("MAKEFLAGS=-j{jobs}")), "{env}");
+
+    // code-objects reads exactly the three targets from the library.
+    let co = stdout_json(&run_expect(quarry().args(["code-objects", "--json"]).arg(out.join("libvops.so")), 0));
+    assert_eq!(strings(&co[0]["targets"]), ["gfx1100", "gfx90a", "gfx942"]);
+
+    // Unchanged: from the cache, well under a second, the same bytes.
+    let again = work.path().join("again");
+    let hit = stdout_json(&run_expect(
+        &mut kernel_build(&builder, &src, &again, &cache, &["--targets", THREE, "--json"], &make),
+        0,
+    ));
+    assert_eq!(hit["cached"], true, "{hit:#}");
+    assert_eq!(hit["key"], cold["key"]);
+    assert!(hit["seconds"].as_f64().unwrap() < 1.0, "{hit:#}");
+    assert_eq!(std::fs::read(again.join("libvops.so")).unwrap(), std::fs::read(out.join("libvops.so")).unwrap());
+    let human = run_expect(&mut kernel_build(&builder, &src, &again, &cache, &["--targets", THREE], &make), 0);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("cached: nothing changed"), "{human:?}");
+
+    // A fourth target the command does not compile (it names its own
+    // --offload-arch list and ignores the one quarry passes): the build fails naming it.
+    let own_list = [
+        "sh",
+        "-ec",
+        "unset HIPCC_COMPILE_FLAGS_APPEND; mkdir -p build; env | sort > build/env.txt
+         hipcc --offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100 -O2 -fPIC -shared -o build/libvops.so vops.hip",
+    ];
+    let four = ["--targets", "gfx90a,gfx942,gfx1100,gfx908", "--jobs", "3"];
+    let missing = work.path().join("missing");
+    let failed = run_expect(&mut kernel_build(&builder, &src, &missing, &cache, &four, &own_list), 1);
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.contains("`libvops.so` has no code for gfx908"), "{err}");
+    assert!(!err.contains("for gfx90a") && !err.contains("for gfx942"), "{err}");
+    let env = std::fs::read_to_string(missing.join("env.txt")).unwrap();
+    assert!(env.contains("MAX_JOBS=3\n") && env.contains("MAKEFLAGS=-j3\n"), "{env}");
+    // The same build (now cached) as a warning.
+    let mut flags = four.to_vec();
+    flags.extend(["--allow-missing-targets", "--json"]);
+    let warned = stdout_json(&run_expect(&mut kernel_build(&builder, &src, &missing, &cache, &flags, &own_list), 0));
+    assert_eq!(warned["cached"], true, "{warned:#}");
+    assert_eq!(warned["missing"], serde_json::json!([{"file": "libvops.so", "target": "gfx908"}]));
+    assert!(warned["warnings"].to_string().contains("gfx908"), "{warned:#}");
+}
+
+#[test]
+fn a_failing_command_exits_with_its_code_and_leaves_no_container() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let (_, builder) = debian13_rocm_images();
+    let work = tempfile::tempdir().unwrap();
+    let src = source_copy(work.path());
+    let out = work.path().join("out");
+    let cmd = ["sh", "-c", "echo compiling vops.hip; echo 'vops.hip:3: error: broken' >&2; exit 7"];
+    for _ in 0..2 {
+        let child = kernel_build(&builder, &src, &out, &work.path().join("cache"), &["--targets", "gfx942"], &cmd)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let r = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(7), "{err}");
+        // Its output is shown (every time: a failure is never cached).
+        assert!(err.contains("compiling vops.hip") && err.contains("vops.hip:3: error: broken"), "{err}");
+        assert!(err.contains("exited with code 7"), "{err}");
+        let left = Command::new("docker")
+            .args(["ps", "-aq", "--filter"])
+            .arg(format!("label=io.quarry.pid={pid}"))
+            .output()
+            .unwrap();
+        assert!(left.stdout.is_empty(), "containers left: {}", String::from_utf8_lossy(&left.stdout));
+        assert!(!out.exists(), "a failed build wrote outputs");
+    }
+}
+
+#[test]
+fn the_command_runs_as_the_image_user_without_network_and_out_is_an_output() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    // rocm-runtime-debian13 runs as `tester`: the copied source is theirs.
+    let (runtime, _) = debian13_rocm_images();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(src.join("build")).unwrap();
+    std::fs::write(src.join("a.txt"), "source\n").unwrap();
+    // A host build/ is where outputs go, not an input: it is not copied in.
+    std::fs::write(src.join("build/stale.o"), "stale").unwrap();
+    // The output directory inside the source is not an input either.
+    let out = src.join("dist");
+    let script = "id -un > /out/user; ls /sys/class/net > /out/net; mkdir -p build/sub && cp a.txt build/sub/; ls build > /out/build-listing";
+    let r = stdout_json(&run_expect(
+        &mut kernel_build(&runtime, &src, &out, &work.path().join("cache"), &["--json"], &["sh", "-ec", script]),
+        0,
+    ));
+    let mut files: Vec<String> =
+        r["outputs"].as_array().unwrap().iter().map(|o| o["file"].as_str().unwrap().into()).collect();
+    files.sort();
+    assert_eq!(files, ["build-listing", "net", "sub/a.txt", "user"], "{r:#}");
+    assert_eq!(std::fs::read_to_string(out.join("user")).unwrap(), "tester\n");
+    assert_eq!(std::fs::read_to_string(out.join("net")).unwrap(), "lo\n");
+    assert_eq!(std::fs::read_to_string(out.join("build-listing")).unwrap(), "sub\n");
+    assert!(r["jobs"].as_u64().unwrap() >= 1 && r["resources"]["cores"].as_u64().unwrap() >= 1, "{r:#}");
+    // No --targets: auto, from the environment, detected GPUs or the fallback list.
+    assert!(["default", "detected", "PYTORCH_ROCM_ARCH", "GPU_ARCHS"].contains(&r["targets_source"].as_str().unwrap()));
+    let again = stdout_json(&run_expect(
+        &mut kernel_build(&runtime, &src, &out, &work.path().join("cache"), &["--json"], &["sh", "-ec", script]),
+        0,
+    ));
+    assert_eq!((&again["cached"], &again["key"]), (&serde_json::json!(true), &r["key"]), "{again:#}");
+}
