@@ -310,3 +310,66 @@ impl DirScan {
         Ok(report)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rels(scan: &DirScan) -> Vec<String> {
+        scan.entries.iter().map(|e| String::from_utf8(e.rel.clone()).unwrap()).collect()
+    }
+
+    /// The parallel walk: every level, sorted, symlinks not followed,
+    /// `exclude` pruning whole subtrees, `include` selecting files only.
+    #[test]
+    fn scan_walks_every_level_in_order_with_the_filters() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for f in ["usr/lib/a.so", "usr/lib/py/x.py", "usr/lib/py/cache/x.pyc", "usr/share/doc/README", "top.txt"] {
+            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
+            std::fs::write(root.join(f), f).unwrap();
+        }
+        std::os::unix::fs::symlink("../usr", root.join("usr/share/loop")).unwrap();
+        let all = scan(root, &DirOptions::default()).unwrap();
+        let want = [
+            "",
+            "top.txt",
+            "usr",
+            "usr/lib",
+            "usr/lib/a.so",
+            "usr/lib/py",
+            "usr/lib/py/cache",
+            "usr/lib/py/cache/x.pyc",
+            "usr/lib/py/x.py",
+            "usr/share",
+            "usr/share/doc",
+            "usr/share/doc/README",
+            "usr/share/loop",
+        ];
+        assert_eq!(rels(&all), want);
+        let link = all.entries.iter().find(|e| e.rel == b"usr/share/loop").unwrap();
+        assert!(link.meta.file_type().is_symlink());
+        assert_eq!(link.link.as_deref(), Some(&b"../usr"[..]));
+
+        let opts = DirOptions {
+            include: vec!["**/*.py".into(), "**/README".into()],
+            exclude: vec!["usr/lib/py/cache".into(), "usr/share/loop".into()],
+            ..DirOptions::default()
+        };
+        let some = scan(root, &opts).unwrap();
+        let want = [
+            "",
+            "usr",
+            "usr/lib",
+            "usr/lib/py",
+            "usr/lib/py/x.py",
+            "usr/share",
+            "usr/share/doc",
+            "usr/share/doc/README",
+        ];
+        assert_eq!(rels(&some), want);
+
+        let err = scan(&root.join("top.txt"), &DirOptions::default()).err().unwrap();
+        assert!(err.contains("is not a directory"), "{err}");
+    }
+}
