@@ -23,4 +23,5 @@ pub mod rocm;
 pub mod sbom;
 pub mod source;
 pub mod store;
+pub mod trace;
 pub mod wheel;

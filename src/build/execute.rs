@@ -178,6 +178,7 @@ impl<'a> Executor<'a> {
         let key = n.key.expect("a node is packed once its key is known");
         let bar = self.opts.progress.bytes(tree.content_bytes(), n.name.clone());
         let wopts = crate::layer::write::WriteOptions { source_date_epoch: self.opts.source_date_epoch };
+        let packing = crate::trace::span("pack (wall)");
         let blob = crate::layer::pack::pack_tree(
             &self.cache,
             tree,
@@ -187,8 +188,9 @@ impl<'a> Executor<'a> {
             &mut |b| bar.inc(b),
         )
         .map_err(|err| BuildError::Pack { layer: n.name.clone(), err })?;
+        drop(packing);
         bar.finish_and_clear();
-        self.cache.record(&key, &blob)?;
+        crate::trace::time("cache record", || self.cache.record(&key, &blob))?;
         self.push(n.name.clone(), blob, false, n.files_hashed);
         Ok(())
     }

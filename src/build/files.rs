@@ -26,7 +26,7 @@ pub(super) fn run(
             })?;
         paths.insert(*j, fetched.path);
     }
-    let (tree, report) = scan.into_tree(&paths, exec.spool())?;
+    let (tree, report) = crate::trace::time("tree (into_tree)", || scan.into_tree(&paths, exec.spool()))?;
     if report.dropped_devices > 0 {
         log::warn!(
             "layer `{}`: dropped {} device node(s); set `devices = true` on the source to keep them",

@@ -79,7 +79,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(t) = a.threads {
         opts.threads = t.max(1);
     }
-    let r = build(&a.image.image, &opts)?;
+    let r = crate::trace::time("build (total)", || build(&a.image.image, &opts))?;
+    for line in crate::trace::summary() {
+        eprintln!("quarry trace: {line}");
+    }
     if a.json {
         super::print_json(&r)?;
     } else if !a.quiet {

@@ -45,11 +45,13 @@ pub enum PackError {
 struct ChunkSender {
     tx: mpsc::SyncSender<Vec<u8>>,
     buf: Vec<u8>,
+    /// The trace stage for time spent waiting on a full queue.
+    waiting: &'static str,
 }
 
 impl ChunkSender {
-    fn new(tx: mpsc::SyncSender<Vec<u8>>) -> Self {
-        ChunkSender { tx, buf: Vec::with_capacity(CHUNK) }
+    fn new(tx: mpsc::SyncSender<Vec<u8>>, waiting: &'static str) -> Self {
+        ChunkSender { tx, buf: Vec::with_capacity(CHUNK), waiting }
     }
 
     fn send(&mut self) -> io::Result<()> {
@@ -59,6 +61,7 @@ impl ChunkSender {
         let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
         // The receiver only goes away when its stage failed; that stage's
         // error is the one reported.
+        let _waiting = crate::trace::span(self.waiting);
         self.tx.send(full).map_err(|_| next_stage_stopped())
     }
 }
@@ -83,6 +86,7 @@ impl TarSink for ChunkSender {
     /// spare capacity without zeroing it, and never grows the chunk (`want`
     /// fits), so each byte is copied once, by the kernel.
     fn append_from(&mut self, src: &mut dyn Read, len: u64) -> Result<(), CopyError> {
+        let _reading = crate::trace::span("tar: read files (+wait)");
         let mut left = len;
         while left > 0 {
             if self.buf.len() == CHUNK {
@@ -124,6 +128,7 @@ pub fn pack_tree(
         let writer = stage(s, "blob-write", move || -> io::Result<Option<BlobWriter>> {
             let mut out = blob;
             for chunk in blob_rx {
+                let _busy = crate::trace::span("blob write (busy)");
                 out.as_mut().ok_or_else(next_stage_stopped)?.write_all(&chunk)?;
             }
             Ok(out)
@@ -141,7 +146,7 @@ pub fn pack_tree(
                 None => {
                     let mut h = HashingWriter::new(io::sink());
                     for chunk in tar_rx {
-                        h.write_all(&chunk)?;
+                        crate::trace::time("tar sha256 (busy)", || h.write_all(&chunk))?;
                         hashed_tx.send(chunk).map_err(|_| next_stage_stopped())?;
                     }
                     Ok(TarEnd::Hashed(h.finish().1))
@@ -153,14 +158,15 @@ pub fn pack_tree(
                 drop(blob_tx);
                 return Ok(());
             }
-            let mut enc = compress::encoder(codec, threads, ChunkSender::new(blob_tx))?;
+            let mut enc = compress::encoder(codec, threads, ChunkSender::new(blob_tx, "compress: wait on blob queue"))?;
             for chunk in hashed_rx {
-                enc.write_all(&chunk)?;
+                crate::trace::time("compress (busy)", || enc.write_all(&chunk))?;
             }
-            enc.finish()?.flush()
+            crate::trace::time("compress (busy)", || enc.finish()?.flush())
         });
         let produced = (|| -> Result<(), WriteError> {
-            let mut sender = write_tar_to(tree, ChunkSender::new(tar_tx), opts, on_bytes)?;
+            let _tar = crate::trace::span("tar (walk tree, headers, read)");
+            let mut sender = write_tar_to(tree, ChunkSender::new(tar_tx, "tar: wait on hash queue"), opts, on_bytes)?;
             sender.flush()?;
             Ok(())
         })();
@@ -181,7 +187,7 @@ pub fn pack_tree(
             let stored = w.commit()?;
             (stored.digest, stored)
         }
-        (TarEnd::Hashed(diff_id), Some(w)) => (diff_id, w.commit()?),
+        (TarEnd::Hashed(diff_id), Some(w)) => (diff_id, crate::trace::time("blob commit", || w.commit())?),
         (TarEnd::Hashed(_), None) => unreachable!("a compressed layer's writer is the last stage's"),
     };
     Ok(LayerBlob { digest: stored.digest, diff_id, size: stored.size, media_type: codec.media_type().to_string() })

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::Metadata;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -62,24 +62,61 @@ fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
 
 /// Walk `root` (stat only). Errors are messages for the `dir` field.
 ///
-/// The `lstat` calls dominate a no-op rebuild, so the subtrees of the
-/// top-level directories are walked in parallel; the result is sorted, so
-/// the order never depends on the walk.
+/// The `lstat` calls dominate a no-op rebuild, so every directory's
+/// subdirectories are walked in parallel (a tree under one top-level
+/// directory, like `usr/`, keeps both cores busy too); the result is
+/// sorted, so the order never depends on the walk.
 pub fn scan(root: &Path, s: &DirOptions) -> Result<DirScan, String> {
     let meta = std::fs::metadata(root).map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
     if !meta.is_dir() {
         return Err(format!("`{}` is not a directory", root.display()));
     }
     let filters = Filters { include: globs(&s.include)?, exclude: globs(&s.exclude)? };
-    let mut entries = walk(root, root, 0, 1, &filters)?;
-    let subtrees: Vec<Vec<DirEntry>> = entries
-        .par_iter()
-        .filter(|e| !e.rel.is_empty() && e.meta.is_dir())
-        .map(|e| walk(root, &e.path, 1, usize::MAX, &filters))
-        .collect::<Result<_, String>>()?;
-    entries.extend(subtrees.into_iter().flatten());
+    let mut entries = walk(root, root, 0, 0, &filters)?;
+    entries.extend(walk_children(root, root, &filters)?);
     entries.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
     Ok(DirScan { root: root.to_path_buf(), entries })
+}
+
+/// The entries below `dir` (inside `root`), recursively, applying the
+/// filters; subdirectories are walked in parallel.
+fn walk_children(root: &Path, dir: &Path, f: &Filters) -> Result<Vec<DirEntry>, String> {
+    let walk_err = |e: std::io::Error| format!("walking `{}` failed: `{}`: {e}", root.display(), dir.display());
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(walk_err)? {
+        let e = e.map_err(walk_err)?;
+        let path = e.path();
+        let rel = relative(root, &path);
+        if f.exclude.as_ref().is_some_and(|x| x.is_match(Path::new(OsStr::from_bytes(rel)))) {
+            continue;
+        }
+        // `DirEntry::metadata` does not follow symlinks.
+        let meta = e.metadata().map_err(|err| format!("cannot stat `{}`: {err}", path.display()))?;
+        if let Some(inc) = &f.include {
+            if !meta.is_dir() && !inc.is_match(Path::new(OsStr::from_bytes(rel))) {
+                continue;
+            }
+        }
+        let link = if meta.file_type().is_symlink() {
+            Some(
+                std::fs::read_link(&path)
+                    .map_err(|err| format!("cannot read symlink `{}`: {err}", path.display()))?
+                    .into_os_string()
+                    .into_vec(),
+            )
+        } else {
+            None
+        };
+        let rel = rel.to_vec();
+        entries.push(DirEntry { rel, path, meta, link, capability: OnceLock::new() });
+    }
+    let nested: Vec<Vec<DirEntry>> = entries
+        .par_iter()
+        .filter(|e| e.meta.is_dir())
+        .map(|e| walk_children(root, &e.path, f))
+        .collect::<Result<_, String>>()?;
+    entries.extend(nested.into_iter().flatten());
+    Ok(entries)
 }
 
 struct Filters {
@@ -271,5 +308,68 @@ impl DirScan {
                 .map_err(|err| format!("`{}`: {err}", Path::new(OsStr::from_bytes(&e.rel)).display()))?;
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rels(scan: &DirScan) -> Vec<String> {
+        scan.entries.iter().map(|e| String::from_utf8(e.rel.clone()).unwrap()).collect()
+    }
+
+    /// The parallel walk: every level, sorted, symlinks not followed,
+    /// `exclude` pruning whole subtrees, `include` selecting files only.
+    #[test]
+    fn scan_walks_every_level_in_order_with_the_filters() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for f in ["usr/lib/a.so", "usr/lib/py/x.py", "usr/lib/py/cache/x.pyc", "usr/share/doc/README", "top.txt"] {
+            std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
+            std::fs::write(root.join(f), f).unwrap();
+        }
+        std::os::unix::fs::symlink("../usr", root.join("usr/share/loop")).unwrap();
+        let all = scan(root, &DirOptions::default()).unwrap();
+        let want = [
+            "",
+            "top.txt",
+            "usr",
+            "usr/lib",
+            "usr/lib/a.so",
+            "usr/lib/py",
+            "usr/lib/py/cache",
+            "usr/lib/py/cache/x.pyc",
+            "usr/lib/py/x.py",
+            "usr/share",
+            "usr/share/doc",
+            "usr/share/doc/README",
+            "usr/share/loop",
+        ];
+        assert_eq!(rels(&all), want);
+        let link = all.entries.iter().find(|e| e.rel == b"usr/share/loop").unwrap();
+        assert!(link.meta.file_type().is_symlink());
+        assert_eq!(link.link.as_deref(), Some(&b"../usr"[..]));
+
+        let opts = DirOptions {
+            include: vec!["**/*.py".into(), "**/README".into()],
+            exclude: vec!["usr/lib/py/cache".into(), "usr/share/loop".into()],
+            ..DirOptions::default()
+        };
+        let some = scan(root, &opts).unwrap();
+        let want = [
+            "",
+            "usr",
+            "usr/lib",
+            "usr/lib/py",
+            "usr/lib/py/x.py",
+            "usr/share",
+            "usr/share/doc",
+            "usr/share/doc/README",
+        ];
+        assert_eq!(rels(&some), want);
+
+        let err = scan(&root.join("top.txt"), &DirOptions::default()).err().unwrap();
+        assert!(err.contains("is not a directory"), "{err}");
     }
 }

@@ -120,7 +120,7 @@ impl ContentHasher {
     /// same source (kind, path, filters) must give the same id.
     pub fn hash_files(&mut self, source_id: &str, files: &[FileToHash]) -> Result<Vec<FileDigest>, String> {
         let memo_name = memo_name(source_id);
-        let memo = self.load(&memo_name);
+        let memo = crate::trace::time("fingerprint: memo load", || self.load(&memo_name));
         let mut out: Vec<Option<FileDigest>> = Vec::with_capacity(files.len());
         let mut todo = Vec::new();
         for (i, f) in files.iter().enumerate() {
@@ -135,6 +135,7 @@ impl ContentHasher {
         }
         // Reading is I/O bound on cold caches and SHA-bound on warm ones:
         // either way, all cores help.
+        let hashing = crate::trace::span("fingerprint: read+sha256");
         let fresh: Vec<(usize, FileDigest, bool)> = todo
             .par_iter()
             .map(|&i| {
@@ -143,6 +144,7 @@ impl ContentHasher {
                 Ok((i, digest, still))
             })
             .collect::<Result<_, String>>()?;
+        drop(hashing);
         self.files_hashed += fresh.len() as u64;
         let mut memoizable = vec![true; files.len()];
         for (i, d, unchanged_while_read) in fresh {
@@ -227,20 +229,45 @@ fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), Stri
     let err = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
     let mut f = std::fs::File::open(path).map_err(err)?;
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 << 10];
-    loop {
-        let n = match f.read(&mut buf) {
-            Ok(0) => break,
+    // One read buffer per thread: a fresh 256 KiB buffer per file cost an
+    // mmap, page faults and an munmap for each of tens of thousands of small files.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 256 << 10]);
+    }
+    let mut total = 0u64;
+    BUF.with_borrow_mut(|buf| loop {
+        let n = match f.read(buf) {
+            Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(err(e)),
         };
         h.update(&buf[..n]);
-    }
+        total += n as u64;
+        // Once the scanned size is read, a short read is the end: skip the
+        // extra read that would return 0 (a grown file fails the stat check below).
+        if n < buf.len() && total == scanned.len() {
+            return Ok(());
+        }
+    })?;
     let after = f.metadata().map_err(err)?;
     let unchanged = StatFingerprint::of(&after) == StatFingerprint::of(scanned);
-    let capability = capability(path);
+    let capability = fd_capability(&f);
     Ok((FileDigest { sha256: h.finalize().into(), capability }, unchanged))
+}
+
+/// The `security.capability` xattr of an open file (no second path lookup).
+fn fd_capability(f: &std::fs::File) -> Option<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf = vec![0u8; 256];
+    // SAFETY: the name is NUL-terminated, the fd is open and buf is valid for its length.
+    let n =
+        unsafe { libc::fgetxattr(f.as_raw_fd(), c"security.capability".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
 }
 
 /// The `security.capability` xattr of a file, which layers keep.

@@ -42,9 +42,10 @@ impl Planner<'_> {
             }
         }
         let shas: BTreeMap<usize, crate::store::Digest> = wheels.iter().map(|(i, w)| (*i, w.sha256)).collect();
-        let scan = crate::source::scan(layer, &shas)?;
+        let scan = crate::trace::time("walk (scan)", || crate::source::scan(layer, &shas))?;
         let before = (self.hasher.files_hashed, self.hasher.stale_entries);
-        let (own, contents) = scan.fingerprint(&mut self.hasher, self.opts.source_date_epoch)?;
+        let (own, contents) =
+            crate::trace::time("fingerprint", || scan.fingerprint(&mut self.hasher, self.opts.source_date_epoch))?;
         let stale = self.hasher.stale_entries - before.1;
         if stale > 0 {
             log::warn!(
