@@ -56,6 +56,9 @@ fn debian_rocm_packages_install_and_load_in_trixie() {
     ] {
         assert!(names.contains(&n), "{n}: {names:?}");
     }
+    // The reference's rules, one by one, on every package and member.
+    let checks = common::rocm_rules::check(&arts, &dest.join("dist"), VERSION, true);
+    assert!(checks > 40, "{checks} checks");
     let pkg = |n: &str| j["packages"].as_array().unwrap().iter().find(|p| p["name"] == n).unwrap().clone();
     // The rules on real libraries: SONAME-only, aliases, RPATH strings.
     let libs = pkg("rocm-sdk-libraries");

@@ -84,14 +84,48 @@ fn base_target(t: &str) -> String {
 }
 
 /// Check the rules on `dist` (quarry's output for `arts`, version `v`).
-/// `split`: kpack mode. Returns how many single checks passed.
+/// `split`: kpack mode. Returns how many single checks passed. A legacy
+/// multi-family set (§1: an sdist and a devel wheel per family in
+/// `dist/<family>/`) is checked once per family, with the shared wheels.
 pub fn check(arts: &Path, dist: &Path, v: &str, split: bool) -> usize {
+    let mut top = Vec::new();
+    let mut families = Vec::new();
+    for e in std::fs::read_dir(dist).unwrap().map(|e| e.unwrap().path()) {
+        if e.is_dir() {
+            families.push(e);
+        } else {
+            top.push(e);
+        }
+    }
+    if families.is_empty() {
+        return check_set(arts, dist, top, v, split);
+    }
+    assert!(!split, "§1 family directories only in legacy mode");
+    let mut n = 0;
+    for f in families {
+        // This family's libraries wheel, not the other families'.
+        let family = f.file_name().unwrap().to_string_lossy().to_lowercase().replace('-', "_");
+        let mut set: Vec<PathBuf> = top
+            .iter()
+            .filter(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                !name.starts_with("rocm_sdk_libraries_") || name.starts_with(&format!("rocm_sdk_libraries_{family}-"))
+            })
+            .cloned()
+            .collect();
+        set.extend(std::fs::read_dir(&f).unwrap().map(|e| e.unwrap().path()));
+        n += check_set(arts, &f, set, v, split);
+    }
+    n
+}
+
+fn check_set(arts: &Path, dist: &Path, files: Vec<PathBuf>, v: &str, split: bool) -> usize {
     let mut n = 0usize;
     let paths = artifact_paths(arts);
     let scratch = tempfile::tempdir().unwrap();
     let mut wheels: BTreeMap<String, Wheel> = BTreeMap::new();
     let mut sdists = Vec::new();
-    for e in std::fs::read_dir(dist).unwrap().map(|e| e.unwrap().path()) {
+    for e in files {
         let f = e.file_name().unwrap().to_string_lossy().into_owned();
         if f.ends_with(".whl") {
             // §1: py3-none-<plat>, V verbatim.
@@ -188,16 +222,15 @@ pub fn check(arts: &Path, dist: &Path, v: &str, split: bool) -> usize {
             let rel = m[platform_dir.len() + 1..].to_string();
             shipped.entry(rel.clone()).or_insert_with(|| platform_dir.clone());
             if device {
-                // §7: device code and data only, of this target.
+                // §7: the files of this target's lib artifacts (rpp's aside).
                 let t = name.trim_start_matches("rocm_sdk_device_");
-                let ok = [".co", ".dat", ".hsaco", "manifest.json", ".kdb", ".fdb.txt", ".tn.model"]
-                    .iter()
-                    .any(|s| rel.ends_with(s))
-                    || rel == format!("lib/libMIOpenCKGroupedConv_{t}.so");
-                assert!(ok, "§7 {name}: {rel} is not device payload");
-                for other in targets.iter().filter(|o| *o != t) {
-                    assert!(!rel.contains(&format!("{other}.")), "§7 {name}: {rel} belongs to {other}");
-                }
+                let from = paths.get(&rel).map(|v| v.as_slice()).unwrap_or_default();
+                let ok = from.iter().any(|(art, _)| {
+                    let mut parts = art.rsplitn(3, '_');
+                    let (at, comp, an) = (parts.next(), parts.next(), parts.next());
+                    comp == Some("lib") && an != Some("rpp") && at.map(base_target).as_deref() == Some(t)
+                });
+                assert!(ok, "§7 {name}: {rel} is from no `*_lib_{t}` artifact: {from:?}");
                 n += 1;
             }
             let Some(srcs) = paths.get(&rel) else { continue };
