@@ -1,7 +1,9 @@
 #!/bin/bash
 # Benchmark `quarry rocm package` on a ~2 GB synthetic artifacts directory:
-# wall time and peak memory (/usr/bin/time -v), packaging the same input
-# twice to confirm identical bytes.
+# wall time and peak memory (/usr/bin/time -v) of quarry, run twice (the
+# bytes must be identical), and between the two runs the baseline
+# (benches/rocm_package_baseline.py: the reference packager's per-file work,
+# single-threaded, on the same tree); the ratio is baseline / best quarry run.
 #
 # usage: benches/rocm_package.sh [SIZE_MB]   (default 2048); ARTS=DIR benches/rocm_package.sh
 # runs it on an existing artifacts directory (e.g. the Debian one the tests make).
