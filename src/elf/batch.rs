@@ -3,7 +3,7 @@
 //! (a process per file costs more than the edit on small libraries).
 
 use super::patchelf::{args, Patchelf, PatchelfError};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Files per patchelf run (keeps the command line short).
@@ -31,4 +31,13 @@ pub fn set_rpath_many(patchelf: &Patchelf, rpath: &str, files: &[PathBuf]) -> Re
         }
     }
     Ok(())
+}
+
+/// Write `src` with DT_RPATH `rpath` to `out` in one patchelf run
+/// (`--output`): for large files, saves copying the file before patching it.
+pub fn set_rpath_into(patchelf: &Patchelf, rpath: &str, src: &Path, out: &Path) -> Result<(), PatchelfError> {
+    let mut options = args::set_rpath(rpath);
+    options.push("--output".into());
+    options.push(out.to_string_lossy().into_owned());
+    patchelf.run(src, &options)
 }

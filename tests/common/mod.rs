@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod registry;
+pub mod rocm_rules;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

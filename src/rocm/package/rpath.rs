@@ -1,7 +1,9 @@
 //! Writing DT_RPATH into copies of ELF files: each (source, RPATH) pair is
-//! copied once into the scratch directory, copies that get the same RPATH
-//! are patched by one patchelf run ([`crate::elf::batch`]), batches run in
-//! parallel, and every result is checked with `elf::verify` (a file the
+//! written once into the scratch directory. A large file is written by its
+//! own patchelf run (`--output`: read once, written once, no copy made
+//! first); small files are copied, and copies that get the same RPATH are
+//! patched by one patchelf run ([`crate::elf::batch`]: a process per small
+//! file costs more than its edit). Runs go in parallel, and every result is checked with `elf::verify` (a file the
 //! loader might reject, or one without exactly that DT_RPATH, stops the
 //! packaging).
 //!
@@ -14,6 +16,9 @@ use crate::elf::patchelf::Patchelf;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+
+/// Files of at least this size get a patchelf run of their own.
+const LARGE: u64 = 8 << 20;
 
 /// The patched copy of every (source, RPATH) pair asked for.
 #[derive(Debug, Default)]
@@ -35,14 +40,27 @@ pub fn patch_all(patchelf: &Patchelf, jobs: Vec<(PathBuf, String)>, scratch: &Pa
     unique.sort();
     unique.dedup();
     let copies: Vec<PathBuf> = (0..unique.len()).map(|i| dir.join(format!("{i}"))).collect();
-    unique.par_iter().zip(&copies).try_for_each(|((src, _), copy)| {
+    let large: Vec<bool> =
+        unique.iter().map(|(src, _)| std::fs::metadata(src).map(|m| m.len() >= LARGE).unwrap_or(false)).collect();
+    let fail_run = |src: &Path, e: crate::elf::patchelf::PatchelfError| match e {
+        crate::elf::patchelf::PatchelfError::Failed { stderr, .. } => PackageError::Patch {
+            member: String::new(),
+            src: src.to_path_buf(),
+            why: format!("patchelf {} failed: {stderr}", patchelf.version()),
+        },
+        other => PackageError::Patchelf(other),
+    };
+    unique.par_iter().zip(&copies).zip(&large).try_for_each(|(((src, rpath), copy), &large)| {
+        if large {
+            return crate::elf::batch::set_rpath_into(patchelf, rpath, src, copy).map_err(|e| fail_run(src, e));
+        }
         std::fs::copy(src, copy).map_err(|source| PackageError::Io { path: src.clone(), source })?;
         // patchelf opens files for writing; sources may be read-only.
         std::fs::set_permissions(copy, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .map_err(|source| PackageError::Io { path: copy.clone(), source })
     })?;
     let mut by_rpath: BTreeMap<&str, Vec<PathBuf>> = BTreeMap::new();
-    for ((_, rpath), copy) in unique.iter().zip(&copies) {
+    for (((_, rpath), copy), _) in unique.iter().zip(&copies).zip(&large).filter(|(_, &l)| !l) {
         by_rpath.entry(rpath.as_str()).or_default().push(copy.clone());
     }
     let batches: Vec<(&str, &[PathBuf])> =
