@@ -1,6 +1,8 @@
 //! Unchanged rebuilds: layer cache keys come from file *contents* (hashed
 //! through a stat memo), so `touch` rehashes a file without rebuilding the
 //! layer, a content change rebuilds it, and `--verify` rehashes everything.
+//! A first build hashes its files as it packs them, and reaches the key
+//! that `quarry plan` computes by hashing first.
 
 mod common;
 
@@ -28,6 +30,13 @@ impl Case {
             .arg(self.path().join("out"))
             .args(extra);
         c
+    }
+
+    /// `quarry plan` with this cache directory: the layer's JSON object.
+    fn plan(&self, cache: &str) -> serde_json::Value {
+        let mut c = quarry();
+        c.arg("plan").arg(self.path().join("image.toml")).arg("--json").arg("--cache-dir").arg(self.path().join(cache));
+        stdout_json(&run_expect(&mut c, 0))["layers"][0].clone()
     }
 
     /// Build and return the layer's JSON object.
@@ -87,6 +96,36 @@ fn touch_keeps_the_layer_and_a_content_change_rebuilds_it() {
     assert_eq!(rebuilt["cached"], false, "a content change must rebuild the layer");
     assert_ne!(rebuilt["digest"], first["digest"]);
     assert_ne!(rebuilt["diff_id"], first["diff_id"]);
+}
+
+#[test]
+fn a_first_build_hashes_while_packing_and_reaches_the_planned_key() {
+    let case = setup("rebuild-first-");
+    // `quarry plan` hashes every file before anything is built (in a cache
+    // of its own): the key the first build must reach.
+    let planned = case.plan("cache-plan");
+    assert_eq!(planned["cached"], false);
+    assert!(planned["note"].is_null(), "{planned}");
+    let key = planned["key"].as_str().unwrap().to_string();
+
+    let first = case.build(&[]);
+    assert_eq!((first["cached"].clone(), first["files_hashed"].clone()), (false.into(), FILES.into()));
+    let recorded = case.plan("cache");
+    assert_eq!(recorded["key"], key.as_str(), "the key learned while packing is the planned one");
+    assert_eq!(recorded["cached"], true);
+    let noop = case.build(&[]);
+    assert_eq!(noop["files_hashed"], 0, "packing left a stat memo behind");
+    assert_eq!((noop["cached"].clone(), noop["digest"].clone()), (true.into(), first["digest"].clone()));
+
+    // `--no-cache` looks nothing up: what the memo lacks is hashed while packing.
+    set_mtime(&case.path().join("tree/d0/f3.txt"), 1_900_000_000);
+    let repacked = case.build(&["--no-cache"]);
+    assert_eq!((repacked["cached"].clone(), repacked["files_hashed"].clone()), (false.into(), 1.into()));
+    assert_eq!(repacked["digest"], first["digest"]);
+    // Hashing first (`--verify`) makes the same layer.
+    let verified = case.build(&["--verify", "--no-cache"]);
+    assert_eq!(verified["files_hashed"], FILES as u64);
+    assert_eq!(verified["digest"], first["digest"]);
 }
 
 #[test]

@@ -174,8 +174,20 @@ impl<'a> Executor<'a> {
 
     /// Pack `tree` as node `i`'s layer, record it under the node's key and add it.
     pub(super) fn pack(&mut self, plan: &Plan, i: usize, tree: &crate::layer::Tree) -> Result<(), BuildError> {
+        let blob = self.pack_blob(plan, i, tree, None)?;
+        self.record(plan, i, blob)
+    }
+
+    /// Pack `tree` as node `i`'s layer (and, with `host_digests`, hash
+    /// every host file as it is read); not recorded yet.
+    pub(super) fn pack_blob(
+        &mut self,
+        plan: &Plan,
+        i: usize,
+        tree: &crate::layer::Tree,
+        host_digests: Option<&mut crate::layer::write::HostDigests>,
+    ) -> Result<LayerBlob, BuildError> {
         let n = &plan.layers[i];
-        let key = n.key.expect("a node is packed once its key is known");
         let bar = self.opts.progress.bytes(tree.content_bytes(), n.name.clone());
         let wopts = crate::layer::write::WriteOptions { source_date_epoch: self.opts.source_date_epoch };
         let packing = crate::trace::span("pack (wall)");
@@ -186,10 +198,18 @@ impl<'a> Executor<'a> {
             self.opts.threads,
             &wopts,
             &mut |b| bar.inc(b),
+            host_digests,
         )
         .map_err(|err| BuildError::Pack { layer: n.name.clone(), err })?;
         drop(packing);
         bar.finish_and_clear();
+        Ok(blob)
+    }
+
+    /// Record node `i`'s packed layer under its key and add it.
+    pub(super) fn record(&mut self, plan: &Plan, i: usize, blob: LayerBlob) -> Result<(), BuildError> {
+        let n = &plan.layers[i];
+        let key = n.key.expect("a node is recorded once its key is known");
         crate::trace::time("cache record", || self.cache.record(&key, &blob))?;
         self.push(n.name.clone(), blob, false, n.files_hashed);
         Ok(())

@@ -1,18 +1,21 @@
 //! A files layer (or a rootfs base): its wheels fetched (pinned, so from
 //! the download cache when they are there), its sources read into a tree,
-//! packed.
+//! packed. A layer whose files the plan left unhashed (a first build, see
+//! `KeyHashing`) gets its key from the sha256 of each file as packing read it.
 
 use super::{BuildError, Executor};
+use crate::layer::write::HostDigests;
 use crate::plan::{Plan, PlanError, PypiFile};
+use crate::source::hashes::ContentHasher;
 use crate::source::FilesScan;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub(super) fn run(
     exec: &mut Executor,
-    plan: &Plan,
+    plan: &mut Plan,
     i: usize,
-    scan: FilesScan,
+    mut scan: FilesScan,
     wheels: &BTreeMap<usize, PypiFile>,
 ) -> Result<(), BuildError> {
     let layer = scan.layer().clone();
@@ -34,5 +37,16 @@ pub(super) fn run(
             report.dropped_devices
         );
     }
-    exec.pack(plan, i, &tree)
+    if plan.layers[i].own.is_some() {
+        return exec.pack(plan, i, &tree);
+    }
+    let mut packed = HostDigests::new();
+    let blob = exec.pack_blob(plan, i, &tree, Some(&mut packed))?;
+    drop(tree);
+    let mut hasher = ContentHasher::new(exec.cache.clone(), exec.opts.verify);
+    let (own, contents) = crate::trace::time("fingerprint (after packing)", || {
+        scan.complete(&mut hasher, exec.opts.source_date_epoch, &packed)
+    })?;
+    crate::plan::files_keyed(plan, i, &layer, wheels, own, &contents, hasher.files_hashed);
+    exec.record(plan, i, blob)
 }

@@ -18,7 +18,7 @@ pub use lock::{lock_image, Locked};
 
 use crate::definition::{DefinitionError, Image};
 use crate::layer::compress::LayerCodec;
-use crate::plan::{PinMode, Plan, PlanError, PlanOptions};
+use crate::plan::{KeyHashing, PinMode, Plan, PlanError, PlanOptions};
 use crate::progress::Progress;
 use crate::store::cache::{Cache, CacheError};
 use crate::store::layout::{self, LayoutError};
@@ -98,7 +98,16 @@ impl BuildOptions {
             source_date_epoch: self.source_date_epoch,
             verify: self.verify,
             pins,
+            key_hashing: KeyHashing::Upfront,
         }
+    }
+
+    /// How a plan that is built right away is made: a source new to the
+    /// cache is hashed while its layer is packed (every file then; any
+    /// file the memo lacks with `--no-cache`, which looks nothing up).
+    pub fn build_plan_options(&self, cache: &Cache, pins: PinMode) -> PlanOptions {
+        let key_hashing = if self.no_cache { KeyHashing::WhilePacking } else { KeyHashing::WhilePackingNewSources };
+        PlanOptions { key_hashing, ..self.plan_options(cache, pins) }
     }
 
     /// Where the layout of `image` goes: `--output`, else `out/NAME`.
@@ -152,7 +161,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
     let cache = Cache::open(&opts.cache_dir)?;
-    let mut plan = crate::plan::make(image, &opts.plan_options(&cache, PinMode::Locked))?;
+    let mut plan = crate::plan::make(image, &opts.build_plan_options(&cache, PinMode::Locked))?;
     build_plan(&mut plan, opts, &cache)
 }
 

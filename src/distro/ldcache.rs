@@ -93,7 +93,7 @@ fn soname(node: &crate::layer::Node, abi: &Abi) -> Option<Option<Vec<u8>>> {
     }
     let (file, offset) = match content {
         Content::Slice { file, offset } => (std::fs::File::open(file.as_ref()).ok()?, *offset),
-        Content::Host(p) => (std::fs::File::open(p).ok()?, 0),
+        Content::Host(p) | Content::HostToHash(p) => (std::fs::File::open(p).ok()?, 0),
         Content::Bytes(b) => return soname_in(&b[..], abi),
     };
     let cache = ReadCache::new(file);

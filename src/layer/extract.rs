@@ -76,7 +76,7 @@ fn copy_content(node: &super::tree::Node, out: &mut fs::File) -> io::Result<()> 
         return Ok(());
     };
     let copied = match content {
-        Content::Host(p) => io::copy(&mut fs::File::open(p)?.take(*size), out)?,
+        Content::Host(p) | Content::HostToHash(p) => io::copy(&mut fs::File::open(p)?.take(*size), out)?,
         Content::Slice { file, offset } => {
             let mut f = fs::File::open(file.as_ref())?;
             f.seek(SeekFrom::Start(*offset))?;

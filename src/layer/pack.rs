@@ -15,13 +15,15 @@
 //! and its one digest is both the diff_id and the blob's digest.
 
 use crate::layer::compress::{self, Compression, LayerCodec};
-use crate::layer::write::{write_tar_to, CopyError, TarSink, WriteError, WriteOptions};
+use crate::layer::write::{write_tar_to, CopyError, HostDigests, HostFile, TarSink, WriteError, WriteOptions};
 use crate::layer::Tree;
 use crate::store::blob::{BlobError, BlobWriter, Stored};
 use crate::store::cache::{Cache, CacheError};
 use crate::store::digest::{Digest, HashingWriter};
 use crate::store::LayerBlob;
+use sha2::{Digest as _, Sha256};
 use std::io::{self, Read, Write};
+use std::ops::Range;
 use std::sync::mpsc;
 
 /// Bytes per chunk passed between stages.
@@ -40,37 +42,80 @@ pub enum PackError {
     Write(#[from] WriteError),
 }
 
+/// A piece of a stream passed between stages, and which of its bytes are
+/// the content of files hashed for a cache key (by file number; a file's
+/// ranges come in order, one file after another, and an empty file has
+/// one empty range).
+struct Chunk {
+    bytes: Vec<u8>,
+    files: Vec<(u32, Range<usize>)>,
+}
+
 /// A writer that cuts its input into `CHUNK`-sized buffers and sends them
 /// down a bounded queue (blocking while the queue is full).
 struct ChunkSender {
-    tx: mpsc::SyncSender<Vec<u8>>,
-    buf: Vec<u8>,
+    tx: mpsc::SyncSender<Chunk>,
+    buf: Chunk,
     /// The trace stage for time spent waiting on a full queue.
     waiting: &'static str,
 }
 
 impl ChunkSender {
-    fn new(tx: mpsc::SyncSender<Vec<u8>>, waiting: &'static str) -> Self {
-        ChunkSender { tx, buf: Vec::with_capacity(CHUNK), waiting }
+    fn new(tx: mpsc::SyncSender<Chunk>, waiting: &'static str) -> Self {
+        ChunkSender { tx, buf: Chunk { bytes: Vec::with_capacity(CHUNK), files: Vec::new() }, waiting }
     }
 
     fn send(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
+        if self.buf.bytes.is_empty() && self.buf.files.is_empty() {
             return Ok(());
         }
-        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        let next = Chunk { bytes: Vec::with_capacity(CHUNK), files: Vec::new() };
+        let full = std::mem::replace(&mut self.buf, next);
         // The receiver only goes away when its stage failed; that stage's
         // error is the one reported.
         let _waiting = crate::trace::span(self.waiting);
         self.tx.send(full).map_err(|_| next_stage_stopped())
     }
+
+    /// Read exactly `len` bytes of `src` into chunks; `file` marks them as
+    /// that file's content.
+    fn read_from(&mut self, src: &mut dyn Read, len: u64, file: Option<u32>) -> Result<(), CopyError> {
+        if let Some(f) = file {
+            let at = self.buf.bytes.len();
+            self.buf.files.push((f, at..at));
+        }
+        let mut left = len;
+        while left > 0 {
+            if self.buf.bytes.len() == CHUNK {
+                self.send().map_err(CopyError::Write)?;
+            }
+            let want = ((CHUNK - self.buf.bytes.len()) as u64).min(left);
+            let start = self.buf.bytes.len();
+            match src.take(want).read_to_end(&mut self.buf.bytes) {
+                Ok(0) => return Err(CopyError::Short),
+                Ok(n) => left -= n as u64,
+                Err(e) => return Err(CopyError::Read(e)),
+            }
+            if let Some(f) = file {
+                let end = self.buf.bytes.len();
+                match self.buf.files.last_mut() {
+                    Some((last, r)) if *last == f && r.end == start => r.end = end,
+                    _ => self.buf.files.push((f, start..end)),
+                }
+            }
+        }
+        if self.buf.bytes.len() == CHUNK {
+            self.send().map_err(CopyError::Write)?;
+        }
+        Ok(())
+    }
 }
 
 impl Write for ChunkSender {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let n = (CHUNK - self.buf.len()).min(data.len());
-        self.buf.extend_from_slice(&data[..n]);
-        if self.buf.len() == CHUNK {
+        let n = (CHUNK - self.buf.bytes.len()).min(data.len());
+        self.buf.bytes.extend_from_slice(&data[..n]);
+        if self.buf.bytes.len() == CHUNK {
             self.send()?;
         }
         Ok(n)
@@ -86,27 +131,56 @@ impl TarSink for ChunkSender {
     /// spare capacity without zeroing it, and never grows the chunk (`want`
     /// fits), so each byte is copied once, by the kernel.
     fn append_from(&mut self, src: &mut dyn Read, len: u64) -> Result<(), CopyError> {
-        let _reading = crate::trace::span("tar: read files (+wait)");
-        let mut left = len;
-        while left > 0 {
-            if self.buf.len() == CHUNK {
-                self.send().map_err(CopyError::Write)?;
-            }
-            let want = ((CHUNK - self.buf.len()) as u64).min(left);
-            match src.take(want).read_to_end(&mut self.buf) {
-                Ok(0) => return Err(CopyError::Short),
-                Ok(n) => left -= n as u64,
-                Err(e) => return Err(CopyError::Read(e)),
-            }
-        }
-        if self.buf.len() == CHUNK {
-            self.send().map_err(CopyError::Write)?;
-        }
-        Ok(())
+        self.read_from(src, len, None)
+    }
+
+    /// The file's ranges travel with the chunks: the tar hashing thread
+    /// hashes them, off the thread that walks the tree and reads files.
+    fn append_hashed(&mut self, src: &mut dyn Read, len: u64, file: u32) -> Result<(), CopyError> {
+        self.read_from(src, len, Some(file))
     }
 }
 
-/// Pack `tree` into a blob in `cache`. `on_bytes` sees content progress.
+/// The sha256 of numbered files, by number.
+type FileDigests = Vec<(u32, [u8; 32])>;
+
+/// The sha256 of each numbered file whose ranges the chunks carry.
+#[derive(Default)]
+struct FileHashes {
+    current: Option<(u32, Sha256)>,
+    done: FileDigests,
+}
+
+impl FileHashes {
+    fn feed(&mut self, chunk: &Chunk) {
+        for (f, r) in &chunk.files {
+            match &mut self.current {
+                Some((cur, sha)) if cur == f => sha.update(&chunk.bytes[r.clone()]),
+                _ => {
+                    self.finish_current();
+                    let mut sha = Sha256::new();
+                    sha.update(&chunk.bytes[r.clone()]);
+                    self.current = Some((*f, sha));
+                }
+            }
+        }
+    }
+
+    fn finish_current(&mut self) {
+        if let Some((f, sha)) = self.current.take() {
+            self.done.push((f, sha.finalize().into()));
+        }
+    }
+
+    fn finish(mut self) -> FileDigests {
+        self.finish_current();
+        self.done
+    }
+}
+
+/// Pack `tree` into a blob in `cache`. `on_bytes` sees content progress;
+/// `host_digests`, when given, receives the sha256 and capability of every
+/// `Content::HostToHash` file (hashed on the tar hashing thread).
 pub fn pack_tree(
     cache: &Cache,
     tree: &Tree,
@@ -114,42 +188,49 @@ pub fn pack_tree(
     threads: usize,
     opts: &WriteOptions,
     on_bytes: &mut dyn FnMut(u64),
+    host_digests: Option<&mut HostDigests>,
 ) -> Result<LayerBlob, PackError> {
     let uncompressed = codec.compression == Compression::None;
     // The blob's writer: the tar hashing stage's for an uncompressed layer,
     // else the last stage's.
     let mut blob = Some(BlobWriter::blob(cache)?);
     let tar_blob = if uncompressed { blob.take() } else { None };
-    let (tar_tx, tar_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+    let (tar_tx, tar_rx) = mpsc::sync_channel::<Chunk>(QUEUE_CHUNKS);
     let (hashed_tx, hashed_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
-    let (blob_tx, blob_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
+    let (blob_tx, blob_rx) = mpsc::sync_channel::<Chunk>(QUEUE_CHUNKS);
+    let mut hashed_files = host_digests.is_some().then(Vec::new);
 
     let (produced, hashed, compressed, written) = std::thread::scope(|s| {
         let writer = stage(s, "blob-write", move || -> io::Result<Option<BlobWriter>> {
             let mut out = blob;
             for chunk in blob_rx {
                 let _busy = crate::trace::span("blob write (busy)");
-                out.as_mut().ok_or_else(next_stage_stopped)?.write_all(&chunk)?;
+                out.as_mut().ok_or_else(next_stage_stopped)?.write_all(&chunk.bytes)?;
             }
             Ok(out)
         });
         // Hashing the tar on its own thread keeps the walk and the
         // compressor busy on both cores instead of waiting for it.
-        let hasher = stage(s, "tar-hash", move || -> io::Result<TarEnd> {
+        let hasher = stage(s, "tar-hash", move || -> io::Result<(TarEnd, FileDigests)> {
+            let mut files = FileHashes::default();
             match tar_blob {
                 Some(mut w) => {
                     for chunk in tar_rx {
-                        w.write_all(&chunk)?;
+                        files.feed(&chunk);
+                        w.write_all(&chunk.bytes)?;
                     }
-                    Ok(TarEnd::Blob(w))
+                    Ok((TarEnd::Blob(w), files.finish()))
                 }
                 None => {
                     let mut h = HashingWriter::new(io::sink());
                     for chunk in tar_rx {
-                        crate::trace::time("tar sha256 (busy)", || h.write_all(&chunk))?;
-                        hashed_tx.send(chunk).map_err(|_| next_stage_stopped())?;
+                        crate::trace::time("tar sha256 (busy)", || {
+                            files.feed(&chunk);
+                            h.write_all(&chunk.bytes)
+                        })?;
+                        hashed_tx.send(chunk.bytes).map_err(|_| next_stage_stopped())?;
                     }
-                    Ok(TarEnd::Hashed(h.finish().1))
+                    Ok((TarEnd::Hashed(h.finish().1), files.finish()))
                 }
             }
         });
@@ -166,7 +247,8 @@ pub fn pack_tree(
         });
         let produced = (|| -> Result<(), WriteError> {
             let _tar = crate::trace::span("tar (walk tree, headers, read)");
-            let mut sender = write_tar_to(tree, ChunkSender::new(tar_tx, "tar: wait on hash queue"), opts, on_bytes)?;
+            let sink = ChunkSender::new(tar_tx, "tar: wait on hash queue");
+            let mut sender = write_tar_to(tree, sink, opts, on_bytes, hashed_files.as_mut())?;
             sender.flush()?;
             Ok(())
         })();
@@ -180,8 +262,14 @@ pub fn pack_tree(
     // report the furthest one, which is the cause.
     let compressed_blob = written.map_err(WriteError::Io)?;
     compressed.map_err(WriteError::Io)?;
-    let tar_end = hashed.map_err(WriteError::Io)?;
+    let (tar_end, file_digests) = hashed.map_err(WriteError::Io)?;
     produced?;
+    if let (Some(digests), Some(files)) = (host_digests, hashed_files) {
+        for (n, sha256) in file_digests {
+            let f = &files[n as usize];
+            digests.insert(f.inode, HostFile { sha256, capability: f.capability.clone() });
+        }
+    }
     let (diff_id, stored): (Digest, Stored) = match (tar_end, compressed_blob) {
         (TarEnd::Blob(w), _) => {
             let stored = w.commit()?;
@@ -260,8 +348,8 @@ mod tests {
         for c in [Compression::Gzip, Compression::Zstd, Compression::None] {
             let mut progress = 0;
             let codec = LayerCodec::new(c, None).unwrap();
-            let one = pack_tree(&cache, &t, codec, 1, &opts, &mut |n| progress += n).unwrap();
-            let two = pack_tree(&cache, &t, codec, 2, &opts, &mut |_| {}).unwrap();
+            let one = pack_tree(&cache, &t, codec, 1, &opts, &mut |n| progress += n, None).unwrap();
+            let two = pack_tree(&cache, &t, codec, 2, &opts, &mut |_| {}, None).unwrap();
             assert_eq!(one, two, "{c:?}: thread count changed the blob");
             assert_eq!(progress, t.content_bytes());
             let blob = std::fs::read(cache.blob_path(&one.digest)).unwrap();
@@ -287,7 +375,8 @@ mod tests {
         let plain = crate::layer::write::write_tar(&t, Vec::new(), &WriteOptions::default(), &mut |_| {});
         let err = plain.map(|_| ()).unwrap_err().to_string();
         assert!(err.contains("changed while") && err.contains("short"), "{err}");
-        let err = pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
+        let err =
+            pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}, None).unwrap_err();
         let err = err.to_string();
         assert!(err.contains("changed while") && err.contains("short"), "{err}");
         assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");
@@ -304,7 +393,8 @@ mod tests {
             0o644,
         );
         t.insert(b"zz/gone".to_vec(), node).unwrap();
-        let err = pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}).unwrap_err();
+        let err =
+            pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}, None).unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");
         assert_eq!(std::fs::read_dir(cache.root().join("blobs/sha256")).unwrap().count(), 0);
         assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");

@@ -13,6 +13,11 @@ use std::sync::Arc;
 pub enum Content {
     /// A file on the host, read when written (its size is checked again).
     Host(PathBuf),
+    /// A host file whose content identity is learned as it is written (a
+    /// first build's cache key, see `source::hashes::KeyHashing`): the
+    /// writer takes its `security.capability` from the open file into the
+    /// entry's header and reports its sha256 and capability.
+    HostToHash(PathBuf),
     /// A byte range of a file: a member of an uncompressed tar, or a spool.
     Slice { file: Arc<PathBuf>, offset: u64 },
     /// Bytes held in memory (small generated files).
@@ -68,7 +73,7 @@ impl Node {
         let mut v = Vec::with_capacity(*size as usize);
         match content {
             Content::Bytes(b) => v.extend_from_slice(b),
-            Content::Host(p) => {
+            Content::Host(p) | Content::HostToHash(p) => {
                 std::fs::File::open(p)?.take(*size).read_to_end(&mut v)?;
             }
             Content::Slice { file, offset } => {

@@ -5,8 +5,10 @@
 
 use super::path::display;
 use super::tree::{Content, Kind, Node, Tree};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
 
 /// Largest size/id a ustar octal field holds.
 const USTAR_SIZE_MAX: u64 = 0o77777777777;
@@ -20,6 +22,29 @@ pub enum WriteError {
     Changed { source_path: String, expected: u64 },
     #[error("writing the layer failed: {0}")]
     Io(#[from] io::Error),
+}
+
+/// What packing learned of each `Content::HostToHash` file, by its inode
+/// (device, inode number) as opened: what a first build's cache key needs,
+/// from the one read that packing does anyway (see
+/// `source::hashes::KeyHashing`). A file replaced since it was scanned has
+/// another inode, so it is not taken for the scanned one.
+pub type HostDigests = HashMap<(u64, u64), HostFile>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFile {
+    /// Of the bytes written.
+    pub sha256: [u8; 32],
+    /// The `security.capability` xattr, which the entry's header carries.
+    pub capability: Option<Vec<u8>>,
+}
+
+/// A `HostToHash` file as the writer handed it to its sink, by number
+/// (`TarSink::append_hashed`): the sink hashes the content.
+#[derive(Debug)]
+pub struct HashedFile {
+    pub inode: (u64, u64),
+    pub capability: Option<Vec<u8>>,
 }
 
 /// Options that shape every header.
@@ -49,6 +74,13 @@ pub trait TarSink: Write {
             left -= n as u64;
         }
         Ok(())
+    }
+
+    /// Append file number `file`'s content, which the sink hashes (the
+    /// pack pipeline, on its tar hashing thread); a plain sink does not.
+    fn append_hashed(&mut self, src: &mut dyn Read, len: u64, file: u32) -> Result<(), CopyError> {
+        let _ = file;
+        self.append_from(src, len)
     }
 }
 
@@ -151,32 +183,55 @@ fn header_for(path: &[u8], node: &Node, opts: &WriteOptions) -> (tar::Header, Ve
 /// What error messages call an entry's content: its host file, else the entry.
 fn source_name(path: &[u8], content: &Content) -> String {
     match content {
-        Content::Host(p) => p.display().to_string(),
+        Content::Host(p) | Content::HostToHash(p) => p.display().to_string(),
         Content::Slice { file, .. } => file.display().to_string(),
         Content::Bytes(_) => display(path),
     }
 }
 
-fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Box<dyn Read>, WriteError> {
+/// An opened file entry's content; for `HostToHash`, also its inode and capability.
+struct Opened {
+    reader: Box<dyn Read>,
+    host: Option<HashedFile>,
+}
+
+fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Opened, WriteError> {
     let src = source_name(path, content);
     let read_err = |src: &str, err| WriteError::Read { entry: display(path), source_path: src.to_string(), err };
     // Files are read unbuffered: the sink asks for large reads.
     match content {
-        Content::Host(p) => {
+        Content::Host(p) | Content::HostToHash(p) => {
             let f = File::open(p).map_err(|e| read_err(&src, e))?;
-            let len = f.metadata().map_err(|e| read_err(&src, e))?.len();
-            if len != size {
+            let meta = f.metadata().map_err(|e| read_err(&src, e))?;
+            if meta.len() != size {
                 return Err(WriteError::Changed { source_path: src, expected: size });
             }
-            Ok(Box::new(f))
+            let host = matches!(content, Content::HostToHash(_))
+                .then(|| HashedFile { inode: (meta.dev(), meta.ino()), capability: fd_capability(&f) });
+            Ok(Opened { reader: Box::new(f), host })
         }
         Content::Slice { file, offset } => {
             let mut f = File::open(file.as_ref()).map_err(|e| read_err(&src, e))?;
             f.seek(SeekFrom::Start(*offset)).map_err(|e| read_err(&src, e))?;
-            Ok(Box::new(f))
+            Ok(Opened { reader: Box::new(f), host: None })
         }
-        Content::Bytes(b) => Ok(Box::new(io::Cursor::new(b.clone()))),
+        Content::Bytes(b) => Ok(Opened { reader: Box::new(io::Cursor::new(b.clone())), host: None }),
     }
+}
+
+/// The `security.capability` xattr of an open file (no path lookup).
+pub fn fd_capability(f: &File) -> Option<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    // Hand-written: one fgetxattr call does not justify an xattr crate.
+    // Most files have none: no allocation unless one is there.
+    let mut buf = [0u8; 256];
+    // SAFETY: the name is NUL-terminated, the fd is open and buf is valid for its length.
+    let n =
+        unsafe { libc::fgetxattr(f.as_raw_fd(), c"security.capability".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return None;
+    }
+    Some(buf[..n as usize].to_vec())
 }
 
 /// Write `tree` as a tar stream into `out`; `on_bytes` sees content progress.
@@ -187,46 +242,66 @@ pub fn write_tar<W: Write>(
     opts: &WriteOptions,
     on_bytes: &mut dyn FnMut(u64),
 ) -> Result<W, WriteError> {
-    Ok(write_tar_to(tree, Plain(out), opts, on_bytes)?.0)
+    Ok(write_tar_to(tree, Plain(out), opts, on_bytes, None)?.0)
 }
 
-/// `write_tar` into a `TarSink`.
+/// `write_tar` into a `TarSink`. With `hashed`, each `Content::HostToHash`
+/// file goes to the sink as the next number of `hashed`, whose sha256 the
+/// sink computes (`TarSink::append_hashed`).
 pub fn write_tar_to<S: TarSink>(
     tree: &Tree,
     out: S,
     opts: &WriteOptions,
     on_bytes: &mut dyn FnMut(u64),
+    mut hashed: Option<&mut Vec<HashedFile>>,
 ) -> Result<S, WriteError> {
     let mut b = tar::Builder::new(out);
     for (path, node) in tree.iter() {
-        let (header, pax) = header_for(path, node, opts);
+        let (header, mut pax) = header_for(path, node, opts);
+        let Kind::File { size, content } = &node.kind else {
+            if !pax.is_empty() {
+                b.append_pax_extensions(pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
+            }
+            b.append(&header, io::empty())?;
+            continue;
+        };
+        // Opened before the header is written: a `HostToHash` file's
+        // capability, read from it, goes last in the PAX records, where
+        // `header_for` puts the node's own xattrs.
+        let Opened { mut reader, host } = open_content(path, content, *size)?;
+        if let Some(cap) = host.as_ref().and_then(|h| h.capability.as_ref()) {
+            pax_record("SCHILY.xattr.security.capability", cap, &mut pax);
+        }
         if !pax.is_empty() {
             b.append_pax_extensions(pax.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
         }
-        match &node.kind {
-            Kind::File { size, content } => {
-                let mut reader = open_content(path, content, *size)?;
-                // What `tar::Builder::append` writes, with the content
-                // copied by the sink: header, content, zeros to 512 bytes.
-                let sink = b.get_mut();
-                sink.write_all(header.as_bytes())?;
-                sink.append_from(&mut reader, *size).map_err(|e| match e {
-                    CopyError::Short => {
-                        WriteError::Changed { source_path: source_name(path, content), expected: *size }
-                    }
-                    CopyError::Read(err) => {
-                        WriteError::Read { entry: display(path), source_path: source_name(path, content), err }
-                    }
-                    CopyError::Write(err) => WriteError::Io(err),
-                })?;
-                let tail = (*size % 512) as usize;
-                if tail != 0 {
-                    sink.write_all(&[0u8; 512][..512 - tail])?;
-                }
-                on_bytes(*size);
+        let number = match (host, hashed.as_deref_mut()) {
+            (Some(host), Some(files)) => {
+                files.push(host);
+                Some((files.len() - 1) as u32)
             }
-            _ => b.append(&header, io::empty())?,
+            _ => None,
+        };
+        // What `tar::Builder::append` writes, with the content copied by
+        // the sink: header, content, zeros to 512 bytes.
+        let sink = b.get_mut();
+        sink.write_all(header.as_bytes())?;
+        let copied = match number {
+            Some(n) => sink.append_hashed(&mut reader, *size, n),
+            None => sink.append_from(&mut reader, *size),
+        };
+        copied.map_err(|e| match e {
+            CopyError::Short => WriteError::Changed { source_path: source_name(path, content), expected: *size },
+            CopyError::Read(err) => {
+                WriteError::Read { entry: display(path), source_path: source_name(path, content), err }
+            }
+            CopyError::Write(err) => WriteError::Io(err),
+        })?;
+        let tail = (*size % 512) as usize;
+        if tail != 0 {
+            sink.write_all(&[0u8; 512][..512 - tail])?;
         }
+        on_bytes(*size);
     }
     Ok(b.into_inner()?)
 }

@@ -5,14 +5,18 @@
 //! makes one with fresh pins and writes them, `quarry build` executes one
 //! (see `build`). Making a plan fetches or reads only what a key truly
 //! needs: a packages layer that must be resolved over layers not built yet
-//! says so (its key is unknown) instead of building them.
+//! says so (its key is unknown) instead of building them. A plan made to be
+//! built at once may leave the files of a source new to the cache unhashed
+//! (`KeyHashing`): packing reads them anyway, and their layer's key is
+//! known once it is packed (`files_keyed`), the same key hashing first gives.
 
 pub mod keys;
 pub mod lockfile;
 mod make;
 mod pins;
 
-pub use make::{make, resolve_packages};
+pub use crate::source::hashes::KeyHashing;
+pub use make::{files_keyed, make, resolve_packages};
 
 use crate::definition::{Image, Layer, PackageSet, PackagesBase, Platform, PypiRequest, RunDef};
 use crate::distro::pins::PackagePins;
@@ -66,6 +70,8 @@ pub struct PlanOptions {
     /// Rehash every input file instead of trusting the stat memo.
     pub verify: bool,
     pub pins: PinMode,
+    /// Whether a files layer new to the cache may get its key from packing.
+    pub key_hashing: KeyHashing,
 }
 
 /// An image's layers, ready to build.

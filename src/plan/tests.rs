@@ -13,8 +13,14 @@ fn plan_of(text: &str) -> Plan {
     std::fs::write(&f, text).unwrap();
     let image = load_image(&f, &Default::default()).unwrap();
     let cache = Cache::open(&d.path().join("cache")).unwrap();
-    let opts =
-        PlanOptions { cache, codec: LayerCodec::default(), source_date_epoch: 0, verify: false, pins: PinMode::Locked };
+    let opts = PlanOptions {
+        cache,
+        codec: LayerCodec::default(),
+        source_date_epoch: 0,
+        verify: false,
+        pins: PinMode::Locked,
+        key_hashing: crate::plan::KeyHashing::Upfront,
+    };
     make(&image, &opts).unwrap()
 }
 

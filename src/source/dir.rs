@@ -1,10 +1,12 @@
 //! `dir` sources: a host directory placed at `dest`. The walk never follows
 //! symlinks; include/exclude globs match paths relative to the directory.
 
-use super::hashes::{capability, source_id, ContentHasher, FileToHash};
+mod fingerprint;
+
+use super::hashes::{capability, FileDigest};
 use crate::layer::path::join;
 use crate::layer::{Content, Kind, Node, Tree};
-use crate::store::key::{Key, KeyEncoder};
+use crate::store::key::Key;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -41,6 +43,10 @@ pub struct DirEntry {
 pub struct DirScan {
     pub root: PathBuf,
     pub entries: Vec<DirEntry>,
+    /// The fingerprint, once known.
+    key: Option<Key>,
+    /// A deferred fingerprint: per content file, what the memo knew.
+    pending: Option<Vec<Option<FileDigest>>>,
 }
 
 #[derive(Default)]
@@ -75,7 +81,7 @@ pub fn scan(root: &Path, s: &DirOptions) -> Result<DirScan, String> {
     let mut entries = walk(root, root, 0, 0, &filters)?;
     entries.extend(walk_children(root, root, &filters)?);
     entries.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(DirScan { root: root.to_path_buf(), entries })
+    Ok(DirScan { root: root.to_path_buf(), entries, key: None, pending: None })
 }
 
 /// The entries below `dir` (inside `root`), recursively, applying the
@@ -177,90 +183,23 @@ fn walk(root: &Path, start: &Path, min_depth: usize, max_depth: usize, f: &Filte
 }
 
 impl DirScan {
-    /// A content-based key for everything this source puts in the layer:
-    /// per entry its path, type, permission bits, mtime as the tar will
-    /// store it (clamped to `source_date_epoch`), link target, device
-    /// numbers, and for regular files the size, sha256 and capability; the
-    /// hardlink structure as `into_tree` will build it. File contents come
-    /// from `hasher` (memoized by stat), so `touch` costs a rehash, not a
-    /// rebuild. Records each file's capability for `into_tree`.
-    pub fn fingerprint(
-        &self,
-        s: &DirOptions,
-        hasher: &mut ContentHasher,
-        source_date_epoch: u64,
-    ) -> Result<Key, String> {
-        // Regular files that carry content (the first of each hardlink
-        // group) are hashed; per entry, its place among them or the entry
-        // it is a hardlink to.
-        let mut first_of_inode: HashMap<(u64, u64), usize> = HashMap::new();
-        let mut hashed = vec![None; self.entries.len()];
-        let mut link_to = vec![None; self.entries.len()];
-        let mut to_hash = Vec::new();
-        for (i, e) in self.entries.iter().enumerate() {
-            let m = &e.meta;
-            if !m.file_type().is_file() {
-                continue;
-            }
-            if m.nlink() > 1 {
-                if let Some(&first) = first_of_inode.get(&(m.dev(), m.ino())) {
-                    link_to[i] = Some(first);
-                    continue;
-                }
-                first_of_inode.insert((m.dev(), m.ino()), i);
-            }
-            hashed[i] = Some(to_hash.len());
-            to_hash.push(FileToHash { rel: &e.rel, path: &e.path, meta: m });
+    /// A regular file's content: while the fingerprint waits on packing,
+    /// a file the memo did not know is hashed (and its capability read)
+    /// as it is written.
+    fn content_of(&self, e: &DirEntry) -> Content {
+        if self.pending.is_some() && e.capability.get().is_none() {
+            Content::HostToHash(e.path.clone())
+        } else {
+            Content::Host(e.path.clone())
         }
-        let root = self.root.as_path();
-        let id = source_id("dir", root, &[&s.include, &s.exclude]);
-        let digests = hasher.hash_files(&id, &to_hash)?;
-
-        // One group of fields per entry, in path order.
-        let mut h = KeyEncoder::new("dir-content", 1);
-        for (i, e) in self.entries.iter().enumerate() {
-            if e.rel.is_empty() {
-                continue; // the root itself is not stored in the layer
-            }
-            let m = &e.meta;
-            let ft = m.file_type();
-            let mtime = (m.mtime().max(0) as u64).min(source_date_epoch);
-            h.bytes("path", &e.rel).u64("mode", (m.mode() & 0o7777) as u64).u64("mtime", mtime);
-            if ft.is_dir() {
-                h.str("type", "dir");
-            } else if ft.is_symlink() {
-                h.str("type", "symlink").bytes("target", e.link.as_deref().unwrap_or_default());
-            } else if ft.is_file() {
-                if let Some(first) = link_to[i] {
-                    h.str("type", "hardlink").bytes("target", &self.entries[first].rel);
-                } else if let Some(j) = hashed[i] {
-                    let d = &digests[j];
-                    h.str("type", "file").u64("size", m.size()).bytes("sha256", &d.sha256);
-                    h.bytes("capability", d.capability.as_deref().unwrap_or_default());
-                }
-            } else if ft.is_char_device() || ft.is_block_device() {
-                h.str("type", if ft.is_char_device() { "char" } else { "block" }).u64("rdev", m.rdev());
-            } else if ft.is_fifo() {
-                h.str("type", "fifo");
-            } else {
-                h.str("type", "socket");
-            }
-        }
-        // A hardlink shares its inode's xattrs with the first of its group.
-        for (i, e) in self.entries.iter().enumerate() {
-            if let Some(j) = hashed[link_to[i].unwrap_or(i)] {
-                let _ = e.capability.set(digests[j].capability.clone());
-            }
-        }
-        Ok(h.finish())
     }
 
     /// Place the scanned entries under `dest` in `tree`.
-    pub fn into_tree(self, dest: &[u8], s: &DirOptions, tree: &mut Tree) -> Result<DirReport, String> {
+    pub fn into_tree(&self, dest: &[u8], s: &DirOptions, tree: &mut Tree) -> Result<DirReport, String> {
         let (uid, gid) = s.owner.unwrap_or((0, 0));
         let mut report = DirReport::default();
         let mut first_of_inode: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
-        for e in self.entries {
+        for e in &self.entries {
             let m = &e.meta;
             let ft = m.file_type();
             let target = join(dest, &e.rel);
@@ -275,10 +214,10 @@ impl DirScan {
                         Kind::Hardlink(first.clone())
                     } else {
                         first_of_inode.insert(key, target.clone());
-                        Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
+                        Kind::File { size: m.size(), content: self.content_of(e) }
                     }
                 } else {
-                    Kind::File { size: m.size(), content: Content::Host(e.path.clone()) }
+                    Kind::File { size: m.size(), content: self.content_of(e) }
                 }
             } else if ft.is_char_device() || ft.is_block_device() {
                 if !s.devices {
@@ -299,9 +238,10 @@ impl DirScan {
             };
             let mut node = Node::new(kind, m.mode() & 0o7777).owned(uid, gid);
             node.mtime = m.mtime().max(0) as u64;
-            if ft.is_file() {
-                if let Some(cap) = e.capability.into_inner().unwrap_or_else(|| capability(&e.path)) {
-                    node.xattrs.push(("security.capability".into(), cap));
+            let learned_when_written = matches!(node.kind, Kind::File { content: Content::HostToHash(_), .. });
+            if ft.is_file() && !learned_when_written {
+                if let Some(cap) = e.capability.get_or_init(|| capability(&e.path)) {
+                    node.xattrs.push(("security.capability".into(), cap.clone()));
                 }
             }
             tree.insert(target, node)

@@ -94,10 +94,28 @@ struct MemoEntry {
 
 type Memo = HashMap<Vec<u8>, (StatFingerprint, FileDigest)>;
 
+/// When the files a cache key needs are read and hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHashing {
+    /// Before anything is built, so every key of a plan is known
+    /// (`quarry plan`, `quarry lock`, `--verify`).
+    Upfront,
+    /// A source the stat memo has never seen (a first build) is hashed
+    /// while its layer is packed: packing reads every file anyway, and
+    /// reading a tree of small files twice is a large part of a first
+    /// build. A source the memo knows is hashed first (only what changed),
+    /// so a layer built before is found in the cache.
+    WhilePackingNewSources,
+    /// Every file the memo does not know is hashed while packing
+    /// (`--no-cache`: no key is looked up before building).
+    WhilePacking,
+}
+
 /// Hashes files for cache keys, through the stat memo.
 pub struct ContentHasher {
     cache: Cache,
     verify: bool,
+    timing: KeyHashing,
     /// Files read and hashed so far (memo misses, or all under `verify`).
     pub files_hashed: u64,
     /// Memo entries that `verify` found wrong: content changed while the
@@ -107,32 +125,85 @@ pub struct ContentHasher {
     racy_from: i64,
 }
 
+/// What the memo knows of a list of files.
+pub struct Recalled {
+    memo: Memo,
+    /// The source has a memo (it was hashed before in this cache, even if
+    /// none of its files could be memoized then).
+    known_source: bool,
+    /// Per file, its digest when the memo holds it for its current stat.
+    pub digests: Vec<Option<FileDigest>>,
+}
+
+impl Recalled {
+    pub fn missing(&self) -> usize {
+        self.digests.iter().filter(|d| d.is_none()).count()
+    }
+}
+
 impl ContentHasher {
     pub fn new(cache: Cache, verify: bool) -> Self {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(i64::MAX);
-        ContentHasher { cache, verify, files_hashed: 0, stale_entries: 0, racy_from: now.saturating_sub(RACY_SECS) }
+        ContentHasher {
+            cache,
+            verify,
+            timing: KeyHashing::Upfront,
+            files_hashed: 0,
+            stale_entries: 0,
+            racy_from: now.saturating_sub(RACY_SECS),
+        }
+    }
+
+    /// When keys may be hashed (`Upfront` unless set; always `Upfront` under `verify`).
+    pub fn with_timing(mut self, timing: KeyHashing) -> Self {
+        self.timing = if self.verify { KeyHashing::Upfront } else { timing };
+        self
     }
 
     /// Content digests of `files`, in order. `source_id` names the memo: the
     /// same source (kind, path, filters) must give the same id.
     pub fn hash_files(&mut self, source_id: &str, files: &[FileToHash]) -> Result<Vec<FileDigest>, String> {
-        let memo_name = memo_name(source_id);
-        let memo = crate::trace::time("fingerprint: memo load", || self.load(&memo_name));
-        let mut out: Vec<Option<FileDigest>> = Vec::with_capacity(files.len());
-        let mut todo = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            let fp = StatFingerprint::of(f.meta);
-            match memo.get(f.rel) {
-                Some((old, d)) if *old == fp && !self.verify => out.push(Some(d.clone())),
-                _ => {
-                    out.push(None);
-                    todo.push(i);
-                }
-            }
+        let recalled = self.recall(source_id, files);
+        self.hash_missing(source_id, files, recalled)
+    }
+
+    /// What the memo knows of `files` (nothing under `verify`).
+    pub fn recall(&self, source_id: &str, files: &[FileToHash]) -> Recalled {
+        let loaded = crate::trace::time("fingerprint: memo load", || self.load(&memo_name(source_id)));
+        let known_source = loaded.is_some();
+        let memo = loaded.unwrap_or_default();
+        let digests = files
+            .iter()
+            .map(|f| match memo.get(f.rel) {
+                Some((old, d)) if *old == StatFingerprint::of(f.meta) && !self.verify => Some(d.clone()),
+                _ => None,
+            })
+            .collect();
+        Recalled { memo, known_source, digests }
+    }
+
+    /// May the files `recalled` lacks be hashed while the layer is packed,
+    /// instead of now?
+    pub fn may_defer(&self, recalled: &Recalled) -> bool {
+        match self.timing {
+            KeyHashing::Upfront => false,
+            KeyHashing::WhilePackingNewSources => !recalled.known_source,
+            KeyHashing::WhilePacking => true,
         }
+    }
+
+    /// Read and hash what `recalled` lacks; update the memo.
+    pub fn hash_missing(
+        &mut self,
+        source_id: &str,
+        files: &[FileToHash],
+        recalled: Recalled,
+    ) -> Result<Vec<FileDigest>, String> {
+        let Recalled { memo, digests: mut out, .. } = recalled;
+        let todo: Vec<usize> = (0..files.len()).filter(|&i| out[i].is_none()).collect();
         // Reading is I/O bound on cold caches and SHA-bound on warm ones:
         // either way, all cores help.
         let hashing = crate::trace::span("fingerprint: read+sha256");
@@ -158,50 +229,73 @@ impl ContentHasher {
             out[i] = Some(d);
         }
         let digests: Vec<FileDigest> = out.into_iter().map(|d| d.expect("every file hashed or memoized")).collect();
-
-        // Rewrite the memo only when it would change.
-        let changed = memo.len() != files.len()
-            || memoizable.iter().any(|ok| !ok)
-            || files.iter().zip(&digests).any(|(f, d)| {
-                memo.get(f.rel).map(|(ofp, od)| *ofp != StatFingerprint::of(f.meta) || od != d).unwrap_or(true)
-            });
-        if changed {
-            let entries = files
-                .iter()
-                .zip(&digests)
-                .zip(&memoizable)
-                .filter(|(_, ok)| **ok)
-                .map(|((f, d), _)| MemoEntry {
-                    path: f.rel.to_vec(),
-                    stat: StatFingerprint::of(f.meta),
-                    sha256: d.sha256,
-                    capability: d.capability.clone(),
-                })
-                .collect();
-            let doc = MemoFile { version: MEMO_VERSION, entries };
-            let bytes = postcard::to_stdvec(&doc).map_err(|e| e.to_string())?;
-            self.cache.write_note(MEMO_KIND, &memo_name, &bytes).map_err(|e| e.to_string())?;
-        }
+        self.store(source_id, files, &digests, &memoizable, &memo)?;
         Ok(digests)
     }
 
-    /// The memo, or an empty one when it is missing or unreadable (a memo is
-    /// only ever an optimization: a bad one costs rehashing, never a wrong key).
-    fn load(&self, name: &str) -> Memo {
-        let Some(bytes) = self.cache.read_note(MEMO_KIND, name) else {
-            return Memo::new();
-        };
-        // Another version's layout may not even parse: either way, rehash.
-        let Ok(doc) = postcard::from_bytes::<MemoFile>(&bytes) else {
-            return Memo::new();
-        };
-        if doc.version != MEMO_VERSION {
-            return Memo::new();
+    /// Record digests learned elsewhere (while packing) for files the memo
+    /// lacked: `hashed` of them were read. The stat recorded is the scan's:
+    /// a file changed since has a newer ctime, so its entry is never used.
+    pub fn remember(
+        &mut self,
+        source_id: &str,
+        files: &[FileToHash],
+        digests: &[FileDigest],
+        hashed: u64,
+    ) -> Result<(), String> {
+        self.files_hashed += hashed;
+        let memoizable: Vec<bool> =
+            files.iter().map(|f| !StatFingerprint::of(f.meta).is_racy(self.racy_from)).collect();
+        self.store(source_id, files, digests, &memoizable, &Memo::new())
+    }
+
+    /// Rewrite the memo, only when it would change.
+    fn store(
+        &self,
+        source_id: &str,
+        files: &[FileToHash],
+        digests: &[FileDigest],
+        memoizable: &[bool],
+        memo: &Memo,
+    ) -> Result<(), String> {
+        let changed = memo.len() != files.len()
+            || memoizable.iter().any(|ok| !ok)
+            || files.iter().zip(digests).any(|(f, d)| {
+                memo.get(f.rel).map(|(ofp, od)| *ofp != StatFingerprint::of(f.meta) || od != d).unwrap_or(true)
+            });
+        if !changed {
+            return Ok(());
         }
-        doc.entries
-            .into_iter()
-            .map(|e| (e.path, (e.stat, FileDigest { sha256: e.sha256, capability: e.capability })))
-            .collect()
+        let entries = files
+            .iter()
+            .zip(digests)
+            .zip(memoizable)
+            .filter(|(_, ok)| **ok)
+            .map(|((f, d), _)| MemoEntry {
+                path: f.rel.to_vec(),
+                stat: StatFingerprint::of(f.meta),
+                sha256: d.sha256,
+                capability: d.capability.clone(),
+            })
+            .collect();
+        let doc = MemoFile { version: MEMO_VERSION, entries };
+        let bytes = postcard::to_stdvec(&doc).map_err(|e| e.to_string())?;
+        self.cache.write_note(MEMO_KIND, &memo_name(source_id), &bytes).map_err(|e| e.to_string())
+    }
+
+    /// The memo; None when it is missing, unreadable or of another
+    /// version (a memo is only ever an optimization: a bad one costs
+    /// rehashing, never a wrong key).
+    fn load(&self, name: &str) -> Option<Memo> {
+        let bytes = self.cache.read_note(MEMO_KIND, name)?;
+        // Another version's layout may not even parse: either way, rehash.
+        let doc = postcard::from_bytes::<MemoFile>(&bytes).ok().filter(|d| d.version == MEMO_VERSION)?;
+        Some(
+            doc.entries
+                .into_iter()
+                .map(|e| (e.path, (e.stat, FileDigest { sha256: e.sha256, capability: e.capability })))
+                .collect(),
+        )
     }
 }
 
@@ -225,7 +319,7 @@ pub fn source_id(kind: &str, path: &Path, selectors: &[&[String]]) -> String {
 }
 
 /// Hash one file; also says whether its stat was unchanged while it was read.
-fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), String> {
+pub(crate) fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), String> {
     let err = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
     let mut f = std::fs::File::open(path).map_err(err)?;
     let mut h = Sha256::new();
@@ -252,22 +346,8 @@ fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), Stri
     })?;
     let after = f.metadata().map_err(err)?;
     let unchanged = StatFingerprint::of(&after) == StatFingerprint::of(scanned);
-    let capability = fd_capability(&f);
+    let capability = crate::layer::write::fd_capability(&f);
     Ok((FileDigest { sha256: h.finalize().into(), capability }, unchanged))
-}
-
-/// The `security.capability` xattr of an open file (no second path lookup).
-fn fd_capability(f: &std::fs::File) -> Option<Vec<u8>> {
-    use std::os::fd::AsRawFd;
-    let mut buf = vec![0u8; 256];
-    // SAFETY: the name is NUL-terminated, the fd is open and buf is valid for its length.
-    let n =
-        unsafe { libc::fgetxattr(f.as_raw_fd(), c"security.capability".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n <= 0 {
-        return None;
-    }
-    buf.truncate(n as usize);
-    Some(buf)
 }
 
 /// The `security.capability` xattr of a file, which layers keep.
@@ -359,15 +439,15 @@ mod tests {
         let entry = || MemoEntry { path: b"caf\xe9".to_vec(), stat: fp, sha256: [0; 32], capability: Some(vec![1, 2]) };
         let doc = MemoFile { version: MEMO_VERSION, entries: vec![entry()] };
         cache.write_note(MEMO_KIND, &memo_name("x"), &postcard::to_stdvec(&doc).unwrap()).unwrap();
-        let memo = h.load(&memo_name("x"));
+        let memo = h.load(&memo_name("x")).unwrap();
         let (got_fp, d) = memo.get(&b"caf\xe9"[..]).unwrap();
         assert_eq!(*got_fp, fp);
         assert_eq!(d.capability.as_deref(), Some(&[1u8, 2][..]));
 
         let old = MemoFile { version: MEMO_VERSION - 1, entries: vec![entry()] };
         cache.write_note(MEMO_KIND, &memo_name("x"), &postcard::to_stdvec(&old).unwrap()).unwrap();
-        assert!(h.load(&memo_name("x")).is_empty(), "another version is not trusted");
+        assert!(h.load(&memo_name("x")).is_none(), "another version is not trusted");
         cache.write_note(MEMO_KIND, &memo_name("x"), br#"{"version":1,"entries":[]}"#).unwrap();
-        assert!(h.load(&memo_name("x")).is_empty(), "a JSON memo of an older quarry is not trusted");
+        assert!(h.load(&memo_name("x")).is_none(), "a JSON memo of an older quarry is not trusted");
     }
 }

@@ -6,6 +6,8 @@
 pub mod dir;
 pub mod hashes;
 pub mod rocm;
+#[cfg(test)]
+mod tests;
 mod tree;
 pub mod wheel_install;
 
@@ -71,6 +73,14 @@ pub struct TreeReport {
 
 fn dir_options(s: &Source, include: &[String], exclude: &[String], devices: bool) -> DirOptions {
     DirOptions { include: include.to_vec(), exclude: exclude.to_vec(), owner: s.owner, devices }
+}
+
+/// The options of a `dir` source, or of a `rocm` dist tree (no filters).
+fn tree_options(s: &Source) -> DirOptions {
+    match &s.kind {
+        SourceKind::Dir(d) => dir_options(s, &d.include, &d.exclude, d.devices),
+        _ => dir_options(s, &[], &[], false),
+    }
 }
 
 fn files_of(layer: &Layer) -> &FilesLayer {
@@ -211,28 +221,81 @@ impl FilesScan {
     /// every input (files hashed through `hasher`'s stat memo), so a changed
     /// mtime alone never rebuilds a layer unless the tar would store it.
     /// Also returns each source's content digest.
+    ///
+    /// None when `hasher` left a directory's files to be hashed while the
+    /// layer is packed (see `KeyHashing`): `complete` then gives the same
+    /// key that hashing them now would have.
     pub fn fingerprint(
-        &self,
+        &mut self,
+        hasher: &mut ContentHasher,
+        source_date_epoch: u64,
+    ) -> Result<Option<(Key, Vec<ScannedContent>)>, SourceError> {
+        let FilesScan { layer, scans } = self;
+        let mut pending = false;
+        for (i, (s, scanned)) in files_of(layer).sources.iter().zip(scans.iter_mut()).enumerate() {
+            if let Scanned::Dir(d) | Scanned::RocmTree(d) = scanned {
+                let key = d
+                    .fingerprint(&tree_options(s), hasher, source_date_epoch, true)
+                    .map_err(|m| SourceError::new(layer, format!("{}source[{i}].dir", layer.field_prefix), m))?;
+                pending |= key.is_none();
+            }
+        }
+        if pending {
+            return Ok(None);
+        }
+        self.compose(hasher, source_date_epoch).map(Some)
+    }
+
+    /// Files whose hashing `fingerprint` left to packing.
+    pub fn pending_files(&self) -> usize {
+        self.scans
+            .iter()
+            .map(|s| match s {
+                Scanned::Dir(d) | Scanned::RocmTree(d) => d.pending(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The fingerprint of a scan `fingerprint` deferred, from the sha256
+    /// of each host file that packing the layer computed.
+    pub fn complete(
+        &mut self,
+        hasher: &mut ContentHasher,
+        source_date_epoch: u64,
+        packed: &crate::layer::write::HostDigests,
+    ) -> Result<(Key, Vec<ScannedContent>), SourceError> {
+        let FilesScan { layer, scans } = self;
+        for (i, (s, scanned)) in files_of(layer).sources.iter().zip(scans.iter_mut()).enumerate() {
+            if let Scanned::Dir(d) | Scanned::RocmTree(d) = scanned {
+                d.complete(&tree_options(s), hasher, source_date_epoch, packed)
+                    .map_err(|m| SourceError::new(layer, format!("{}source[{i}].dir", layer.field_prefix), m))?;
+            }
+        }
+        self.compose(hasher, source_date_epoch)
+    }
+
+    /// The layer's key once every directory's fingerprint is known.
+    fn compose(
+        &mut self,
         hasher: &mut ContentHasher,
         source_date_epoch: u64,
     ) -> Result<(Key, Vec<ScannedContent>), SourceError> {
-        let layer = &self.layer;
+        let FilesScan { layer, scans } = self;
+        let layer = &*layer;
         let files = files_of(layer);
         let mut h = KeyEncoder::new("files-layer", 1);
         h.str("name", &layer.name).list("remove", &files.remove);
         let mut contents = Vec::new();
-        for (i, (s, scanned)) in files.sources.iter().zip(&self.scans).enumerate() {
+        for (i, (s, scanned)) in files.sources.iter().zip(scans.iter_mut()).enumerate() {
             let field = |what: &str| format!("{}source[{i}].{what}", layer.field_prefix);
             encode_source(&mut h, s);
             let content = match scanned {
                 Scanned::Dir(d) | Scanned::RocmTree(d) => {
-                    let opts = match &s.kind {
-                        SourceKind::Dir(d) => dir_options(s, &d.include, &d.exclude, d.devices),
-                        _ => dir_options(s, &[], &[], false),
-                    };
                     let fp = d
-                        .fingerprint(&opts, hasher, source_date_epoch)
-                        .map_err(|m| SourceError::new(layer, field("dir"), m))?;
+                        .fingerprint(&tree_options(s), hasher, source_date_epoch, false)
+                        .map_err(|m| SourceError::new(layer, field("dir"), m))?
+                        .expect("a directory's key is known once nothing is deferred");
                     h.key("tree", &fp);
                     Some(format!("sha256:{fp}"))
                 }
@@ -264,8 +327,9 @@ impl FilesScan {
                     let mut all = KeyEncoder::new("rocm-trees", 1);
                     for d in scans {
                         let fp = d
-                            .fingerprint(&opts, hasher, source_date_epoch)
-                            .map_err(|m| SourceError::new(layer, field("rocm_artifacts"), m))?;
+                            .fingerprint(&opts, hasher, source_date_epoch, false)
+                            .map_err(|m| SourceError::new(layer, field("rocm_artifacts"), m))?
+                            .expect("an artifact's key is never deferred");
                         h.bytes("prefix", d.root.as_os_str().as_encoded_bytes()).key("tree", &fp);
                         all.key("tree", &fp);
                     }

@@ -15,37 +15,37 @@ impl FilesScan {
     /// Build the layer's tree. Archives are read (and sha256 pins checked)
     /// here; `wheels` holds the fetched file of each `pypi` source.
     pub fn into_tree(
-        self,
+        &self,
         wheels: &BTreeMap<usize, PathBuf>,
         spool_dir: &Path,
     ) -> Result<(Tree, TreeReport), SourceError> {
         let FilesScan { layer, scans } = self;
-        let files = files_of(&layer);
+        let files = files_of(layer);
         let prefix = &layer.field_prefix;
         let mut tree = Tree::new();
         let mut report = TreeReport::default();
         for (i, (s, scanned)) in files.sources.iter().zip(scans).enumerate() {
             let field = |what: &str| format!("{prefix}source[{i}].{what}");
             let dest = normalize_dest(&s.dest)
-                .map_err(|p| SourceError::new(&layer, field("dest"), format!("`{}` {p}", s.dest)))?;
+                .map_err(|p| SourceError::new(layer, field("dest"), format!("`{}` {p}", s.dest)))?;
             match (scanned, &s.kind) {
                 (Scanned::Dir(d), SourceKind::Dir(def)) => {
                     let opts = dir_options(s, &def.include, &def.exclude, def.devices);
                     let r =
-                        d.into_tree(&dest, &opts, &mut tree).map_err(|m| SourceError::new(&layer, field("dir"), m))?;
+                        d.into_tree(&dest, &opts, &mut tree).map_err(|m| SourceError::new(layer, field("dir"), m))?;
                     report.dropped_devices += r.dropped_devices;
                     report.skipped_sockets += r.skipped_sockets;
                 }
                 (Scanned::RocmTree(d), _) => {
                     let opts = dir_options(s, &[], &[], false);
                     let r =
-                        d.into_tree(&dest, &opts, &mut tree).map_err(|m| SourceError::new(&layer, field("rocm"), m))?;
+                        d.into_tree(&dest, &opts, &mut tree).map_err(|m| SourceError::new(layer, field("rocm"), m))?;
                     report.dropped_devices += r.dropped_devices;
                     report.skipped_sockets += r.skipped_sockets;
                 }
                 (Scanned::File(meta), SourceKind::File(f)) => {
                     if let Some(pin) = &f.sha256 {
-                        verify_pin(&layer, &field("sha256"), &f.path, pin)?;
+                        verify_pin(layer, &field("sha256"), &f.path, pin)?;
                     }
                     let target = if s.dest.ends_with('/') || dest.is_empty() {
                         let name = f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -60,11 +60,11 @@ impl FilesScan {
                     )
                     .owned(uid, gid);
                     node.mtime = meta.mtime().max(0) as u64;
-                    tree.insert(target, node).map_err(|e| SourceError::new(&layer, field("dest"), e.to_string()))?;
+                    tree.insert(target, node).map_err(|e| SourceError::new(layer, field("dest"), e.to_string()))?;
                 }
                 (Scanned::Archive(_), SourceKind::Archive(a)) => {
                     if let Some(pin) = &a.sha256 {
-                        verify_pin(&layer, &field("sha256"), &a.path, pin)?;
+                        verify_pin(layer, &field("sha256"), &a.path, pin)?;
                     }
                     let mut map = Vec::new();
                     for (k, v) in &a.map {
@@ -80,18 +80,18 @@ impl FilesScan {
                         allow_devices: a.devices,
                     };
                     let r = read_into(&a.path, &mut tree, &place, spool_dir)
-                        .map_err(|e| SourceError::new(&layer, field("archive"), e.to_string()))?;
+                        .map_err(|e| SourceError::new(layer, field("archive"), e.to_string()))?;
                     report.dropped_devices += r.dropped_devices;
                 }
                 (Scanned::Remove, _) => {}
                 (Scanned::Rocm(a, sel, _), kind) => {
                     let key = if matches!(kind, SourceKind::Rocm(_)) { "rocm" } else { "rocm_artifacts" };
-                    rocm::into_tree(&a, &sel, &dest, s.owner, &mut tree)
-                        .map_err(|e| SourceError::new(&layer, field(key), e.to_string()))?;
+                    rocm::into_tree(a, sel, &dest, s.owner, &mut tree)
+                        .map_err(|e| SourceError::new(layer, field(key), e.to_string()))?;
                 }
                 (Scanned::Pypi(_), SourceKind::Pypi(p)) => {
                     let path = wheels.get(&i).ok_or_else(|| {
-                        SourceError::new(&layer, field("pypi"), format!("`{}` was not fetched", p.request.requirement))
+                        SourceError::new(layer, field("pypi"), format!("`{}` was not fetched", p.request.requirement))
                     })?;
                     let opts = super::wheel_install::Install {
                         dest: &dest,
@@ -100,18 +100,18 @@ impl FilesScan {
                         owner: s.owner,
                     };
                     super::wheel_install::wheel_into_tree(path, &opts, &mut tree, spool_dir)
-                        .map_err(|m| SourceError::new(&layer, field("pypi"), m))?;
+                        .map_err(|m| SourceError::new(layer, field("pypi"), m))?;
                 }
                 _ => unreachable!("each source is scanned as its own kind"),
             }
             for (j, r) in s.remove.iter().enumerate() {
-                whiteout(&layer, &mut tree, &format!("{prefix}source[{i}].remove[{j}]"), r)?;
+                whiteout(layer, &mut tree, &format!("{prefix}source[{i}].remove[{j}]"), r)?;
             }
         }
         for (j, r) in files.remove.iter().enumerate() {
-            whiteout(&layer, &mut tree, &format!("{prefix}remove[{j}]"), r)?;
+            whiteout(layer, &mut tree, &format!("{prefix}remove[{j}]"), r)?;
         }
-        tree.finalize_hardlinks().map_err(|e| SourceError::new(&layer, format!("{prefix}source"), e.to_string()))?;
+        tree.finalize_hardlinks().map_err(|e| SourceError::new(layer, format!("{prefix}source"), e.to_string()))?;
         Ok((tree, report))
     }
 }

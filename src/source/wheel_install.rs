@@ -47,7 +47,7 @@ fn read_head(node: &Node, limit: u64) -> std::io::Result<Vec<u8>> {
     let n = (*size).min(limit);
     match content {
         Content::Bytes(b) => Ok(b[..n as usize].to_vec()),
-        Content::Host(p) => {
+        Content::Host(p) | Content::HostToHash(p) => {
             let mut v = Vec::new();
             std::fs::File::open(p)?.take(n).read_to_end(&mut v)?;
             Ok(v)

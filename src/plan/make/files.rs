@@ -2,10 +2,12 @@
 //! sources scanned and fingerprinted.
 
 use super::super::pins;
-use super::super::{InputRef, NodeKind, PlanError, PypiFile, Work};
+use super::super::{InputRef, NodeKind, Plan, PlanError, PypiFile, Work};
 use super::{relative, Planner};
 use crate::definition::{FilesLayer, Layer, LayerKind, Source, SourceKind};
 use crate::plan::lockfile::LockFile;
+use crate::source::ScannedContent;
+use crate::store::key::Key;
 use std::collections::{BTreeMap, HashMap};
 
 impl Planner<'_> {
@@ -42,9 +44,9 @@ impl Planner<'_> {
             }
         }
         let shas: BTreeMap<usize, crate::store::Digest> = wheels.iter().map(|(i, w)| (*i, w.sha256)).collect();
-        let scan = crate::trace::time("walk (scan)", || crate::source::scan(layer, &shas))?;
+        let mut scan = crate::trace::time("walk (scan)", || crate::source::scan(layer, &shas))?;
         let before = (self.hasher.files_hashed, self.hasher.stale_entries);
-        let (own, contents) =
+        let fingerprint =
             crate::trace::time("fingerprint", || scan.fingerprint(&mut self.hasher, self.opts.source_date_epoch))?;
         let stale = self.hasher.stale_entries - before.1;
         if stale > 0 {
@@ -53,20 +55,56 @@ impl Planner<'_> {
                 layer.name
             );
         }
-        let mut inputs = Vec::new();
-        let contents: HashMap<usize, String> = contents.into_iter().map(|c| (c.index, c.digest)).collect();
-        for (i, s) in files.sources.iter().enumerate() {
-            if let Some(r) = source_input(layer, s, contents.get(&i).cloned(), wheels.get(&i)) {
-                inputs.push(r);
-            }
-        }
         let hashed = self.hasher.files_hashed - before.0;
+        let pending = scan.pending_files();
+        let (own, contents) = match fingerprint {
+            Some((own, contents)) => (Some(own), contents),
+            None => (None, Vec::new()),
+        };
+        let inputs = files_inputs(layer, &contents, &wheels);
         let n = self.push(scope, layer.name.clone(), kind, Some(history), Work::Files { scan: Box::new(scan), wheels });
-        n.own = Some(own);
+        n.own = own;
         n.inputs = inputs;
         n.files_hashed = hashed;
+        if own.is_none() {
+            n.note = Some(format!(
+                "{pending} file(s) new to this cache: hashed as the layer is packed, which gives its key (`quarry plan` hashes them first)"
+            ));
+        }
         Ok(())
     }
+}
+
+/// A files node whose key packing gave (see `KeyHashing`): its own key,
+/// its inputs' pins and the keys above it are now known.
+pub fn files_keyed(
+    plan: &mut Plan,
+    i: usize,
+    layer: &Layer,
+    wheels: &BTreeMap<usize, PypiFile>,
+    own: Key,
+    contents: &[ScannedContent],
+    files_hashed: u64,
+) {
+    let n = &mut plan.layers[i];
+    n.own = Some(own);
+    n.inputs = files_inputs(layer, contents, wheels);
+    n.files_hashed += files_hashed;
+    n.note = None;
+    plan.rekey();
+}
+
+/// A files layer's inputs, each with its content digest when known.
+fn files_inputs(layer: &Layer, contents: &[ScannedContent], wheels: &BTreeMap<usize, PypiFile>) -> Vec<InputRef> {
+    let LayerKind::Files(files) = &layer.kind else { unreachable!("a files layer") };
+    let contents: HashMap<usize, &str> = contents.iter().map(|c| (c.index, c.digest.as_str())).collect();
+    let mut inputs = Vec::new();
+    for (i, s) in files.sources.iter().enumerate() {
+        if let Some(r) = source_input(layer, s, contents.get(&i).map(|d| d.to_string()), wheels.get(&i)) {
+            inputs.push(r);
+        }
+    }
+    inputs
 }
 
 fn source_input(layer: &Layer, s: &Source, content: Option<String>, wheel: Option<&PypiFile>) -> Option<InputRef> {

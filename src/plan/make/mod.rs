@@ -7,6 +7,7 @@ mod files;
 mod packages;
 mod step;
 
+pub use files::files_keyed;
 use packages::resolve_over_cached;
 pub use packages::resolve_packages;
 
@@ -32,7 +33,7 @@ pub fn make(image: &Image, opts: &PlanOptions) -> Result<Plan, PlanError> {
     })?;
     let mut p = Planner {
         opts,
-        hasher: ContentHasher::new(opts.cache.clone(), opts.verify),
+        hasher: ContentHasher::new(opts.cache.clone(), opts.verify).with_timing(opts.key_hashing),
         spool: spool.path(),
         nodes: Vec::new(),
         scopes: Vec::new(),
