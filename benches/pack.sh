@@ -178,11 +178,11 @@ bench_tree() {
     load_before=$(cut -d' ' -f1-3 /proc/loadavg)
     local tarc=(tar -c -C "$tree" --exclude=./.complete .)
     echo "packing $tree ($(du -sh --exclude=.complete "$tree" | cut -f1)), RUNS=$RUNS rounds" >&2
-    # quarry hashes file contents for its cache key; a first build of a tree
-    # reads every file once more for that. Like a user's rebuilds, the timed
-    # `--no-cache` runs share one cache dir whose stat memo one untimed build
-    # fills; the `empty cache` rows and the no-op section time first builds
-    # from an empty cache.
+    # quarry hashes file contents for its cache key: a first build of a tree
+    # hashes each file as packing reads it, later builds only what the stat
+    # memo does not know. Like a user's rebuilds, the timed `--no-cache` runs
+    # share one cache dir whose stat memo one untimed build fills; the `empty
+    # cache` rows and the no-op section time first builds from an empty cache.
     CACHE=$BENCH/cache-pack-$name
     rm -rf "$CACHE"
     "$Q" build "$BENCH/pack-$name.toml" --json --compression none --cache-dir "$CACHE" -o "$OUT/img-warm" >/dev/null
@@ -244,7 +244,8 @@ quarry_row() {
 }
 
 # cold_row NAME COMPRESSION: one timed first build from an empty cache
-# directory (no stat memo: every file's content is hashed for the key).
+# directory (no stat memo: every file's content is hashed for the key, as
+# it is packed).
 cold_row() {
     local name=$1 compression=$2 cold=$BENCH/cache-cold-$1
     rm -rf "$cold" "$OUT/img-cold"
