@@ -12,6 +12,11 @@
 //! the mtime back. Like git's "racily clean" rule, a file whose timestamps are
 //! younger than `RACY_SECS` is hashed but not memoized: a write within the
 //! same timestamp tick would otherwise go unnoticed.
+//!
+//! When the hashing happens is `KeyHashing`'s choice: before anything is
+//! built, or, for a first build, by the pack pipeline as it reads each file
+//! into the tar (`recall` says what the memo knows, `remember` records what
+//! packing learned), so a first build reads every file once, not twice.
 
 use crate::store::cache::Cache;
 use crate::store::key::KeyEncoder;
