@@ -146,6 +146,10 @@ run() {
     local label=$1 output=$2
     shift 2
     [[ $output == json:* ]] || rm -f "$output"
+    # Dirty pages the previous run left (its output) are written back now,
+    # not during this run: otherwise whichever row follows a large write
+    # pays for it.
+    sync
     /usr/bin/time -v -o "$BENCH/time.txt" "$@" >"$BENCH/stdout.txt"
     local t r cpu size=0
     t=$(awk '/Elapsed \(wall clock\)/ {n = split($NF, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; printf "%.2f", s}' "$BENCH/time.txt")
