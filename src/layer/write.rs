@@ -196,23 +196,23 @@ struct Opened {
 }
 
 fn open_content(path: &[u8], content: &Content, size: u64) -> Result<Opened, WriteError> {
-    let src = source_name(path, content);
-    let read_err = |src: &str, err| WriteError::Read { entry: display(path), source_path: src.to_string(), err };
+    // The name is only made for an error: this runs once per file.
+    let read_err = |err| WriteError::Read { entry: display(path), source_path: source_name(path, content), err };
     // Files are read unbuffered: the sink asks for large reads.
     match content {
         Content::Host(p) | Content::HostToHash(p) => {
-            let f = File::open(p).map_err(|e| read_err(&src, e))?;
-            let meta = f.metadata().map_err(|e| read_err(&src, e))?;
+            let f = File::open(p).map_err(read_err)?;
+            let meta = f.metadata().map_err(read_err)?;
             if meta.len() != size {
-                return Err(WriteError::Changed { source_path: src, expected: size });
+                return Err(WriteError::Changed { source_path: source_name(path, content), expected: size });
             }
             let host = matches!(content, Content::HostToHash(_))
                 .then(|| HashedFile { inode: (meta.dev(), meta.ino()), capability: fd_capability(&f) });
             Ok(Opened { reader: Box::new(f), host })
         }
         Content::Slice { file, offset } => {
-            let mut f = File::open(file.as_ref()).map_err(|e| read_err(&src, e))?;
-            f.seek(SeekFrom::Start(*offset)).map_err(|e| read_err(&src, e))?;
+            let mut f = File::open(file.as_ref()).map_err(read_err)?;
+            f.seek(SeekFrom::Start(*offset)).map_err(read_err)?;
             Ok(Opened { reader: Box::new(f), host: None })
         }
         Content::Bytes(b) => Ok(Opened { reader: Box::new(io::Cursor::new(b.clone())), host: None }),

@@ -18,12 +18,14 @@
 //! into the tar (`recall` says what the memo knows, `remember` records what
 //! packing learned), so a first build reads every file once, not twice.
 
+mod memo;
+
 use crate::store::cache::Cache;
 use crate::store::key::KeyEncoder;
+use memo::{Memo, MemoEntry, MemoFile};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::fs::Metadata;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -81,23 +83,6 @@ pub struct FileToHash<'a> {
     pub path: &'a Path,
     pub meta: &'a Metadata,
 }
-
-#[derive(Serialize, Deserialize)]
-struct MemoFile {
-    version: u32,
-    entries: Vec<MemoEntry>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct MemoEntry {
-    /// The path relative to the source.
-    path: Vec<u8>,
-    stat: StatFingerprint,
-    sha256: [u8; 32],
-    capability: Option<Vec<u8>>,
-}
-
-type Memo = HashMap<Vec<u8>, (StatFingerprint, FileDigest)>;
 
 /// When the files a cache key needs are read and hashed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +236,7 @@ impl ContentHasher {
         self.files_hashed += hashed;
         let memoizable: Vec<bool> =
             files.iter().map(|f| !StatFingerprint::of(f.meta).is_racy(self.racy_from)).collect();
-        self.store(source_id, files, digests, &memoizable, &Memo::new())
+        self.store(source_id, files, digests, &memoizable, &Memo::default())
     }
 
     /// Rewrite the memo, only when it would change.
@@ -295,12 +280,12 @@ impl ContentHasher {
         let bytes = self.cache.read_note(MEMO_KIND, name)?;
         // Another version's layout may not even parse: either way, rehash.
         let doc = postcard::from_bytes::<MemoFile>(&bytes).ok().filter(|d| d.version == MEMO_VERSION)?;
-        Some(
+        Some(Memo::new(
             doc.entries
                 .into_iter()
-                .map(|e| (e.path, (e.stat, FileDigest { sha256: e.sha256, capability: e.capability })))
+                .map(|e| (e.path, e.stat, FileDigest { sha256: e.sha256, capability: e.capability }))
                 .collect(),
-        )
+        ))
     }
 }
 
