@@ -3,6 +3,7 @@
 //! spec -> plan -> layers -> store -> export -> engine -> products.
 
 pub mod build;
+pub mod cache;
 pub mod cli;
 pub mod code_objects;
 pub mod definition;
@@ -15,6 +16,7 @@ pub mod epoch;
 pub mod export;
 pub mod kernel;
 pub mod layer;
+pub mod oci;
 pub mod plan;
 pub mod progress;
 pub mod pypi;
@@ -22,6 +24,5 @@ pub mod registry;
 pub mod rocm;
 pub mod sbom;
 pub mod source;
-pub mod store;
 pub mod trace;
 pub mod wheel;

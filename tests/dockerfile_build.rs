@@ -57,7 +57,7 @@ fn tree_of(image: &str, cleanup: &mut Cleanup) -> BTreeMap<String, String> {
             tar::EntryType::Regular => {
                 let mut data = Vec::new();
                 e.read_to_end(&mut data).unwrap();
-                format!("file {}", quarry::store::digest::sha256_hex(&data))
+                format!("file {}", quarry::oci::digest::sha256_hex(&data))
             }
             tar::EntryType::Symlink => format!("link {}", h.link_name().unwrap().unwrap().display()),
             tar::EntryType::Link => format!("hardlink {}", h.link_name().unwrap().unwrap().display()),

@@ -346,7 +346,7 @@ fn step_layer_compiles_c_and_is_reproducible() {
         &dir.path().join("hello.c"),
         "#include <stdio.h>\nint main(void) { puts(\"hello from a step\"); return 0; }\n",
     );
-    let pin = quarry::store::digest::sha256_file(&dir.path().join("hello.c")).unwrap();
+    let pin = quarry::oci::digest::sha256_file(&dir.path().join("hello.c")).unwrap();
     let def = dir.path().join("step.toml");
     write(
         &def,

@@ -132,7 +132,7 @@ fn serve(root: PathBuf, requests: Requests) -> String {
 }
 
 fn sha256(data: &[u8]) -> String {
-    quarry::store::digest::sha256_hex(data)
+    quarry::oci::digest::sha256_hex(data)
 }
 
 /// The archive: `app` -> `mid` -> `libx (>= 1)`; `top` -> `old` -> `libx (<< 1)`

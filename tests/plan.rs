@@ -62,7 +62,7 @@ fn plan_tells_what_a_build_would_do() {
     assert_eq!((layer["name"].as_str(), layer["kind"].as_str()), (Some("b"), Some("files")));
     let input = &layer["inputs"][0];
     assert_eq!((input["kind"].as_str(), input["reference"].as_str()), (Some("file"), Some("b.txt")));
-    let sha_b = quarry::store::Digest::of_bytes(b"layer b\n").to_string();
+    let sha_b = quarry::oci::Digest::of_bytes(b"layer b\n").to_string();
     assert_eq!(input["pin"].as_str(), Some(sha_b.as_str()), "the input's pin is its content digest");
     assert!(!d.path().join("cache/layers").read_dir().unwrap().any(|_| true), "planning built nothing");
 

@@ -161,7 +161,7 @@ fn verify_rehashes_everything_and_repairs_a_lying_memo() {
     let memo_dir = case.path().join("cache/stat-memo");
     let memos: Vec<_> = std::fs::read_dir(&memo_dir).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(memos.len(), 1, "one memo for the one dir source");
-    let real = hex::decode(quarry::store::digest::sha256_hex("file 7\n".repeat(500).as_bytes())).unwrap();
+    let real = hex::decode(quarry::oci::digest::sha256_hex("file 7\n".repeat(500).as_bytes())).unwrap();
     let mut memo = std::fs::read(&memos[0]).unwrap();
     let at = memo.windows(32).position(|w| w == real).expect("the memo records the file's sha256");
     memo[at..at + 32].fill(0);

@@ -565,7 +565,7 @@ fn index_is_resolved_to_the_image_platform() {
         "manifests": [entry(&arm, "arm64"), entry(&amd, "amd64")],
     }))
     .unwrap();
-    let index_digest = format!("sha256:{}", quarry::store::digest::sha256_hex(&index));
+    let index_digest = format!("sha256:{}", quarry::oci::digest::sha256_hex(&index));
     ureq::put(format!("http://{}/v2/quarry-test/multi/manifests/multi", reg.addr()))
         .header("content-type", "application/vnd.oci.image.index.v1+json")
         .send(&index[..])

@@ -184,7 +184,7 @@ fn attached_image(work: &Path, name: &str) -> Attached {
     let built = build(&work.join(name).join("image.toml"), &dir, &work.join("cache"));
     let image = built["manifest_digest"].as_str().unwrap().to_string();
     let file_digest =
-        format!("sha256:{}", quarry::store::digest::sha256_file(&work.join(name).join("motd.txt")).unwrap());
+        format!("sha256:{}", quarry::oci::digest::sha256_file(&work.join(name).join("motd.txt")).unwrap());
     let inv = Inventory {
         image_name: name.into(),
         image_tag: "latest".into(),
@@ -201,10 +201,8 @@ fn attached_image(work: &Path, name: &str) -> Attached {
         }],
     };
     let sbom = sbom::spdx_json(&inv).unwrap();
-    let artifact = quarry::store::referrer::attach_sbom(&dir, &quarry::store::Digest::parse(&image).unwrap(), &sbom)
-        .unwrap()
-        .digest()
-        .to_string();
+    let artifact =
+        quarry::sbom::attach(&dir, &quarry::oci::Digest::parse(&image).unwrap(), &sbom).unwrap().digest().to_string();
     Attached { dir, image, sbom, artifact }
 }
 
@@ -264,7 +262,7 @@ fn attached_sbom_leaves_the_image_readable_by_every_reader() {
         Command::new("skopeo").args(["inspect", "--raw"]).arg(format!("oci-archive:{}:latest", archive.display())),
         0,
     );
-    assert_eq!(format!("sha256:{}", quarry::store::digest::sha256_hex(&raw.stdout)), a.image);
+    assert_eq!(format!("sha256:{}", quarry::oci::digest::sha256_hex(&raw.stdout)), a.image);
     let u = run_expect(
         Command::new("umoci").args(["stat", "--json", "--image"]).arg(format!("{}:latest", a.dir.display())),
         0,
@@ -357,7 +355,7 @@ fn push_sends_the_sbom_along() {
         "application/vnd.oci.image.manifest.v1+json",
     );
     assert_eq!(status, 200);
-    assert_eq!(format!("sha256:{}", quarry::store::digest::sha256_hex(&raw)), a.artifact);
+    assert_eq!(format!("sha256:{}", quarry::oci::digest::sha256_hex(&raw)), a.artifact);
     let m: Value = serde_json::from_slice(&raw).unwrap();
     assert_eq!(m["artifactType"], "application/spdx+json");
     assert_eq!(m["subject"]["digest"], a.image.as_str());

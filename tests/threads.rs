@@ -81,7 +81,7 @@ fn layers_do_not_depend_on_the_thread_count() {
             let hex = l1["digest"].as_str().unwrap().trim_start_matches("sha256:");
             let blob = dir.join(format!("out-{compression}-1/blobs/sha256/{hex}"));
             let tar = run_expect(std::process::Command::new(tool).arg("-dc").arg(&blob), 0).stdout;
-            assert_eq!(format!("sha256:{}", quarry::store::digest::sha256_hex(&tar)), l1["diff_id"].as_str().unwrap());
+            assert_eq!(format!("sha256:{}", quarry::oci::digest::sha256_hex(&tar)), l1["diff_id"].as_str().unwrap());
         }
     }
 }

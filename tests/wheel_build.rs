@@ -63,8 +63,8 @@ fn build_image(_fx: &Fixtures) -> PathBuf {
              [[layer.source]]\nfile = \"libqtdep.so.1\"\ndest = \"/opt/qtdep/lib/libqtdep.so.1\"\nmode = \"0755\"\n",
             rootfs.display(),
         );
-        let layout = dir
-            .join(format!("quarry-test-wheelbuild-{}", &quarry::store::digest::sha256_hex(def_text.as_bytes())[..12]));
+        let layout =
+            dir.join(format!("quarry-test-wheelbuild-{}", &quarry::oci::digest::sha256_hex(def_text.as_bytes())[..12]));
         if !layout.join("index.json").is_file() {
             qtdep_library(&dir);
             let def = dir.join("build-image.toml");

@@ -57,7 +57,7 @@ fn image(def: &str) -> PathBuf {
     let def = common::repo().join("tests/wheel_corpus").join(def);
     let text = std::fs::read_to_string(&def).unwrap();
     let stem = def.file_stem().unwrap().to_string_lossy().into_owned();
-    let layout = dir().join(format!("{stem}-{}", &quarry::store::digest::sha256_hex(text.as_bytes())[..12]));
+    let layout = dir().join(format!("{stem}-{}", &quarry::oci::digest::sha256_hex(text.as_bytes())[..12]));
     with_lock(&format!("wheelcorpus-{stem}"), || {
         if !layout.join("index.json").is_file() {
             let tmp = dir().join(format!("{stem}.tmp"));
@@ -100,7 +100,7 @@ fn build(src: &Path, out: &Path, lock: &Path, env: &[(&str, &str)]) -> Vec<serde
     for w in &list {
         assert_eq!(w["isolated"], true, "{w}");
         let p = Path::new(w["wheel"].as_str().unwrap());
-        assert_eq!(w["sha256"].as_str().unwrap(), quarry::store::digest::sha256_file(p).unwrap());
+        assert_eq!(w["sha256"].as_str().unwrap(), quarry::oci::digest::sha256_file(p).unwrap());
     }
     list
 }

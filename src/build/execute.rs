@@ -6,9 +6,9 @@
 
 use super::config::{history, image_config};
 use super::{BuildError, BuildOptions, BuiltLayer};
+use crate::cache::{Cache, CacheError, Tier};
+use crate::oci::LayerBlob;
 use crate::plan::{Plan, ScopeBase, Work};
-use crate::store::cache::{Cache, CacheError};
-use crate::store::LayerBlob;
 use ocidir::oci_spec::image::{History, ImageConfiguration};
 use std::path::Path;
 
@@ -35,9 +35,7 @@ pub struct Executor<'a> {
 
 impl<'a> Executor<'a> {
     pub fn new(opts: &'a BuildOptions, cache: &Cache, dry: bool) -> Result<Executor<'a>, CacheError> {
-        let spool = tempfile::Builder::new().prefix("spool-").tempdir_in(cache.tmp_dir()).map_err(|err| {
-            CacheError { dir: cache.root().display().to_string(), what: "cannot create a spool directory".into(), err }
-        })?;
+        let spool = cache.temp_dir("spool-")?;
         Ok(Executor {
             opts,
             cache: cache.clone(),
@@ -138,9 +136,17 @@ impl<'a> Executor<'a> {
             Work::Packages { .. } => return super::packages::layer(self, plan, i, reuse),
             _ => {}
         }
-        if let Some(blob) = n.key.filter(|_| reuse).and_then(|k| self.cache.lookup(&k)) {
-            self.push(n.name.clone(), blob, true, n.files_hashed);
-            return Ok(true);
+        if let Some(key) = n.key.filter(|_| reuse) {
+            // Composing (a plan's manifest digest) fetches nothing from a registry tier.
+            let found = if self.dry {
+                self.cache.local_layer(&key).map(|b| (b, Tier::Local))
+            } else {
+                self.cache.layer(&key)?.map(|h| (h.value, h.tier))
+            };
+            if let Some((blob, tier)) = found {
+                self.push(n.name.clone(), blob, Some(tier), n.files_hashed);
+                return Ok(true);
+            }
         }
         if self.dry {
             return Ok(false);
@@ -157,7 +163,9 @@ impl<'a> Executor<'a> {
         Ok(true)
     }
 
-    pub(super) fn push(&mut self, name: String, blob: LayerBlob, cached: bool, files_hashed: u64) {
+    /// Add a layer: `found` in a cache tier, or (None) made now.
+    pub(super) fn push(&mut self, name: String, blob: LayerBlob, found: Option<Tier>, files_hashed: u64) {
+        let cached = found.is_some();
         if !cached {
             self.built.push(name.clone());
         }
@@ -168,6 +176,7 @@ impl<'a> Executor<'a> {
             size: blob.size,
             media_type: blob.media_type,
             cached,
+            tier: found,
             files_hashed,
         });
     }
@@ -192,7 +201,7 @@ impl<'a> Executor<'a> {
         let wopts = crate::layer::write::WriteOptions { source_date_epoch: self.opts.source_date_epoch };
         let packing = crate::trace::span("pack (wall)");
         let blob = crate::layer::pack::pack_tree(
-            &self.cache,
+            self.cache.blobs(),
             tree,
             self.opts.compression,
             self.opts.threads,
@@ -210,8 +219,9 @@ impl<'a> Executor<'a> {
     pub(super) fn record(&mut self, plan: &Plan, i: usize, blob: LayerBlob) -> Result<(), BuildError> {
         let n = &plan.layers[i];
         let key = n.key.expect("a node is recorded once its key is known");
-        crate::trace::time("cache record", || self.cache.record(&key, &blob))?;
-        self.push(n.name.clone(), blob, false, n.files_hashed);
+        let sharing = crate::cache::Sharing::unless_networked(n.network);
+        crate::trace::time("cache record", || self.cache.put_layer(&key, &blob, &sharing))?;
+        self.push(n.name.clone(), blob, None, n.files_hashed);
         Ok(())
     }
 }

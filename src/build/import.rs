@@ -4,8 +4,8 @@
 //! config and history are what the image continues from.
 
 use super::{BuildError, Executor};
+use crate::oci::{Digest, LayerBlob};
 use crate::plan::{Plan, PlanError, Work};
-use crate::store::{Digest, LayerBlob};
 
 pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, BuildError> {
     let n = &plan.layers[i];
@@ -17,11 +17,8 @@ pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, Bu
         Work::Oci { path, reference } => {
             let base_err =
                 |message: String| BuildError::Plan(PlanError::Base { path: path.display().to_string(), message });
-            let base = crate::store::layout::open_image(
-                path,
-                reference.as_deref(),
-                Some((&platform.os, platform.arch.oci())),
-            )?;
+            let base =
+                crate::oci::layout::open_image(path, reference.as_deref(), Some((&platform.os, platform.arch.oci())))?;
             let diff_ids = base.config.rootfs().diff_ids().clone();
             let descs = base.manifest.layers().clone();
             if diff_ids.len() != descs.len() {
@@ -51,7 +48,7 @@ pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, Bu
             use crate::registry::pull;
             let err = |err| BuildError::Plan(PlanError::Registry { file: file.clone(), err });
             let pulled = if exec.is_dry() {
-                match pull::cached_layers(reference, &platform, &exec.cache) {
+                match pull::cached_layers(reference, &platform, exec.cache.blobs()) {
                     Some(p) => p,
                     None => return Ok(false),
                 }
@@ -65,7 +62,7 @@ pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, Bu
                 pull::pull_image(
                     &r,
                     (&platform.os, platform.arch.oci(), platform.variant.as_deref()),
-                    &exec.cache,
+                    exec.cache.registry_store(),
                     &opts,
                 )
                 .map_err(err)?
@@ -75,7 +72,7 @@ pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, Bu
         _ => unreachable!("import nodes only"),
     };
     for (j, (blob, cached)) in layers.into_iter().enumerate() {
-        exec.push(format!("{prefix}base[{j}]"), blob, cached, 0);
+        exec.push(format!("{prefix}base[{j}]"), blob, cached.then_some(crate::cache::Tier::Local), 0);
     }
     exec.history = config.history().clone().unwrap_or_default();
     exec.imported[scope] = Some(config);
@@ -85,22 +82,22 @@ pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, Bu
 /// Copy a base blob into the cache, verifying it against its descriptor.
 fn import_blob(
     exec: &Executor,
-    base: &crate::store::layout::OpenImage,
+    base: &crate::oci::layout::OpenImage,
     d: &ocidir::oci_spec::image::Descriptor,
     digest: &Digest,
     path: &std::path::Path,
 ) -> Result<(), BuildError> {
     let base_err = |message: String| BuildError::Plan(PlanError::Base { path: path.display().to_string(), message });
-    let mismatch = |e: crate::store::BlobError| base_err(format!("blob {digest} does not match its descriptor: {e}"));
+    let mismatch = |e: crate::oci::BlobError| base_err(format!("blob {digest} does not match its descriptor: {e}"));
     if let Some(f) = base.source.blob_file(digest) {
-        return match crate::store::blob::import_file(&exec.cache, &f, digest, d.size()) {
+        return match exec.cache.blobs().import_file(&f, digest, d.size()) {
             Ok(_) => Ok(()),
-            Err(crate::store::blob::ImportError::Blob(e)) => Err(mismatch(e)),
+            Err(e @ crate::oci::BlobError::Mismatch { .. }) => Err(mismatch(e)),
             Err(e) => Err(base_err(e.to_string())),
         };
     }
     let mut r = base.source.blob_reader(d)?;
-    let mut w = crate::store::BlobWriter::blob(&exec.cache)?;
+    let mut w = exec.cache.blobs().writer().map_err(|e| base_err(e.to_string()))?;
     std::io::copy(&mut r, &mut w).map_err(|e| base_err(format!("reading blob {digest}: {e}")))?;
     w.commit_verified(digest, Some(d.size())).map_err(mismatch)?;
     Ok(())

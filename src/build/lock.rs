@@ -4,10 +4,10 @@
 //! executor builds exactly those layers first, and the result says so.
 
 use super::{BuildError, BuildOptions, Executor};
+use crate::cache::Cache;
 use crate::definition::Image;
 use crate::plan::lockfile::{LockFile, LockFileError};
 use crate::plan::{PinMode, PlanError, Work};
-use crate::store::cache::Cache;
 use std::path::PathBuf;
 
 /// What `quarry lock` wrote.
@@ -22,7 +22,7 @@ pub struct Locked {
 
 /// Pin every package and PyPI file of `image` afresh and write its lock.
 pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<Locked, BuildError> {
-    let cache = Cache::open(&opts.cache_dir)?;
+    let cache = Cache::open_with(&opts.cache)?;
     let mut plan = crate::plan::make(image, &opts.plan_options(&cache, PinMode::Fresh))?;
     let top = plan.scopes.len() - 1;
     let mut exec = Executor::new(opts, &cache, false)?;
@@ -35,7 +35,7 @@ pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<Locked, BuildErr
         let before = exec.built.len();
         exec.run(&mut plan, i)?;
         let built = exec.built[before..].to_vec();
-        let blobs: Vec<PathBuf> = exec.layers.iter().map(|l| cache.blob_path(&l.digest)).collect();
+        let blobs: Vec<PathBuf> = exec.layers.iter().map(|l| cache.blobs().path(&l.digest)).collect();
         let below = crate::distro::below::Below::read(&blobs, exec.spool()).map_err(|err| PlanError::DistroLayer {
             file: plan.scopes[top].image.file.display().to_string(),
             layer: plan.layers[i].name.clone(),

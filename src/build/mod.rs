@@ -16,13 +16,13 @@ mod step;
 pub use execute::Executor;
 pub use lock::{lock_image, Locked};
 
+use crate::cache::{Cache, CacheConfig, CacheError};
 use crate::definition::{DefinitionError, Image};
 use crate::layer::compress::LayerCodec;
+use crate::oci::layout::{self, LayoutError};
+use crate::oci::{Digest, LayerBlob};
 use crate::plan::{KeyHashing, PinMode, Plan, PlanError, PlanOptions};
 use crate::progress::Progress;
-use crate::store::cache::{Cache, CacheError};
-use crate::store::layout::{self, LayoutError};
-use crate::store::{Digest, LayerBlob};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -57,7 +57,7 @@ pub struct BuildOptions {
     pub sets: BTreeMap<String, String>,
     pub output: Option<PathBuf>,
     pub compression: LayerCodec,
-    pub cache_dir: PathBuf,
+    pub cache: CacheConfig,
     pub no_cache: bool,
     /// Rehash every input file instead of trusting the stat memo.
     pub verify: bool,
@@ -73,14 +73,14 @@ impl BuildOptions {
     /// else (`load`, `run`): gzip, all cores, SOURCE_DATE_EPOCH from the env.
     pub fn defaults(
         sets: BTreeMap<String, String>,
-        cache_dir: PathBuf,
+        cache: CacheConfig,
         progress: Progress,
     ) -> Result<BuildOptions, String> {
         Ok(BuildOptions {
             sets,
             output: None,
             compression: LayerCodec::default(),
-            cache_dir,
+            cache,
             no_cache: false,
             verify: false,
             threads: crate::layer::compress::default_threads(),
@@ -105,8 +105,14 @@ impl BuildOptions {
     /// How a plan that is built right away is made: a source new to the
     /// cache is hashed while its layer is packed (every file then; any
     /// file the memo lacks with `--no-cache`, which looks nothing up).
+    /// With a registry tier every key is known first: a layer another
+    /// machine built is then fetched instead of packed.
     pub fn build_plan_options(&self, cache: &Cache, pins: PinMode) -> PlanOptions {
-        let key_hashing = if self.no_cache { KeyHashing::WhilePacking } else { KeyHashing::WhilePackingNewSources };
+        let key_hashing = match (self.no_cache, self.cache.registry.is_some()) {
+            (true, _) => KeyHashing::WhilePacking,
+            (false, true) => KeyHashing::Upfront,
+            (false, false) => KeyHashing::WhilePackingNewSources,
+        };
         PlanOptions { key_hashing, ..self.plan_options(cache, pins) }
     }
 
@@ -129,6 +135,8 @@ pub struct BuiltLayer {
     pub size: u64,
     pub media_type: String,
     pub cached: bool,
+    /// Which cache tier had it (`local`, or `remote`: the shared registry); null when built.
+    pub tier: Option<crate::cache::Tier>,
     /// Input files read and hashed to compute the layer's cache key (those
     /// whose stat changed since the last build, or all with `--verify`).
     pub files_hashed: u64,
@@ -151,6 +159,9 @@ pub struct BuildResult {
     /// The SBOM artifact's manifest digest, with `--sbom`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sbom: Option<Digest>,
+    /// What the registry tier did (with --cache-registry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_registry: Option<crate::cache::RemoteReport>,
 }
 
 /// Build an image definition into an OCI layout.
@@ -160,7 +171,7 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 }
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
-    let cache = Cache::open(&opts.cache_dir)?;
+    let cache = Cache::open_with(&opts.cache)?;
     let mut plan = crate::plan::make(image, &opts.build_plan_options(&cache, PinMode::Locked))?;
     build_plan(&mut plan, opts, &cache)
 }
@@ -175,7 +186,7 @@ pub fn build_plan(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -> Result
     let sbom = if opts.sbom {
         let inv = crate::sbom::inventory(plan, Some(&written.manifest_digest), opts.source_date_epoch)?;
         let doc = crate::sbom::spdx_json(&inv)?;
-        let desc = crate::store::referrer::attach_sbom(&output, &written.manifest_digest, &doc)?;
+        let desc = crate::sbom::attach(&output, &written.manifest_digest, &doc)?;
         Some(
             Digest::try_from(desc.digest())
                 .map_err(|e| LayoutError::Bad { path: output.display().to_string(), message: e.to_string() })?,
@@ -191,6 +202,7 @@ pub fn build_plan(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -> Result
         config_digest: written.config_digest,
         layers: exec.layers,
         sbom,
+        cache_registry: cache.remote_report(),
     })
 }
 
@@ -213,6 +225,5 @@ pub fn manifest_if_cached(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -
 fn write_layout(plan: &Plan, exec: &mut Executor, cache: &Cache, out: &Path) -> Result<layout::Written, BuildError> {
     let config = exec.final_config(plan);
     let blobs: Vec<LayerBlob> = exec.layers.iter().map(BuiltLayer::blob).collect();
-    let blob_dir = cache.root().join("blobs/sha256");
-    Ok(layout::write_image(out, &blob_dir, &blobs, &config, &plan.tag, plan.platform.to_oci())?)
+    Ok(layout::write_image(out, cache.blobs(), &blobs, &config, &plan.tag, plan.platform.to_oci())?)
 }

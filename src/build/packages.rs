@@ -6,6 +6,7 @@ use super::{BuildError, Executor};
 use crate::definition::PackagesBase;
 use crate::distro::below::Below;
 use crate::distro::pins::PackagePins;
+use crate::cache::Tier;
 use crate::plan::{Plan, PlanError, Work};
 
 fn base_err(plan: &Plan, i: usize, err: crate::distro::DistroError) -> BuildError {
@@ -29,16 +30,22 @@ pub(super) fn base(
 /// nothing below is read; otherwise the layers below are read, the pins
 /// resolved over them (no lock) or checked against them (lock).
 pub(super) fn layer(exec: &mut Executor, plan: &mut Plan, i: usize, reuse: bool) -> Result<bool, BuildError> {
-    let cached =
-        |exec: &Executor, plan: &Plan| plan.layers[i].key.filter(|_| reuse).and_then(|k| exec.cache.lookup(&k));
+    type Found = Option<(crate::oci::LayerBlob, Tier)>;
+    let cached = |exec: &Executor, plan: &Plan| -> Result<Found, BuildError> {
+        let Some(k) = plan.layers[i].key.filter(|_| reuse) else { return Ok(None) };
+        if exec.is_dry() {
+            return Ok(exec.cache.local_layer(&k).map(|b| (b, Tier::Local)));
+        }
+        Ok(exec.cache.layer(&k)?.map(|h| (h.value, h.tier)))
+    };
     let from_lock = matches!(plan.layers[i].work, Work::Packages { from_lock: true, .. });
     if from_lock {
-        if let Some(blob) = cached(exec, plan) {
-            exec.push(plan.layers[i].name.clone(), blob, true, 0);
+        if let Some((blob, tier)) = cached(exec, plan)? {
+            exec.push(plan.layers[i].name.clone(), blob, Some(tier), 0);
             return Ok(true);
         }
     }
-    let blobs: Vec<std::path::PathBuf> = exec.layers.iter().map(|l| exec.cache.blob_path(&l.digest)).collect();
+    let blobs: Vec<std::path::PathBuf> = exec.layers.iter().map(|l| exec.cache.blobs().path(&l.digest)).collect();
     let err = |plan: &Plan, e| {
         let Work::Packages { layer, .. } = &plan.layers[i].work else { unreachable!("a packages node") };
         BuildError::Plan(PlanError::DistroLayer {
@@ -60,8 +67,8 @@ pub(super) fn layer(exec: &mut Executor, plan: &mut Plan, i: usize, reuse: bool)
         }
         _ => {}
     }
-    if let Some(blob) = cached(exec, plan) {
-        exec.push(plan.layers[i].name.clone(), blob, true, 0);
+    if let Some((blob, tier)) = cached(exec, plan)? {
+        exec.push(plan.layers[i].name.clone(), blob, Some(tier), 0);
         return Ok(true);
     }
     if exec.is_dry() {

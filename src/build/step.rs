@@ -4,8 +4,8 @@
 use super::{BuildError, Executor};
 use crate::definition::{Layer, RunDef};
 use crate::engine::copy::CopyIn;
+use crate::oci::LayerBlob;
 use crate::plan::{Plan, PlanError, StepFrom, StepInput};
-use crate::store::LayerBlob;
 
 pub(super) fn run(
     exec: &mut Executor,
@@ -37,9 +37,9 @@ pub(super) fn run(
     let partial = exec.spool().join(format!("partial-{}", exec.layers.len()));
     let config = exec.config_for(plan, scope);
     let blobs: Vec<LayerBlob> = exec.layers.iter().map(super::BuiltLayer::blob).collect();
-    crate::store::layout::write_image(
+    crate::oci::layout::write_image(
         &partial,
-        &exec.cache.root().join("blobs/sha256"),
+        exec.cache.blobs(),
         &blobs,
         &config,
         "partial",

@@ -23,9 +23,8 @@ pub struct ImageArgs {
     /// lower is faster and larger
     #[arg(long)]
     pub compression_level: Option<i32>,
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: super::cache_args::CacheArgs,
     /// Rehash every input file instead of trusting the stat memo (which skips
     /// files whose size, times, inode and mode are unchanged)
     #[arg(long)]
@@ -38,7 +37,7 @@ impl ImageArgs {
             sets: crate::definition::parse_sets(&self.sets).map_err(|e| anyhow!(e))?,
             output: self.output.clone(),
             compression: LayerCodec::new(self.compression, self.compression_level).map_err(|e| anyhow!(e))?,
-            cache_dir: self.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir),
+            cache: self.cache.config(),
             no_cache: false,
             verify: self.verify,
             threads: crate::layer::compress::default_threads(),

@@ -13,7 +13,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let r = doctor::diagnose(a.cache_dir.unwrap_or_else(crate::store::cache::default_dir));
+    let r = doctor::diagnose(a.cache_dir.unwrap_or_else(crate::cache::default_dir));
     let code = if r.healthy() { 0 } else { 1 };
     if a.json {
         super::print_json(&r)?;

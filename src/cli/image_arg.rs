@@ -5,9 +5,10 @@
 //! builds.
 
 use crate::build::{build, BuildOptions, BuildResult};
+use crate::cache::CacheConfig;
 use crate::engine::{Engine, EngineError};
+use crate::oci::layout::open_image;
 use crate::progress::Progress;
-use crate::store::layout::open_image;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -62,12 +63,12 @@ pub fn definition_tag(r: &BuildResult) -> String {
     format!("{}:{}", r.name.to_lowercase(), r.tag)
 }
 
-/// Build a definition into `<cache>/images/<name>`; returns the layout.
+/// Build a definition into the cache's layouts (`cache::layout_dir`); returns the layout.
 pub fn build_definition(file: &Path, opts: &BuildOptions) -> Result<BuildResult, crate::build::BuildError> {
     let mut opts = opts.clone();
     if opts.output.is_none() {
         let img = crate::definition::load_image(file, &opts.sets)?;
-        opts.output = Some(opts.cache_dir.join("images").join(&img.name));
+        opts.output = Some(crate::cache::layout_dir(&opts.cache.dir, &img.name));
     }
     build(file, &opts)
 }
@@ -78,11 +79,11 @@ pub fn build_definition(file: &Path, opts: &BuildOptions) -> Result<BuildResult,
 pub fn build_for_engine(
     file: &Path,
     sets: &[String],
-    cache_dir: &Path,
+    cache: &CacheConfig,
     progress: Progress,
 ) -> anyhow::Result<(PathBuf, String)> {
     let sets = crate::definition::parse_sets(sets).map_err(|e| anyhow::anyhow!(e))?;
-    let opts = BuildOptions::defaults(sets, cache_dir.to_path_buf(), progress).map_err(|e| anyhow::anyhow!(e))?;
+    let opts = BuildOptions::defaults(sets, cache.clone(), progress).map_err(|e| anyhow::anyhow!(e))?;
     let r = build_definition(file, &opts)?;
     let tag = definition_tag(&r);
     Ok((r.output, tag))
@@ -90,16 +91,17 @@ pub fn build_for_engine(
 
 /// The engine reference of an IMAGE argument: a layout or a definition is
 /// built if needed and loaded first.
-pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache_dir: &Path) -> anyhow::Result<String> {
+pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &CacheConfig) -> anyhow::Result<String> {
+    let scratch = crate::cache::scratch_dir(&cache.dir);
     Ok(match classify(arg)? {
         ImageArg::Layout(d) => {
             let tag = layout_tag(&d)?;
-            engine.load_layout(&d, &tag, cache_dir)?;
+            engine.load_layout(&d, &tag, &scratch)?;
             tag
         }
         ImageArg::Definition(f) => {
-            let (dir, tag) = build_for_engine(&f, sets, cache_dir, Progress::new(false, false))?;
-            engine.load_layout(&dir, &tag, cache_dir)?;
+            let (dir, tag) = build_for_engine(&f, sets, cache, Progress::new(false, false))?;
+            engine.load_layout(&dir, &tag, &scratch)?;
             tag
         }
         ImageArg::Reference(r) => r,

@@ -1,4 +1,4 @@
-use crate::store::layout::open_image;
+use crate::oci::layout::open_image;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -32,7 +32,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         })
         .collect();
     let total: u64 = img.manifest.layers().iter().map(|l| l.size()).sum();
-    let referrers: Vec<serde_json::Value> = crate::store::referrer::referrers(&a.path, &img.manifest_digest)?
+    let referrers: Vec<serde_json::Value> = crate::oci::referrer::referrers(&a.path, &img.manifest_digest)?
         .iter()
         .map(|r| serde_json::json!({ "artifact_type": r.artifact_type(), "digest": r.descriptor.digest().to_string() }))
         .collect();

@@ -3,6 +3,7 @@
 //! Exit status: 0, the build command's own code when it fails, else 1.
 
 use crate::cli::image_arg::{self, ImageArg};
+use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::{self, GpuMode};
 use crate::engine::run::parse_env;
 use crate::kernel::{self, targets, KernelError, KernelImage, KernelOptions};
@@ -52,6 +53,11 @@ pub struct BuildArgs {
     /// Warn instead of failing when an output lacks code for a requested target
     #[arg(long)]
     allow_missing_targets: bool,
+    /// Compile through ccache, its directory kept in the cache (and shared
+    /// through --cache-registry) per image, targets and project: `auto` when
+    /// the image has ccache
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = CompilerCacheMode::Auto)]
+    compiler_cache: CompilerCacheMode,
     #[command(flatten)]
     def: super::DefinitionArgs,
     /// Print a JSON report: per output file its targets and size, the time, whether cached
@@ -65,7 +71,7 @@ pub struct BuildArgs {
 pub fn run(c: Command) -> anyhow::Result<i32> {
     let Command::Build(a) = c;
     super::set_output_mode(a.json, false);
-    let cache_dir = a.def.cache_dir();
+    let cache = a.def.cache.config();
     let arg = targets::parse(&a.targets).map_err(anyhow::Error::msg)?;
     let detected = match (&arg, a.gpu) {
         (targets::TargetsArg::Auto, GpuMode::None) => Vec::new(),
@@ -75,7 +81,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     let image = match image_arg::classify(&a.image)? {
         ImageArg::Layout(dir) => KernelImage::Layout { tag: image_arg::layout_tag(&dir)?, dir },
         ImageArg::Definition(f) => {
-            let (dir, tag) = image_arg::build_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(false, true))?;
+            let (dir, tag) = image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(false, true))?;
             KernelImage::Layout { dir, tag }
         }
         ImageArg::Reference(r) => KernelImage::Reference(r),
@@ -95,7 +101,8 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         outputs: a.outputs,
         network: a.network,
         allow_missing_targets: a.allow_missing_targets,
-        cache_dir,
+        cache,
+        compiler_cache: a.compiler_cache,
     };
     if !a.json {
         eprintln!("targets ({}): {}", opts.targets.source, opts.targets.joined());
@@ -118,8 +125,9 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         println!("{:<40} {:>10}  {t}", o.file, super::human_size(o.size));
     }
     if report.cached {
+        let from = if report.tier == Some(crate::cache::Tier::Remote) { " (from the cache registry)" } else { "" };
         println!(
-            "cached: nothing changed (key {}), outputs copied to {} in {:.2} s",
+            "cached{from}: nothing changed (key {}), outputs copied to {} in {:.2} s",
             &report.key[..12],
             report.output_dir.display(),
             report.seconds
@@ -131,6 +139,9 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
             report.seconds,
             report.output_dir.display()
         );
+    }
+    if let Some(cc) = &report.compiler_cache {
+        println!("compiler cache: {} hit(s), {} compiled", cc.stats.hits, cc.stats.misses);
     }
     Ok(0)
 }

@@ -2,6 +2,8 @@
 //! codes); the work itself lives in the library modules.
 
 mod build;
+mod cache;
+mod cache_args;
 mod code_objects;
 mod dockerfile;
 mod doctor;
@@ -72,6 +74,9 @@ enum Command {
     /// Compile GPU kernels in a container for a target list, cached and checked
     #[command(subcommand)]
     Kernel(kernel::Command),
+    /// The local cache: size per bucket, pruning
+    #[command(subcommand)]
+    Cache(cache::Command),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -96,6 +101,7 @@ pub fn main() -> i32 {
         Command::Plan(a) => plan::run(a),
         Command::CodeObjects(a) => code_objects::run(a),
         Command::Kernel(c) => kernel::run(c),
+        Command::Cache(c) => cache::run(c),
     };
     match result {
         Ok(code) => code,
@@ -106,21 +112,20 @@ pub fn main() -> i32 {
     }
 }
 
-/// `--set` and `--cache-dir`, for the commands that take an image
+/// `--set` and the cache options, for the commands that take an image
 /// definition as well as a layout or an engine image.
 #[derive(clap::Args)]
 pub(crate) struct DefinitionArgs {
     /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
     #[arg(long = "set", value_name = "K=V")]
     pub sets: Vec<String>,
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    pub cache_dir: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub cache: cache_args::CacheArgs,
 }
 
 impl DefinitionArgs {
     pub fn cache_dir(&self) -> std::path::PathBuf {
-        self.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir)
+        self.cache.dir()
     }
 }
 
@@ -164,6 +169,6 @@ pub(crate) fn human_size(n: u64) -> String {
 /// The first 12 hex digits of a digest (typed, or as an engine or descriptor prints it).
 pub(crate) fn short_digest(d: impl std::fmt::Display) -> String {
     let text = d.to_string();
-    let hex = text.strip_prefix(crate::store::Digest::PREFIX).unwrap_or(&text);
+    let hex = text.strip_prefix(crate::oci::Digest::PREFIX).unwrap_or(&text);
     hex[..hex.len().min(12)].to_string()
 }

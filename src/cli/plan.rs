@@ -1,9 +1,9 @@
 //! `quarry plan`: what a build would do, without building.
 
 use super::build::ImageArgs;
+use crate::cache::Cache;
 use crate::plan::PinMode;
 use crate::progress::Progress;
-use crate::store::cache::Cache;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,11 +18,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let opts = a.image.options(Progress::hidden())?;
     let image = crate::definition::load_image(&a.image.image, &opts.sets)?;
-    let cache = Cache::open(&opts.cache_dir)?;
+    let cache = Cache::open_with(&opts.cache)?;
     let mut plan = crate::plan::make(&image, &opts.plan_options(&cache, PinMode::Locked))?;
     let output = opts.output_for(&plan.name);
     let would_write = crate::build::manifest_if_cached(&mut plan, &opts, &cache)?;
-    let written = crate::store::layout::open_image(&output, Some(&plan.tag), None).ok().map(|i| i.manifest_digest);
+    let written = crate::oci::layout::open_image(&output, Some(&plan.tag), None).ok().map(|i| i.manifest_digest);
     let up_to_date = would_write.is_some() && would_write == written;
     if a.json {
         let inv = crate::sbom::inventory(&plan, would_write.as_ref(), opts.source_date_epoch)?;

@@ -36,7 +36,7 @@ struct Pulled {
     reference: String,
     digest: String,
     output: PathBuf,
-    layers: Vec<crate::store::LayerBlob>,
+    layers: Vec<crate::oci::LayerBlob>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -47,12 +47,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if os.is_empty() || arch.is_empty() {
         anyhow::bail!("--platform `{}`: give OS/ARCH[/VARIANT], e.g. linux/amd64", a.platform);
     }
-    let cache = crate::store::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::store::cache::default_dir))?;
+    let cache = crate::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::cache::default_dir))?;
     let opts = PullOptions { plain_http: a.plain_http, progress: Progress::new(a.json, a.quiet), offline: false };
-    let img = pull_image(&reference, (os, arch, variant), &cache, &opts)
+    let img = pull_image(&reference, (os, arch, variant), cache.registry_store(), &opts)
         .with_context(|| format!("pulling `{}`", a.reference))?;
     let tag = reference.tag.clone().unwrap_or_else(|| "latest".into());
-    write_layout(&img, &cache, &a.output, &tag).with_context(|| format!("writing `{}`", a.output.display()))?;
+    write_layout(&img, cache.blobs(), &a.output, &tag).with_context(|| format!("writing `{}`", a.output.display()))?;
     let r = Pulled {
         reference: img.reference.to_string(),
         digest: img.manifest_digest.to_string(),

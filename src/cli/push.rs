@@ -34,13 +34,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.chunk_size == 0 {
         anyhow::bail!("--chunk-size must be at least 1 (MiB)");
     }
-    let cache = crate::store::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::store::cache::default_dir))?;
+    let cache = crate::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::cache::default_dir))?;
     let opts = PushOptions {
         plain_http: a.plain_http,
         chunk_size: a.chunk_size << 20,
         progress: Progress::new(a.json, a.quiet),
     };
-    let r = push_image(&a.oci_dir, &reference, &cache, &opts)
+    let r = push_image(&a.oci_dir, &reference, cache.registry_store().notes, &opts)
         .with_context(|| format!("pushing `{}` to `{}`", a.oci_dir.display(), a.reference))?;
     if a.json {
         super::print_json(&r)?;

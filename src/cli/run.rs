@@ -46,7 +46,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cache_dir = a.def.cache_dir();
+    let cache = a.def.cache.config();
     let mut opts = RunOptions {
         image: String::new(),
         cmd: a.cmd.clone(),
@@ -81,7 +81,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some((d, tag))
         }
         ImageArg::Definition(f) => {
-            Some(image_arg::build_for_engine(&f, &a.def.sets, &cache_dir, Progress::new(false, false))?)
+            Some(image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(false, false))?)
         }
         ImageArg::Reference(r) => {
             opts.image = r;
@@ -90,7 +90,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let engine = Engine::connect()?;
     if let Some((dir, tag)) = layout {
-        engine.load_layout(&dir, &tag, &cache_dir)?;
+        engine.load_layout(&dir, &tag, &crate::cache::scratch_dir(&cache.dir))?;
         opts.image = tag;
     }
     match engine.run(&opts) {

@@ -45,3 +45,19 @@ impl ValueEnum for crate::layer::compress::Compression {
         }))
     }
 }
+
+impl ValueEnum for crate::engine::compiler_cache::Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        use crate::engine::compiler_cache::Mode;
+        &[Mode::Auto, Mode::On, Mode::Off]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        use crate::engine::compiler_cache::Mode;
+        Some(PossibleValue::new(match self {
+            Mode::Auto => "auto",
+            Mode::On => "on",
+            Mode::Off => "off",
+        }))
+    }
+}

@@ -4,7 +4,7 @@
 use super::layer::Layer;
 use super::packages::PackagesBase;
 use super::platform::Platform;
-use crate::store::Digest;
+use crate::oci::Digest;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

@@ -3,7 +3,7 @@
 //! was loaded; code downstream matches on kinds and never re-checks.
 
 use super::packages::PackageSet;
-use crate::store::Digest;
+use crate::oci::Digest;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

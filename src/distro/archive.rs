@@ -5,7 +5,7 @@
 use super::control::{for_each_paragraph, parse_depends, parse_paragraphs, Depends};
 use super::fetch::{cached_or_fetch, Fetcher};
 use super::DistroError;
-use crate::store::cache::Cache;
+use crate::cache::Cache;
 use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -26,7 +26,7 @@ pub struct Repo {
 #[derive(Debug, Clone)]
 pub struct Release {
     /// The InRelease file as served.
-    pub digest: crate::store::Digest,
+    pub digest: crate::oci::Digest,
     pub by_hash: bool,
     /// Index path -> (sha256, size).
     pub sha256: BTreeMap<String, (String, u64)>,
@@ -47,7 +47,7 @@ impl Repo {
         let url = self.release_url();
         let bytes = fetcher.get_bytes(&url)?;
         let signed = verify_signed(&bytes, &self.keyring, &url, spool)?;
-        parse_release(&signed, crate::store::Digest::of_bytes(&bytes), &url)
+        parse_release(&signed, crate::oci::Digest::of_bytes(&bytes), &url)
     }
 
     /// Every package of every component's index for the architecture.
@@ -76,7 +76,8 @@ impl Repo {
             } else {
                 self.url(&format!("dists/{}/{rel}", self.suite))
             };
-            let path = cached_or_fetch(fetcher, cache, "indexes", &|| Ok(url.clone()), &sha, Some(size))?;
+            let path =
+                cached_or_fetch(fetcher, cache, crate::cache::Bucket::Indexes, &|| Ok(url.clone()), &sha, Some(size))?;
             let file = std::fs::File::open(&path).map_err(|e| DistroError::io(&path, e))?;
             let reader: Box<dyn std::io::Read> = if rel.ends_with(".xz") {
                 Box::new(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(file)))
@@ -139,7 +140,7 @@ pub fn verify_signed(doc: &[u8], keyring: &Path, url: &str, spool: &Path) -> Res
     std::fs::read_to_string(&output).map_err(|e| DistroError::io(&output, e))
 }
 
-fn parse_release(text: &str, digest: crate::store::Digest, url: &str) -> Result<Release, DistroError> {
+fn parse_release(text: &str, digest: crate::oci::Digest, url: &str) -> Result<Release, DistroError> {
     let p = parse_paragraphs(text).into_iter().next().unwrap_or_default();
     let mut sha256 = BTreeMap::new();
     for line in p.get("SHA256").unwrap_or("").lines() {

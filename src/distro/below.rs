@@ -161,7 +161,7 @@ impl Below {
     /// `sha256:` of the status file, or `none`: what a layer's lock was resolved against.
     pub fn status_digest(&self) -> String {
         match self.read_file(STATUS) {
-            Some(b) => crate::store::Digest::of_bytes(&b).to_string(),
+            Some(b) => crate::oci::Digest::of_bytes(&b).to_string(),
             None => "none".into(),
         }
     }

@@ -4,9 +4,9 @@
 //! cache, hashed on the way, checked, then renamed into place.
 
 use super::DistroError;
-use crate::store::blob::{BlobError, BlobWriter};
-use crate::store::cache::Cache;
-use crate::store::Digest;
+use crate::cache::{Bucket, Cache};
+use crate::oci::blob::BlobError;
+use crate::oci::Digest;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -72,19 +72,19 @@ impl Fetcher {
             .map_err(|e| DistroError::Network { url: url.to_string(), message: e.to_string() })
     }
 
-    /// Download `url` into the cache as `kind/<sha256>`, checking the
+    /// Download `url` into the cache's `bucket`, named by its sha256, checking the
     /// expected sha256 and size. Returns the stored path.
     pub fn fetch_pinned(
         &self,
         cache: &Cache,
-        kind: &str,
+        bucket: Bucket,
         url: &str,
         sha256: &str,
         size: Option<u64>,
     ) -> Result<PathBuf, DistroError> {
         // A connection lost mid-body is retried once from the start.
-        match self.fetch_pinned_once(cache, kind, url, sha256, size) {
-            Err(DistroError::Network { .. }) => self.fetch_pinned_once(cache, kind, url, sha256, size),
+        match self.fetch_pinned_once(cache, bucket, url, sha256, size) {
+            Err(DistroError::Network { .. }) => self.fetch_pinned_once(cache, bucket, url, sha256, size),
             other => other,
         }
     }
@@ -92,7 +92,7 @@ impl Fetcher {
     fn fetch_pinned_once(
         &self,
         cache: &Cache,
-        kind: &str,
+        bucket: Bucket,
         url: &str,
         sha256: &str,
         size: Option<u64>,
@@ -101,7 +101,7 @@ impl Fetcher {
         let expected = Digest::from_hex(sha256)
             .map_err(|e| DistroError::Index { url: url.to_string(), message: e.to_string() })?;
         let net = |e: std::io::Error| DistroError::Network { url: url.to_string(), message: e.to_string() };
-        let mut w = BlobWriter::named(cache, kind)?;
+        let mut w = cache.file_writer(bucket)?;
         let mut r = body.with_config().limit(u64::MAX).reader();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -113,7 +113,7 @@ impl Fetcher {
         }
         match w.commit_verified(&expected, size) {
             Ok(stored) => Ok(stored.path),
-            Err(BlobError::Cache(e)) => Err(e.into()),
+            Err(e @ BlobError::Io { .. }) => Err(DistroError::io(&cache.tmp_dir(), std::io::Error::other(e.to_string()))),
             Err(BlobError::Mismatch { actual, actual_size, .. }) => Err(DistroError::Mismatch {
                 what: url.to_string(),
                 expected: sha256.to_string(),
@@ -124,22 +124,21 @@ impl Fetcher {
     }
 }
 
-/// A file from the cache (`kind/<sha256>`), verified, or downloaded.
+/// A file from the cache's `bucket` (by its sha256), verified, or downloaded.
 /// A cached file whose bytes no longer match is removed and reported: the
 /// cache was modified, and nothing it holds is trusted without its hash.
 pub fn cached_or_fetch(
     fetcher: &Fetcher,
     cache: &Cache,
-    kind: &str,
+    bucket: Bucket,
     url: &dyn Fn() -> Result<String, DistroError>,
     sha256: &str,
     size: Option<u64>,
 ) -> Result<PathBuf, DistroError> {
-    let path = cache.named_path(kind, sha256);
-    if path.is_file() {
-        let actual = crate::store::digest::sha256_file(&path).map_err(|e| DistroError::io(&path, e))?;
+    if let Some(path) = cache.file(bucket, sha256) {
+        let actual = crate::oci::digest::sha256_file(&path).map_err(|e| DistroError::io(&path, e))?;
         if actual != sha256 {
-            let _ = std::fs::remove_file(&path);
+            cache.forget_file(bucket, sha256);
             return Err(DistroError::Mismatch {
                 what: path.display().to_string(),
                 expected: sha256.to_string(),
@@ -151,5 +150,5 @@ pub fn cached_or_fetch(
         }
         return Ok(path);
     }
-    fetcher.fetch_pinned(cache, kind, &url()?, sha256, size)
+    fetcher.fetch_pinned(cache, bucket, &url()?, sha256, size)
 }

@@ -19,9 +19,9 @@ pub mod system;
 pub mod usrmerge;
 pub mod version;
 
+use crate::cache::{Cache, CacheError};
 use crate::definition::{Mirror, PackageSet, PackagesBase, Variant};
 use crate::layer::Tree;
-use crate::store::cache::{Cache, CacheError};
 use fetch::Fetcher;
 use pins::{PackagePins, PinnedPackage};
 use resolve::Installed;
@@ -197,7 +197,14 @@ pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Resul
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(p) = lock.packages.get(i) else { break };
-                let r = fetch::cached_or_fetch(&fetcher, cache, "debs", &|| url_of(p), &p.sha256, Some(p.size));
+                let r = fetch::cached_or_fetch(
+                    &fetcher,
+                    cache,
+                    crate::cache::Bucket::Debs,
+                    &|| url_of(p),
+                    &p.sha256,
+                    Some(p.size),
+                );
                 let failed = r.is_err();
                 *results[i].lock().expect("not poisoned") = Some(r);
                 if failed {

@@ -14,8 +14,8 @@
 use super::{describe, stream, Engine, EngineError};
 use crate::export::{normalize_repo_tag, write_docker_archive};
 use crate::layer::compress;
-use crate::store::digest::HashingWriter;
-use crate::store::layout::{open_image, OpenImage};
+use crate::oci::digest::HashingWriter;
+use crate::oci::layout::{open_image, OpenImage};
 use bollard::query_parameters::{ImportImageOptionsBuilder, ListImagesOptionsBuilder};
 use futures_util::StreamExt;
 use ocidir::oci_spec::image::{Descriptor, ImageIndexBuilder, ImageManifest, MediaType, SCHEMA_VERSION};
@@ -41,9 +41,10 @@ fn common_prefix(a: &[String], b: &[String]) -> usize {
 }
 
 impl Engine {
-    /// Load a layout (as `tag`), with the cache's tmp dir as scratch space.
-    pub fn load_layout(&self, dir: &Path, tag: &str, cache_dir: &Path) -> Result<LoadReport, EngineError> {
-        self.load(dir, None, tag, &cache_dir.join("tmp"))
+    /// Load a layout (as `tag`), with `scratch` (on the layout's file
+    /// system: the cache's `crate::cache::scratch_dir`) for recompressed copies.
+    pub fn load_layout(&self, dir: &Path, tag: &str, scratch: &Path) -> Result<LoadReport, EngineError> {
+        self.load(dir, None, tag, scratch)
     }
 
     /// How many leading layers of `diff_ids` the engine has as a chain.
@@ -145,7 +146,7 @@ impl Engine {
         reference: Option<&str>,
         tag: &str,
         scratch: &Path,
-        img: &crate::store::layout::OpenImage,
+        img: &crate::oci::layout::OpenImage,
         known: usize,
     ) -> Result<LoadReport, EngineError> {
         let tag = tag.to_string();
@@ -245,9 +246,9 @@ fn check_tag(tag: &str) -> Result<(), EngineError> {
 /// of zstd. Other blobs are hardlinked (or copied); the config is kept
 /// byte for byte, so the image id does not change.
 fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Path) -> Result<(), EngineError> {
-    let blobs = dst.join("blobs/sha256");
+    let blobs = dst.join(crate::oci::BLOBS_DIR);
     std::fs::create_dir_all(&blobs).map_err(|e| EngineError::io("cannot create", &blobs, e))?;
-    let src_blob = |d: &Descriptor| -> PathBuf { crate::store::layout::blob_path_in(layout, d.digest()) };
+    let src_blob = |d: &Descriptor| -> PathBuf { crate::oci::layout::blob_path_in(layout, d.digest()) };
     let place = |from: &Path, hex: &str| -> Result<(), EngineError> {
         let to = blobs.join(hex);
         if to.exists() {
@@ -291,7 +292,7 @@ fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Pa
     manifest.set_layers(layers);
     place(&src_blob(manifest.config()), manifest.config().digest().digest())?;
     let mbytes = serde_json::to_vec(&manifest).map_err(|e| EngineError::Invalid(e.to_string()))?;
-    let mdigest = crate::store::Digest::of_bytes(&mbytes);
+    let mdigest = crate::oci::Digest::of_bytes(&mbytes);
     let at = blobs.join(mdigest.hex());
     std::fs::write(&at, &mbytes).map_err(|e| EngineError::io("cannot write", &at, e))?;
     let mut mdesc =

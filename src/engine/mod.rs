@@ -9,6 +9,8 @@
 //! removed on success, failure and SIGINT/SIGTERM, and `quarry gc` removes
 //! what a killed process left.
 
+pub mod build_image;
+pub mod compiler_cache;
 pub mod connect;
 pub mod copy;
 pub mod doctor;
@@ -40,7 +42,7 @@ pub enum EngineError {
     #[error(transparent)]
     Export(#[from] crate::export::ExportError),
     #[error(transparent)]
-    Layout(#[from] crate::store::layout::LayoutError),
+    Layout(#[from] crate::oci::layout::LayoutError),
     #[error(transparent)]
     Gpu(#[from] gpu::GpuError),
     #[error("{0}")]

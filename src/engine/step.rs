@@ -12,7 +12,7 @@ use super::{Engine, EngineError};
 use crate::definition::RunDef;
 use crate::layer::archive::{read_into, Placement};
 use crate::layer::Tree;
-use crate::store::Digest;
+use crate::oci::Digest;
 use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CommitContainerOptionsBuilder;
 use futures_util::StreamExt;
@@ -151,7 +151,7 @@ fn find_layer(r: impl Read, diff_id: &str, dir: &Path) -> Result<PathBuf, Engine
         }
         let mut tmp =
             tempfile::NamedTempFile::new_in(dir).map_err(|e| EngineError::io("cannot create a file in", dir, e))?;
-        let mut w = crate::store::digest::HashingWriter::new(io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut()));
+        let mut w = crate::oci::digest::HashingWriter::new(io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut()));
         io::copy(&mut entry, &mut w).map_err(bad)?;
         let (mut f, digest, _) = w.finish();
         f.flush().map_err(bad)?;

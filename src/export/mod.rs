@@ -3,7 +3,7 @@
 //! that Docker Engine 20.10 and later load with `docker load`.
 //! Both are deterministic: sorted entries, fixed times, owners and modes.
 
-use crate::store::layout::{open_image, LayoutError};
+use crate::oci::layout::{open_image, LayoutError};
 use ocidir::oci_spec::image::{Descriptor, ImageIndexBuilder, MediaType, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::fs::File;
@@ -100,7 +100,7 @@ pub fn write_docker_archive(
     omit: &dyn Fn(&str) -> bool,
 ) -> Result<DockerExport, ExportError> {
     let img = open_image(layout, reference, None)?;
-    let blob_path = |d: &Descriptor| crate::store::layout::blob_path_in(layout, d.digest());
+    let blob_path = |d: &Descriptor| crate::oci::layout::blob_path_in(layout, d.digest());
     let err = io_at(layout);
     let repo_tag = normalize_repo_tag(repo_tag);
     let diff_ids = img.config.rootfs().diff_ids().clone();

@@ -2,11 +2,13 @@
 //! image with the source copied in (never bind-mounted), the network off
 //! unless asked for; the container's cores and memory are probed for the
 //! job count, the command runs with `exec` in the source directory, and
-//! the outputs are copied out through the archive API. It belongs to a
+//! the outputs are copied out through the archive API, and so is the
+//! compiler cache when the image has ccache. It belongs to a
 //! guarded engine session, so it is removed however the build ends
 //! (success, failing command, error, SIGINT/SIGTERM).
 
 use super::jobs::{self, Resources};
+use crate::engine::compiler_cache::{self, Stats};
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
 use crate::engine::run::RunOptions;
@@ -37,23 +39,28 @@ pub struct ContainerJob<'a> {
     pub outputs: &'a [OutputPath],
     /// Each output's files are merged into this directory.
     pub into: &'a Path,
+    /// Compile through ccache (its directory already among `copy_in`, when
+    /// there was one), and copy it out into `save_into` afterwards.
+    pub compiler_cache: Option<CompilerCacheJob<'a>>,
+}
+
+pub struct CompilerCacheJob<'a> {
+    pub mode: compiler_cache::Mode,
+    pub save_into: &'a Path,
 }
 
 /// How the command ended.
 pub enum Ran {
-    Built { jobs: u64, resources: Option<Resources>, copied: usize },
-    Failed { code: i32 },
-}
-
-/// The engine's id (config digest) of an image it has.
-pub fn image_id(engine: &Engine, reference: &str) -> Result<String, EngineError> {
-    engine.rt.block_on(async {
-        match engine.docker.inspect_image(reference).await {
-            Ok(i) => i.id.ok_or_else(|| EngineError::Invalid(format!("the engine gave no id for image `{reference}`"))),
-            Err(e) if crate::engine::is_not_found(&e) => Err(EngineError::NoSuchImage(reference.to_string())),
-            Err(e) => Err(EngineError::api(format!("inspecting image `{reference}`"), e)),
-        }
-    })
+    Built {
+        jobs: u64,
+        resources: Option<Resources>,
+        copied: usize,
+        /// What ccache did (None: the build did not use it); its directory is in `save_into`.
+        compiler_cache: Option<Stats>,
+    },
+    Failed {
+        code: i32,
+    },
 }
 
 /// Run the job; the outputs land in `job.into` when the command succeeds.
@@ -84,9 +91,23 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
                 (jobs::default_jobs(r), Some(r))
             }
         };
-        let (code, _) = s.exec(&id, job.cmd.clone(), jobs::env(jobs), Some(SRC_DIR), ExecOutput::Stderr).await?;
+        let ccache = match &job.compiler_cache {
+            Some(c) => s.prepare_compiler_cache(&id, c.mode).await?,
+            None => false,
+        };
+        let mut env = jobs::env(jobs);
+        if ccache {
+            env.extend(compiler_cache::env(SRC_DIR));
+        }
+        let (code, _) = s.exec(&id, job.cmd.clone(), env, Some(SRC_DIR), ExecOutput::Stderr).await?;
         if code != 0 {
             return Ok(Ran::Failed { code: i32::try_from(code).unwrap_or(1) });
+        }
+        let mut stats = None;
+        if let (true, Some(c)) = (ccache, &job.compiler_cache) {
+            let st = s.compiler_cache_stats(&id).await?;
+            s.save_compiler_cache(&id, c.save_into).await?;
+            stats = Some(st);
         }
         let parts = job
             .into
@@ -112,7 +133,7 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
                 move_tree(&part, job.into).map_err(|e| EngineError::io("cannot move outputs into", job.into, e))?;
         }
         let _ = std::fs::remove_dir_all(&parts);
-        Ok(Ran::Built { jobs, resources, copied })
+        Ok(Ran::Built { jobs, resources, copied, compiler_cache: stats })
     })
 }
 

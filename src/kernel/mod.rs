@@ -5,37 +5,35 @@
 //! The flow: resolve the targets ([`targets`]) and the image's digest; key
 //! the build on the image, the source tree's content, the command, the
 //! targets, the environment, the outputs and the network setting
-//! ([`cache`]); on a hit copy the cached outputs into the output directory.
-//! Otherwise copy the source into a fresh container ([`container`]), run
-//! the command with the targets and the job count ([`jobs`]) in its
-//! environment, copy the outputs out into the cache and from there into
-//! the output directory. Either way every output is inspected and each
-//! host ELF with GPU code must have code for each target ([`check`]).
+//! ([`key`]); on a hit (the local cache, or a shared registry tier) copy
+//! the cached outputs into the output directory. Otherwise copy the source
+//! into a fresh container ([`container`]), with the project's compiler
+//! cache when the image has ccache, run the command with the targets and
+//! the job count ([`jobs`]) in its environment, copy the outputs out into
+//! the cache and from there into the output directory. Either way every
+//! output is inspected and each host ELF with GPU code must have code for
+//! each target ([`check`]).
 
-pub mod cache;
 pub mod check;
 pub mod container;
 pub mod jobs;
+pub mod key;
 pub mod targets;
 
+use crate::cache::{Bucket, Cache, CacheConfig, RemoteReport, Sharing, Tier};
+use crate::engine::compiler_cache::{self, Stats, CCACHE_DIR};
 use crate::engine::copy::CopyIn;
 use crate::engine::gpu::{GpuPlan, TargetList};
 use crate::engine::run::{Network, RunOptions};
 use crate::engine::{Engine, EngineError};
-use crate::store::cache::Cache;
-use crate::store::Digest;
+use crate::oci::Digest;
 use check::{Missing, OutputFile};
-use container::{OutputPath, Ran, OUT_DIR, SRC_DIR};
+use container::{CompilerCacheJob, OutputPath, Ran, OUT_DIR, SRC_DIR};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The image to build in.
-pub enum KernelImage {
-    /// An OCI layout (a definition is built into one first), loaded as `tag` on a cache miss.
-    Layout { dir: PathBuf, tag: String },
-    /// An image the engine has.
-    Reference(String),
-}
+/// The image to build in (a layout is loaded on a cache miss only).
+pub use crate::engine::build_image::BuildImage as KernelImage;
 
 pub struct KernelOptions {
     pub source: PathBuf,
@@ -51,7 +49,8 @@ pub struct KernelOptions {
     pub outputs: Vec<String>,
     pub network: bool,
     pub allow_missing_targets: bool,
-    pub cache_dir: PathBuf,
+    pub cache: CacheConfig,
+    pub compiler_cache: compiler_cache::Mode,
 }
 
 /// What a build did (the `--json` report).
@@ -60,6 +59,9 @@ pub struct Report {
     pub output_dir: PathBuf,
     /// The outputs came from the cache: the command did not run.
     pub cached: bool,
+    /// Which cache tier had them (`local`, or `remote`: the shared registry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
     /// The whole command's time, cache lookup and checks included.
     pub seconds: f64,
     pub key: String,
@@ -74,6 +76,25 @@ pub struct Report {
     pub outputs: Vec<OutputFile>,
     /// Requested targets an output lacks (only with --allow-missing-targets).
     pub missing: Vec<Missing>,
+    /// What the compiler cache did (absent when the command did not run or
+    /// the image has no ccache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compiler_cache: Option<CompilerCacheReport>,
+    /// What the registry tier did (with --cache-registry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_registry: Option<RemoteReport>,
+}
+
+/// The compiler cache of one build.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CompilerCacheReport {
+    /// Its entry's key (the image, targets, command, environment and outputs: the project).
+    pub key: String,
+    /// Where the directory came from (absent: the first build of the project).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<Tier>,
+    #[serde(flatten)]
+    pub stats: Stats,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,8 +103,10 @@ pub enum KernelError {
     Input(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
     #[error("the kernel cache: {0}")]
-    Cache(String),
+    Staging(String),
     #[error("the build command exited with code {code} (its output is above); nothing was kept and the container was removed")]
     Failed { code: i32 },
     #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, HIP_OFFLOAD_ARCH, GPU_TARGETS and HIPCC_COMPILE_FLAGS_APPEND), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
@@ -130,23 +153,6 @@ pub fn output_paths(outputs: &[String]) -> Result<Vec<OutputPath>, KernelError> 
         .collect()
 }
 
-fn image_digest(image: &KernelImage, engine: &mut Option<Engine>) -> Result<Digest, KernelError> {
-    let id = match image {
-        KernelImage::Layout { dir, .. } => {
-            return Ok(crate::store::layout::open_image(dir, None, None).map_err(EngineError::from)?.config_digest)
-        }
-        KernelImage::Reference(r) => container::image_id(connect(engine)?, r)?,
-    };
-    Digest::parse(&id).map_err(|e| KernelError::Input(format!("the engine's id of the image: {e}")))
-}
-
-fn connect(engine: &mut Option<Engine>) -> Result<&Engine, KernelError> {
-    if engine.is_none() {
-        *engine = Some(Engine::connect()?);
-    }
-    Ok(engine.as_ref().expect("connected above"))
-}
-
 /// The source's top-level entries, each copied to the same place under
 /// [`SRC_DIR`]; `skip` names are left out.
 fn source_copies(src: &Path, skip: &[&str]) -> Result<Vec<CopyIn>, KernelError> {
@@ -191,14 +197,13 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     let skip_names = skipped_inputs(&o.source, &o.output, o.outputs.is_empty());
     let skip: Vec<&str> = skip_names.iter().map(String::as_str).collect();
     let skip = skip.as_slice();
-    let cache_err = |e: std::io::Error| KernelError::Cache(e.to_string());
-    let cache = Cache::open(&o.cache_dir).map_err(|e| KernelError::Cache(e.to_string()))?;
+    let cache = Cache::open_with(&o.cache)?;
     let mut engine = None;
-    let image = image_digest(&o.image, &mut engine)?;
-    let source = cache::source_key(&o.source, skip)
+    let image = o.image.digest(&mut engine)?;
+    let source = key::source_key(&o.source, skip)
         .map_err(|e| KernelError::Input(format!("reading source `{}`: {e}", o.source.display())))?;
     let out_paths: Vec<String> = outputs.iter().map(|p| p.path.clone()).collect();
-    let key = cache::key(&cache::KeyInputs {
+    let inputs = key::KeyInputs {
         image: &image,
         source: &source,
         cmd: &o.cmd,
@@ -206,56 +211,55 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
         env: &o.env,
         outputs: &out_paths,
         network: o.network,
-    });
-    let (tree, cached, jobs, resources) = match cache::lookup(&cache, &key) {
-        Some(tree) => (tree, true, None, None),
+    };
+    let key = key::key(&inputs);
+    let mut ran = Ran::Failed { code: 0 };
+    let mut project_cc = None;
+    let (entry, tier) = match cache.entry(Bucket::Kernels, &key.hex())? {
+        Some(hit) => (hit.value, Some(hit.tier)),
         None => {
-            let engine = connect(&mut engine)?;
-            let reference = match &o.image {
-                KernelImage::Layout { dir, tag } => {
-                    // Already there under this name with this config: no load at all.
-                    let have = container::image_id(engine, tag).ok();
-                    if have.as_deref() != Some(image.to_string().as_str()) {
-                        engine.load_layout(dir, tag, &o.cache_dir)?;
-                    }
-                    tag.clone()
-                }
-                KernelImage::Reference(r) => r.clone(),
+            let project = key::project_key(&inputs).hex();
+            let restored = if o.compiler_cache == compiler_cache::Mode::Off {
+                None
+            } else {
+                cache.entry(Bucket::CompilerObjects, &project)?
             };
-            let mut env = targets::env(&o.targets.targets);
-            env.extend(o.env.iter().cloned());
-            let staged = cache::staging(&cache).map_err(cache_err)?;
-            let files = staged.path().join("files");
-            let job = container::ContainerJob {
-                opts: RunOptions {
-                    image: reference,
-                    env,
-                    workdir: Some(SRC_DIR.into()),
-                    network: if o.network { Network::Bridge } else { Network::None },
-                    gpu: o.gpu.clone(),
-                    ..Default::default()
-                },
-                copy_in: source_copies(&o.source, skip)?,
-                cmd: o.cmd.clone(),
-                jobs: o.jobs,
-                outputs: &outputs,
-                into: &files,
+            let staged = cache.stage()?;
+            let staged_cc = cache.stage()?;
+            ran = run_in_container(
+                o,
+                &mut engine,
+                &image,
+                skip,
+                &outputs,
+                &staged.files(),
+                restored.as_ref().map(|h| h.value.files()),
+                &staged_cc.files(),
+            )?;
+            let copied = match &ran {
+                Ran::Failed { code } => return Err(KernelError::Failed { code: *code }),
+                Ran::Built { copied, .. } => *copied,
             };
-            match container::run(engine, &job)? {
-                Ran::Failed { code } => return Err(KernelError::Failed { code }),
-                Ran::Built { copied: 0, .. } => {
-                    return Err(KernelError::Input(format!(
-                        "the command succeeded but wrote nothing to copy out (looked at {}); write outputs there or name them with --output",
-                        out_paths.join(" and ")
-                    )))
-                }
-                Ran::Built { jobs, resources, .. } => {
-                    (cache::commit(&cache, &key, staged).map_err(cache_err)?, false, Some(jobs), resources)
-                }
+            if copied == 0 {
+                return Err(KernelError::Input(format!(
+                    "the command succeeded but wrote nothing to copy out (looked at {}); write outputs there or name them with --output",
+                    out_paths.join(" and ")
+                )));
             }
+            let sharing = Sharing::unless_networked(o.network);
+            if let Ran::Built { compiler_cache: Some(stats), .. } = &ran {
+                // A build that compiled nothing new leaves the project's cache as it was.
+                if stats.misses > 0 || restored.is_none() {
+                    cache.commit(Bucket::CompilerObjects, &project, staged_cc, &sharing)?;
+                }
+                project_cc =
+                    Some(CompilerCacheReport { key: project, restored_from: restored.map(|h| h.tier), stats: *stats });
+            }
+            (cache.commit(Bucket::Kernels, &key.hex(), staged, &sharing)?, None)
         }
     };
-    let files = cache::copy_tree(&tree, &o.output)
+    let files = entry
+        .copy_files_to(&o.output)
         .map_err(|e| KernelError::Input(format!("copying the outputs to `{}`: {e}", o.output.display())))?;
     let reports = check::inspect(&o.output, &files).map_err(KernelError::Input)?;
     let missing = check::missing(&reports, &o.targets.targets);
@@ -267,9 +271,14 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
             log::warn!("`{}` has no code for {} (--allow-missing-targets)", m.file, m.target);
         }
     }
+    let (jobs, resources) = match ran {
+        Ran::Built { jobs, resources, .. } => (Some(jobs), resources),
+        Ran::Failed { .. } => (None, None),
+    };
     Ok(Report {
         output_dir: o.output.clone(),
-        cached,
+        cached: tier.is_some(),
+        tier,
         seconds: started.elapsed().as_secs_f64(),
         key: key.hex(),
         image: image.to_string(),
@@ -279,7 +288,51 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
         resources,
         outputs: reports,
         missing,
+        compiler_cache: project_cc,
+        cache_registry: cache.remote_report(),
     })
+}
+
+/// Run the command in a fresh container; its outputs land in `into`, its
+/// compiler cache (started from `restore`, when given) in `cc_into`.
+#[allow(clippy::too_many_arguments)]
+fn run_in_container(
+    o: &KernelOptions,
+    engine: &mut Option<Engine>,
+    image: &Digest,
+    skip: &[&str],
+    outputs: &[OutputPath],
+    into: &Path,
+    restore: Option<PathBuf>,
+    cc_into: &Path,
+) -> Result<Ran, KernelError> {
+    let engine = crate::engine::build_image::connect(engine)?;
+    let reference = o.image.in_engine(engine, image, &crate::cache::scratch_dir(&o.cache.dir))?;
+    let mut env = targets::env(&o.targets.targets);
+    env.extend(o.env.iter().cloned());
+    let mut copy_in = source_copies(&o.source, skip)?;
+    if let Some(dir) = restore {
+        copy_in.push(CopyIn { host: dir, dest: CCACHE_DIR.into() });
+    }
+    let compiler_cache = (o.compiler_cache != compiler_cache::Mode::Off)
+        .then_some(CompilerCacheJob { mode: o.compiler_cache, save_into: cc_into });
+    let job = container::ContainerJob {
+        opts: RunOptions {
+            image: reference,
+            env,
+            workdir: Some(SRC_DIR.into()),
+            network: if o.network { Network::Bridge } else { Network::None },
+            gpu: o.gpu.clone(),
+            ..Default::default()
+        },
+        copy_in,
+        cmd: o.cmd.clone(),
+        jobs: o.jobs,
+        outputs,
+        into,
+        compiler_cache,
+    };
+    Ok(container::run(engine, &job)?)
 }
 
 #[cfg(test)]

@@ -17,10 +17,9 @@
 use crate::layer::compress::{self, Compression, LayerCodec};
 use crate::layer::write::{write_tar_to, CopyError, HostDigests, HostFile, TarSink, WriteError, WriteOptions};
 use crate::layer::Tree;
-use crate::store::blob::{BlobError, BlobWriter, Stored};
-use crate::store::cache::{Cache, CacheError};
-use crate::store::digest::{Digest, HashingWriter};
-use crate::store::LayerBlob;
+use crate::oci::blob::{BlobDir, BlobError, BlobWriter, Stored};
+use crate::oci::digest::{Digest, HashingWriter};
+use crate::oci::LayerBlob;
 use sha2::{Digest as _, Sha256};
 use std::io::{self, Read, Write};
 use std::ops::Range;
@@ -34,8 +33,6 @@ const QUEUE_CHUNKS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
-    #[error(transparent)]
-    Cache(#[from] CacheError),
     #[error(transparent)]
     Blob(#[from] BlobError),
     #[error(transparent)]
@@ -182,7 +179,7 @@ impl FileHashes {
 /// `host_digests`, when given, receives the sha256 and capability of every
 /// `Content::HostToHash` file (hashed on the tar hashing thread).
 pub fn pack_tree(
-    cache: &Cache,
+    blobs: &BlobDir,
     tree: &Tree,
     codec: LayerCodec,
     threads: usize,
@@ -193,7 +190,7 @@ pub fn pack_tree(
     let uncompressed = codec.compression == Compression::None;
     // The blob's writer: the tar hashing stage's for an uncompressed layer,
     // else the last stage's.
-    let mut blob = Some(BlobWriter::blob(cache)?);
+    let mut blob = Some(blobs.writer()?);
     let tar_blob = if uncompressed { blob.take() } else { None };
     let (tar_tx, tar_rx) = mpsc::sync_channel::<Chunk>(QUEUE_CHUNKS);
     let (hashed_tx, hashed_rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
@@ -341,7 +338,7 @@ mod tests {
     #[test]
     fn blob_and_digests_match_the_tar() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Cache::open(tmp.path()).unwrap();
+        let cache = BlobDir::open(tmp.path(), &tmp.path().join("tmp")).unwrap();
         let t = tree();
         let opts = WriteOptions::default();
         let tar = crate::layer::write::write_tar(&t, Vec::new(), &opts, &mut |_| {}).unwrap();
@@ -352,7 +349,7 @@ mod tests {
             let two = pack_tree(&cache, &t, codec, 2, &opts, &mut |_| {}, None).unwrap();
             assert_eq!(one, two, "{c:?}: thread count changed the blob");
             assert_eq!(progress, t.content_bytes());
-            let blob = std::fs::read(cache.blob_path(&one.digest)).unwrap();
+            let blob = std::fs::read(cache.path(&one.digest)).unwrap();
             assert_eq!(blob.len() as u64, one.size);
             assert_eq!(Digest::of_bytes(&blob), one.digest);
             assert_eq!(Digest::of_bytes(&tar), one.diff_id);
@@ -363,7 +360,7 @@ mod tests {
     #[test]
     fn a_source_shorter_than_recorded_is_an_error_for_every_sink() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Cache::open(&tmp.path().join("cache")).unwrap();
+        let cache = BlobDir::open(&tmp.path().join("cache"), &tmp.path().join("tmp")).unwrap();
         let file = tmp.path().join("short");
         std::fs::write(&file, vec![7u8; 3000]).unwrap();
         let mut t = tree();
@@ -379,13 +376,13 @@ mod tests {
             pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}, None).unwrap_err();
         let err = err.to_string();
         assert!(err.contains("changed while") && err.contains("short"), "{err}");
-        assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");
+        assert_eq!(std::fs::read_dir(tmp.path().join("tmp")).unwrap().count(), 0, "the temporary blob is removed");
     }
 
     #[test]
     fn a_failing_source_is_reported_and_leaves_no_blob() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Cache::open(tmp.path()).unwrap();
+        let cache = BlobDir::open(tmp.path(), &tmp.path().join("tmp")).unwrap();
         let mut t = tree();
         let missing = tmp.path().join("gone");
         let node = Node::new(
@@ -396,7 +393,7 @@ mod tests {
         let err =
             pack_tree(&cache, &t, LayerCodec::default(), 2, &WriteOptions::default(), &mut |_| {}, None).unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");
-        assert_eq!(std::fs::read_dir(cache.root().join("blobs/sha256")).unwrap().count(), 0);
-        assert_eq!(std::fs::read_dir(cache.tmp_dir()).unwrap().count(), 0, "the temporary blob is removed");
+        assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(tmp.path().join("tmp")).unwrap().count(), 0, "the temporary blob is removed");
     }
 }

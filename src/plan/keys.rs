@@ -5,10 +5,10 @@
 //! layer and everything above it. Bump a schema's version whenever what it
 //! encodes changes meaning.
 
+use crate::cache::key::{Key, KeyEncoder};
 use crate::definition::{ConfigDef, PackageSet, PackagesBase, Platform, RunDef};
 use crate::distro::pins::PackagePins;
-use crate::store::key::{Key, KeyEncoder};
-use crate::store::Digest;
+use crate::oci::Digest;
 
 /// Where every image's chain starts: its platform and the build's epoch.
 pub fn chain_start(platform: &Platform, source_date_epoch: u64) -> Key {

@@ -18,13 +18,13 @@ mod pins;
 pub use crate::source::hashes::KeyHashing;
 pub use make::{files_keyed, make, resolve_packages};
 
+use crate::cache::key::Key;
+use crate::cache::Cache;
 use crate::definition::{Image, Layer, PackageSet, PackagesBase, Platform, PypiRequest, RunDef};
 use crate::distro::pins::PackagePins;
 use crate::layer::compress::LayerCodec;
+use crate::oci::Digest;
 use crate::source::FilesScan;
-use crate::store::cache::Cache;
-use crate::store::key::Key;
-use crate::store::Digest;
 use lockfile::LockFile;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ pub enum PlanError {
     #[error(transparent)]
     Source(#[from] crate::source::SourceError),
     #[error(transparent)]
-    Cache(#[from] crate::store::cache::CacheError),
+    Cache(#[from] crate::cache::CacheError),
     #[error("{file}: base.packages: {err}")]
     Distro { file: String, err: Box<crate::distro::DistroError> },
     #[error("{file}: layer `{layer}`: packages: {err}")]
@@ -48,7 +48,7 @@ pub enum PlanError {
     #[error("{file}: base `registry`: {err}")]
     Registry { file: String, err: crate::registry::RegistryError },
     #[error(transparent)]
-    Layout(#[from] crate::store::layout::LayoutError),
+    Layout(#[from] crate::oci::layout::LayoutError),
 }
 
 /// Whose pins a plan uses.
@@ -136,7 +136,10 @@ pub struct Node {
     pub kind: NodeKind,
     /// Unknown (null) until what it is resolved over is built.
     pub key: Option<Key>,
+    /// A cache tier has the layer: a build takes it from there.
     pub cached: bool,
+    /// Which tier: `local`, `remote` (the shared registry), or null.
+    pub tier: Option<crate::cache::Tier>,
     pub inputs: Vec<InputRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -151,6 +154,10 @@ pub struct Node {
     /// Input files read and hashed to make its key.
     #[serde(skip)]
     pub files_hashed: u64,
+    /// It runs with the network on (a step asking for it): what it makes
+    /// stays in the local cache tier, never shared.
+    #[serde(skip)]
+    pub network: bool,
     /// The packages it installs, once pinned (packages nodes).
     #[serde(skip)]
     pub pins: Option<PackagePins>,

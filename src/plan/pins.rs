@@ -4,12 +4,12 @@
 
 use super::lockfile::LockFile;
 use super::{PlanError, PypiFile};
+use crate::cache::Cache;
 use crate::definition::{Layer, PackageSet, PackagesBase, PypiRequest};
 use crate::distro::pins::PackagePins;
 use crate::distro::DistroError;
+use crate::oci::Digest;
 use crate::pypi::PypiPin;
-use crate::store::cache::Cache;
-use crate::store::Digest;
 use std::path::Path;
 
 /// A PyPI request's file for a plan. `lock`: the image's lock as read;

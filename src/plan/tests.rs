@@ -98,7 +98,7 @@ fn keys_chain_and_an_unknown_key_hides_the_ones_above() {
     plan.layers[0].own = None;
     plan.rekey();
     assert!(plan.layers.iter().all(|n| n.key.is_none()), "nothing above an unknown key is known");
-    plan.layers[0].own = Some(keys::oci_base(&crate::store::Digest::of_bytes(b"x")));
+    plan.layers[0].own = Some(keys::oci_base(&crate::oci::Digest::of_bytes(b"x")));
     plan.rekey();
     assert!(plan.layers[1].key.is_some() && plan.layers[1].key != before[1], "a change below changes the keys above");
 }

@@ -1,7 +1,7 @@
 //! Files from Python package indexes, fetched with the user's own pip
 //! (`python3 -m pip download`, so their index, mirrors, proxies and
-//! certificates apply) into a content-addressed download cache
-//! (`CACHE/pypi/<sha256>/<file name>`), and pinned by sha256: in the
+//! certificates apply) into the cache's `pypi` bucket (an entry per
+//! sha256, holding the file under its own name), and pinned by sha256: in the
 //! definition (`sha256 = "..."`) and/or in the image's lock file. A pinned
 //! file found in the cache is used without running pip (no network).
 
@@ -10,7 +10,7 @@ pub mod resolve;
 
 use crate::definition::{PypiFormat, PypiRequest};
 
-use crate::store::cache::{Cache, CacheError};
+use crate::cache::{Bucket, Cache, CacheError, Sharing};
 use std::path::PathBuf;
 
 /// One file fetched with pip, as `IMAGE.lock` records it (`[[pypi]]`):
@@ -117,11 +117,7 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
     }
     let name = requirement_name(&req.requirement)
         .map_err(|message| PypiError::Other { requirement: req.requirement.clone(), message })?;
-    let tmp = tempfile::Builder::new().prefix("pypi-").tempdir_in(cache.tmp_dir()).map_err(|err| CacheError {
-        dir: cache.root().display().to_string(),
-        what: "cannot create a download directory".into(),
-        err,
-    })?;
+    let tmp = cache.temp_dir("pypi-")?;
     let dl = tmp.path().join("dl");
     std::fs::create_dir(&dl).map_err(|e| other(req, format!("cannot create `{}`: {e}", dl.display())))?;
     pip::download(req, &name, pin, &dl, tmp.path())?;
@@ -133,8 +129,7 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
         return Err(other(req, format!("pip downloaded {} files, expected one", files.len())));
     };
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let sha256 =
-        crate::store::digest::sha256_file(path).map_err(|e| other(req, format!("cannot read `{file}`: {e}")))?;
+    let sha256 = crate::oci::digest::sha256_file(path).map_err(|e| other(req, format!("cannot read `{file}`: {e}")))?;
     if let Some(expected) = pin {
         if sha256 != expected {
             return Err(PypiError::Mismatch {
@@ -148,32 +143,23 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
     store(cache, path, &sha256, tmp.path()).map_err(|message| other(req, message))
 }
 
-/// Move the downloaded `path` (its sha256 already measured) into the cache
-/// as `pypi/<sha256>/<file name>`, renamed into place whole (through a
-/// directory made in `scratch`), so a killed build never leaves an entry a
-/// later build would trust. An entry already there is kept.
+/// Move the downloaded `path` (its sha256 already measured, on the
+/// cache's file system) into the cache as the `pypi` entry `<sha256>`,
+/// committed whole, so a killed build never leaves an entry a later build
+/// would trust. An entry already there is kept.
 pub(crate) fn store(
     cache: &Cache,
     path: &std::path::Path,
     sha256: &str,
-    scratch: &std::path::Path,
+    _scratch: &std::path::Path,
 ) -> Result<Fetched, String> {
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let entry = cache.named_path("pypi", sha256);
     if cached(cache, sha256).is_none() {
-        let staged = scratch.join(format!("entry-{sha256}"));
-        std::fs::create_dir(&staged).map_err(|e| format!("cannot stage `{file}`: {e}"))?;
-        std::fs::rename(path, staged.join(&file)).map_err(|e| e.to_string())?;
-        std::fs::create_dir_all(cache.root().join("pypi")).map_err(|e| e.to_string())?;
-        let _ = std::fs::remove_dir_all(&entry);
-        if let Err(e) = std::fs::rename(&staged, &entry) {
-            let _ = std::fs::remove_dir_all(&staged);
-            if cached(cache, sha256).is_none() {
-                return Err(format!("cannot store `{}`: {e}", entry.display()));
-            }
-        }
+        let staged = cache.stage().map_err(|e| e.to_string())?;
+        std::fs::rename(path, staged.files().join(&file)).map_err(|e| format!("cannot stage `{file}`: {e}"))?;
+        cache.commit(Bucket::Pypi, sha256, staged, &Sharing::Shared).map_err(|e| e.to_string())?;
     }
-    cached(cache, sha256).ok_or_else(|| format!("`{}` vanished from the cache", entry.display()))
+    cached(cache, sha256).ok_or_else(|| format!("`{file}` vanished from the cache"))
 }
 
 fn other(req: &PypiRequest, message: String) -> PypiError {
@@ -182,12 +168,13 @@ fn other(req: &PypiRequest, message: String) -> PypiError {
 
 /// The cached file with this sha256, rehashed (a damaged entry is dropped).
 pub fn cached(cache: &Cache, sha256: &str) -> Option<Fetched> {
-    let dir = cache.named_path("pypi", sha256);
-    let mut entries = std::fs::read_dir(&dir).ok()?.filter_map(|e| e.ok());
-    let e = entries.next()?;
+    // The bucket is local only: a lookup never asks a registry.
+    let entry = cache.entry(Bucket::Pypi, sha256).ok()??.value;
+    let mut files = std::fs::read_dir(entry.files()).ok()?.filter_map(|e| e.ok());
+    let e = files.next()?;
     let path = e.path();
-    if entries.next().is_some() || crate::store::digest::sha256_file(&path).ok()? != sha256 {
-        let _ = std::fs::remove_dir_all(&dir);
+    if files.next().is_some() || crate::oci::digest::sha256_file(&path).ok()? != sha256 {
+        cache.forget_entry(Bucket::Pypi, sha256);
         return None;
     }
     Some(Fetched { file: e.file_name().to_string_lossy().into_owned(), path, sha256: sha256.to_string() })

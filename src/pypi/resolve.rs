@@ -5,7 +5,7 @@
 //! fetched by sha256 only when missing.
 
 use super::{cached, pip, store, Fetched, PypiError};
-use crate::store::cache::{Cache, CacheError};
+use crate::cache::Cache;
 use std::path::{Path, PathBuf};
 
 /// The interpreter and platform wheels are chosen for.
@@ -72,14 +72,7 @@ fn base_args(dest: &Path, find_links: &[PathBuf]) -> Vec<String> {
 }
 
 fn scratch(cache: &Cache) -> Result<tempfile::TempDir, PypiError> {
-    std::fs::create_dir_all(cache.tmp_dir()).ok();
-    tempfile::Builder::new().prefix("pypi-").tempdir_in(cache.tmp_dir()).map_err(|err| {
-        PypiError::Cache(CacheError {
-            dir: cache.root().display().to_string(),
-            what: "cannot create a download directory".into(),
-            err,
-        })
-    })
+    Ok(cache.temp_dir("pypi-")?)
 }
 
 /// `name` and `version` of a wheel file name.
@@ -118,8 +111,7 @@ pub fn resolve(
         let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let (name, version) =
             name_version(&file).ok_or_else(|| other(format!("pip downloaded `{file}`, which is not a wheel")))?;
-        let sha256 =
-            crate::store::digest::sha256_file(&path).map_err(|e| other(format!("cannot read `{file}`: {e}")))?;
+        let sha256 = crate::oci::digest::sha256_file(&path).map_err(|e| other(format!("cannot read `{file}`: {e}")))?;
         let fetched = store(cache, &path, &sha256, tmp.path()).map_err(other)?;
         out.push(Resolved { name, version, fetched });
     }
@@ -154,7 +146,7 @@ pub fn fetch_pinned(
             let path = e.map_err(|e| other(e.to_string()))?.path();
             let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let sha256 =
-                crate::store::digest::sha256_file(&path).map_err(|e| other(format!("cannot read `{file}`: {e}")))?;
+                crate::oci::digest::sha256_file(&path).map_err(|e| other(format!("cannot read `{file}`: {e}")))?;
             // pip checked the hashes; a file no pin names is left out.
             if missing.iter().any(|p| p.sha256 == sha256) {
                 store(cache, &path, &sha256, tmp.path()).map_err(other)?;

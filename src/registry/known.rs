@@ -1,25 +1,30 @@
 //! Where blobs were last seen on a registry (repository names per digest),
-//! kept as a cache note per registry. `push` uses it to mount a blob from
-//! another repository instead of uploading it again. Only a hint: a stale
-//! entry costs one refused mount, so failures to save it are not errors.
+//! kept as one small file per registry in a directory the caller gives (the
+//! cache's notes). `push` uses it to mount a blob from another repository
+//! instead of uploading it again. Only a hint: a stale entry costs one
+//! refused mount, so failures to save it are not errors.
 
-use crate::store::cache::Cache;
 use std::collections::{BTreeMap, BTreeSet};
-
-const KIND: &str = "registry-blobs";
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 pub(crate) struct Known {
-    cache: Cache,
-    key: String,
+    /// None: nothing is remembered (no place to keep it).
+    file: Option<PathBuf>,
     map: BTreeMap<String, BTreeSet<String>>,
     dirty: bool,
 }
 
 impl Known {
-    pub fn load(cache: &Cache, registry: &str) -> Known {
-        let key = crate::store::digest::sha256_hex(registry.as_bytes());
-        let map = cache.read_note(KIND, &key).and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-        Known { cache: cache.clone(), key, map, dirty: false }
+    /// What `dir` remembers of `registry`.
+    pub fn load(dir: Option<&Path>, registry: &str) -> Known {
+        let file = dir.map(|d| d.join(crate::oci::digest::sha256_hex(registry.as_bytes())));
+        let map = file
+            .as_ref()
+            .and_then(|f| std::fs::read(f).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Known { file, map, dirty: false }
     }
 
     /// Repositories other than `except` known to hold `digest`.
@@ -42,10 +47,16 @@ impl Known {
     }
 
     pub fn save(&mut self) {
-        if self.dirty {
-            if let Ok(data) = serde_json::to_vec(&self.map) {
-                let _ = self.cache.write_note(KIND, &self.key, &data);
-            }
+        let (true, Some(file)) = (self.dirty, &self.file) else { return };
+        let Some(dir) = file.parent() else { return };
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir)?;
+            let mut tmp = tempfile::Builder::new().prefix(".known-").tempfile_in(dir)?;
+            tmp.write_all(&serde_json::to_vec(&self.map).map_err(std::io::Error::other)?)?;
+            tmp.persist(file).map_err(|e| e.error)?;
+            Ok(())
+        };
+        if write().is_ok() {
             self.dirty = false;
         }
     }

@@ -10,7 +10,9 @@
 //! - `referrers`: the artifacts referring to it (its SBOM): referrers API or fallback tags
 //! - `known`: where blobs were seen, for cross-repository mounts
 //! - `save`: a pulled image as an OCI layout, byte for byte
+//! - `artifact`: small artifacts by tag (the cache's registry tier), verified blob downloads
 
+pub mod artifact;
 pub mod auth;
 pub mod client;
 mod known;
@@ -23,8 +25,22 @@ mod upload;
 pub use client::Client;
 pub use reference::{Reference, ReferenceError};
 
-use crate::store::cache::CacheError;
-use crate::store::layout::LayoutError;
+use crate::oci::layout::LayoutError;
+use crate::oci::BlobDir;
+use std::path::Path;
+
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// Where pulled content goes (a blob directory: the cache's) and where a
+/// session keeps notes on which repositories hold which blobs (None: nowhere).
+#[derive(Clone, Copy)]
+pub struct Store<'a> {
+    pub blobs: &'a BlobDir,
+    pub notes: Option<&'a Path>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -52,8 +68,6 @@ pub enum RegistryError {
     Protocol { registry: String, what: String, message: String },
     #[error("`{reference}`: {message}")]
     Image { reference: String, message: String },
-    #[error(transparent)]
-    Cache(#[from] CacheError),
     #[error(transparent)]
     Layout(#[from] LayoutError),
     #[error("`{path}`: {what}: {err}")]

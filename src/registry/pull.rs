@@ -1,26 +1,21 @@
 //! Pulling: a reference's manifest (an index resolved to a platform), its
-//! config and layer blobs into the layer cache, each verified (sha256 and
-//! size) while streamed to a temporary file that is renamed only when it
-//! matches. Blobs already in the cache are not fetched again, so an image
-//! pulled once by digest rebuilds offline.
+//! config and layer blobs into a blob directory (the cache's), each
+//! verified (sha256 and size) while streamed to a temporary file that is
+//! renamed only when it matches. Blobs already there are not fetched again,
+//! so an image pulled once by digest rebuilds offline.
 
 use super::client::{read_limited, Call, Client};
 use super::known::Known;
 use super::reference::Reference;
-use super::RegistryError;
+use super::{RegistryError, Store};
+use crate::oci::blob::BlobDir;
+use crate::oci::{Digest, LayerBlob};
 use crate::progress::Progress;
-use crate::store::blob::{BlobError, BlobWriter};
-use crate::store::cache::Cache;
-use crate::store::Digest;
-use crate::store::LayerBlob;
 use ocidir::oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest};
-use std::io::{Read, Write};
+use std::io::Write;
 use ureq::http::Method;
 
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub use super::{DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST};
 
 /// Largest manifest or index accepted (the distribution spec suggests 4 MiB).
 const MANIFEST_LIMIT: u64 = 4 << 20;
@@ -167,7 +162,7 @@ fn document_media_type(bytes: &[u8], header: &str) -> String {
 
 struct Puller<'a> {
     reference: Reference,
-    cache: &'a Cache,
+    blobs: &'a BlobDir,
     opts: &'a PullOptions,
     client: Option<Client>,
     known: Known,
@@ -191,7 +186,7 @@ impl Puller<'_> {
 
     /// A manifest or index by digest: from the cache, else fetched and verified.
     fn document(&mut self, digest: &Digest) -> Result<(Vec<u8>, String), RegistryError> {
-        if let Ok(bytes) = std::fs::read(self.cache.blob_path(digest)) {
+        if let Ok(bytes) = std::fs::read(self.blobs.path(digest)) {
             let media_type = document_media_type(&bytes, "");
             return Ok((bytes, media_type));
         }
@@ -204,15 +199,15 @@ impl Puller<'_> {
 
     /// A document into the blob store, verified against the digest asked for.
     fn store_small(&self, bytes: &[u8], digest: &Digest, what: &str) -> Result<(), RegistryError> {
-        let mut w = BlobWriter::blob(self.cache)?;
-        w.write_all(bytes).map_err(|err| io_err(self.cache, err))?;
+        let mut w = self.blobs.writer().map_err(|e| blob_err(e, what))?;
+        w.write_all(bytes).map_err(|err| io_err(self.blobs, err))?;
         w.commit_verified(digest, None).map_err(|e| blob_err(e, what))?;
         Ok(())
     }
 
     /// A blob into the cache, streamed and verified; returns true if it was cached already.
     fn blob(&mut self, digest: &Digest, size: u64, what: &str) -> Result<bool, RegistryError> {
-        if self.cache.has_blob(digest, size) {
+        if self.blobs.has(digest, size) {
             return Ok(true);
         }
         let repo = self.reference.repository.clone();
@@ -250,43 +245,9 @@ impl Puller<'_> {
         what: &str,
         bar: &indicatif::ProgressBar,
     ) -> Result<(), Transfer> {
-        let cache = self.cache;
+        let w = self.blobs.writer().map_err(|e| Transfer::Failed(blob_err(e, what)))?;
         let client = self.client().map_err(Transfer::Failed)?;
-        let url = client.url(&format!("{repo}/blobs/{digest}"));
-        let resp = client.send(&Call::new(Method::GET, url, what)).map_err(Transfer::Failed)?;
-        if resp.status().as_u16() != 200 {
-            return Err(Transfer::Failed(client.status_error(what, resp)));
-        }
-        // A failed or short download leaves nothing under the digest's name.
-        let mut w = BlobWriter::blob(cache).map_err(|e| Transfer::Failed(e.into()))?;
-        let mut r = resp.into_body().into_reader();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = match r.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Transfer::Interrupted(e.to_string())),
-            };
-            if w.bytes() + n as u64 > size {
-                return Err(Transfer::Failed(RegistryError::SizeMismatch {
-                    what: what.to_string(),
-                    expected: size,
-                    actual: w.bytes() + n as u64,
-                }));
-            }
-            w.write_all(&buf[..n]).map_err(|err| Transfer::Failed(io_err(cache, err)))?;
-            bar.inc(n as u64);
-        }
-        if w.bytes() != size {
-            return Err(Transfer::Failed(RegistryError::SizeMismatch {
-                what: what.to_string(),
-                expected: size,
-                actual: w.bytes(),
-            }));
-        }
-        w.commit_verified(digest, Some(size)).map_err(|e| Transfer::Failed(blob_err(e, what)))?;
-        Ok(())
+        super::artifact::download_once(client, repo, w, digest, size, what, bar).map(|_| ())
     }
 
     fn pick_platform(
@@ -335,22 +296,7 @@ impl Puller<'_> {
     }
 }
 
-enum Transfer {
-    /// The connection broke: worth another attempt.
-    Interrupted(String),
-    Failed(RegistryError),
-}
-
-fn blob_err(e: BlobError, what: &str) -> RegistryError {
-    match e {
-        BlobError::Cache(c) => c.into(),
-        BlobError::Mismatch { expected, actual, .. } => RegistryError::DigestMismatch {
-            what: what.to_string(),
-            expected: expected.to_string(),
-            actual: actual.to_string(),
-        },
-    }
-}
+pub(crate) use super::artifact::{blob_err, Transfer};
 
 /// A descriptor's digest, which quarry can only check when it is a sha256.
 fn sha256_of(d: &Descriptor, what: &str, reference: &Reference) -> Result<Digest, RegistryError> {
@@ -360,24 +306,25 @@ fn sha256_of(d: &Descriptor, what: &str, reference: &Reference) -> Result<Digest
     })
 }
 
-fn io_err(cache: &Cache, err: std::io::Error) -> RegistryError {
-    RegistryError::Io { path: cache.tmp_dir().display().to_string(), what: "cannot write a blob".into(), err }
+fn io_err(blobs: &BlobDir, err: std::io::Error) -> RegistryError {
+    RegistryError::Io { path: blobs.dir().display().to_string(), what: "cannot write a blob".into(), err }
 }
 
 /// Pull `reference` (by digest, or by tag) for `platform` (os, arch, variant)
-/// into `cache`.
+/// into `store`.
 pub fn pull_image(
     reference: &Reference,
     platform: (&str, &str, Option<&str>),
-    cache: &Cache,
+    store: Store,
     opts: &PullOptions,
 ) -> Result<PulledImage, RegistryError> {
+    let blobs = store.blobs;
     let mut p = Puller {
         reference: reference.clone(),
-        cache,
+        blobs,
         opts,
         client: None,
-        known: Known::load(cache, &reference.registry),
+        known: Known::load(store.notes, &reference.registry),
     };
     let requested = match &reference.digest {
         Some(d) => Digest::parse(d)
@@ -411,8 +358,8 @@ pub fn pull_image(
     if cdesc.size() > CONFIG_LIMIT {
         return Err(p.client()?.protocol("config", format!("larger than {CONFIG_LIMIT} bytes")));
     }
-    let config_bytes = std::fs::read(cache.blob_path(&config_digest)).map_err(|err| RegistryError::Io {
-        path: cache.blob_path(&config_digest).display().to_string(),
+    let config_bytes = std::fs::read(blobs.path(&config_digest)).map_err(|err| RegistryError::Io {
+        path: blobs.path(&config_digest).display().to_string(),
         what: "cannot read the config".into(),
         err,
     })?;
@@ -459,12 +406,13 @@ pub fn pull_image(
     })
 }
 
-/// A registry base's layers when the cache holds all of it (manifest,
+/// A registry base's layers when `blobs` holds all of it (manifest,
 /// config and every layer), without contacting the registry.
-pub fn cached_layers(reference: &str, platform: &crate::definition::Platform, cache: &Cache) -> Option<PulledImage> {
+pub fn cached_layers(reference: &str, platform: &crate::definition::Platform, blobs: &BlobDir) -> Option<PulledImage> {
     let r = base_reference_offline(reference)?;
     let opts = PullOptions { plain_http: false, progress: Progress::hidden(), offline: true };
-    pull_image(&r, (&platform.os, platform.arch.oci(), platform.variant.as_deref()), cache, &opts).ok()
+    let store = Store { blobs, notes: None };
+    pull_image(&r, (&platform.os, platform.arch.oci(), platform.variant.as_deref()), store, &opts).ok()
 }
 
 /// A pinned reference, parsed without asking any registry.

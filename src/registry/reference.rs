@@ -45,7 +45,7 @@ fn valid_tag(t: &str) -> bool {
 
 /// True for `sha256:` followed by 64 lowercase hex digits.
 pub fn valid_digest(d: &str) -> bool {
-    crate::store::Digest::parse(d).is_ok()
+    crate::oci::Digest::parse(d).is_ok()
 }
 
 impl Reference {

@@ -1,12 +1,12 @@
 //! Writing a pulled image as an OCI layout, byte for byte: the manifest and
 //! config are the registry's own bytes (so digests stay the registry's),
-//! blobs are hardlinked (else copied) from the layer cache. Built in a
+//! blobs are hardlinked (else copied) from the blob directory they were
+//! pulled into (the cache's). Built in a
 //! staging directory beside the output and renamed into place.
 
 use super::pull::PulledImage;
 use super::RegistryError;
-use crate::store::cache::Cache;
-use crate::store::layout;
+use crate::oci::{layout, BlobDir};
 use ocidir::oci_spec::image::{DescriptorBuilder, ImageIndexBuilder, MediaType, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,16 +21,16 @@ fn bad(out: &Path, message: impl std::fmt::Display) -> RegistryError {
     RegistryError::Image { reference: out.display().to_string(), message: message.to_string() }
 }
 
-/// Write `image` (its blobs in `cache`) as an OCI layout at `out`, tagged `tag`.
-pub fn write_layout(image: &PulledImage, cache: &Cache, out: &Path, tag: &str) -> Result<(), RegistryError> {
+/// Write `image` (its blobs in `from`) as an OCI layout at `out`, tagged `tag`.
+pub fn write_layout(image: &PulledImage, from: &BlobDir, out: &Path, tag: &str) -> Result<(), RegistryError> {
     let staging = layout::stage_output(out, ".quarry-pull-").map_err(|e| bad(out, e))?;
-    let blobs = staging.path().join("blobs/sha256");
+    let blobs = staging.path().join(crate::oci::BLOBS_DIR);
     std::fs::create_dir_all(&blobs).map_err(io(&blobs, "cannot create"))?;
     let mut digests = vec![image.manifest_digest, image.config_digest];
     digests.extend(image.layers.iter().map(|l| l.blob.digest));
     for d in &digests {
-        let (from, to) = (cache.blob_path(d), blobs.join(d.hex()));
-        layout::link_or_copy(&from, &to).map_err(io(&from, "cannot copy a blob from the cache"))?;
+        let (src, to) = (from.path(d), blobs.join(d.hex()));
+        layout::link_or_copy(&src, &to).map_err(io(&src, "cannot copy a blob from the cache"))?;
     }
     let (os, arch) = (image.config.os().to_string(), image.config.architecture().to_string());
     let mut platform = ocidir::oci_spec::image::Platform::default();

@@ -5,8 +5,8 @@
 
 use super::{BaseImage, BaseKind, DebPackage, Distro, Inventory, LocalKind, LocalSource, PypiFile, SbomError};
 use crate::definition::{Base, Image};
+use crate::oci::Digest;
 use crate::plan::{NodeKind, Plan};
-use crate::store::Digest;
 
 /// The inventory of `plan`'s image; `image_digest` when it is built.
 pub fn inventory(plan: &Plan, image_digest: Option<&Digest>, created_epoch: u64) -> Result<Inventory, SbomError> {

@@ -17,7 +17,7 @@
 
 use super::inventory::{BaseKind, Inventory, LocalKind};
 use super::SbomError;
-use crate::store::digest::sha256_hex;
+use crate::oci::digest::sha256_hex;
 use packageurl::PackageUrl;
 use serde::Serialize;
 use std::collections::BTreeSet;

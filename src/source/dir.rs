@@ -4,9 +4,9 @@
 mod fingerprint;
 
 use super::hashes::{capability, FileDigest};
+use crate::cache::key::Key;
 use crate::layer::path::join;
 use crate::layer::{Content, Kind, Node, Tree};
-use crate::store::key::Key;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;

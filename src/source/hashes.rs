@@ -20,8 +20,8 @@
 
 mod memo;
 
-use crate::store::cache::Cache;
-use crate::store::key::KeyEncoder;
+use crate::cache::key::KeyEncoder;
+use crate::cache::Cache;
 use memo::{Memo, MemoEntry, MemoFile};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -277,7 +277,7 @@ impl ContentHasher {
     /// version (a memo is only ever an optimization: a bad one costs
     /// rehashing, never a wrong key).
     fn load(&self, name: &str) -> Option<Memo> {
-        let bytes = self.cache.read_note(MEMO_KIND, name)?;
+        let bytes = self.cache.note(MEMO_KIND, name)?;
         // Another version's layout may not even parse: either way, rehash.
         let doc = postcard::from_bytes::<MemoFile>(&bytes).ok().filter(|d| d.version == MEMO_VERSION)?;
         Some(Memo::new(
@@ -387,8 +387,8 @@ mod tests {
         // Files written just now are racy: hashed every time, never memoized.
         let mut h = ContentHasher::new(cache.clone(), false);
         let first = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
-        assert_eq!(hex::encode(first[0].sha256), crate::store::digest::sha256_hex(b"alpha"));
-        assert_eq!(hex::encode(first[1].sha256), crate::store::digest::sha256_hex(b"beta"));
+        assert_eq!(hex::encode(first[0].sha256), crate::oci::digest::sha256_hex(b"alpha"));
+        assert_eq!(hex::encode(first[1].sha256), crate::oci::digest::sha256_hex(b"beta"));
         assert_eq!(hash(&mut h, "s", &files_of(&src, &["a", "b"])), first);
         assert_eq!(h.files_hashed, 4);
 
@@ -403,10 +403,10 @@ mod tests {
         std::fs::write(src.join("b"), b"BETA!").unwrap();
         let changed = hash(&mut h, "s", &files_of(&src, &["a", "b"]));
         assert_eq!(h.files_hashed, 3);
-        assert_eq!(hex::encode(changed[1].sha256), crate::store::digest::sha256_hex(b"BETA!"));
+        assert_eq!(hex::encode(changed[1].sha256), crate::oci::digest::sha256_hex(b"BETA!"));
         // ...and `verify` reads everything, reporting memo entries that lied.
         let name = memo_name("s");
-        let mut doc: MemoFile = postcard::from_bytes(&cache.read_note(MEMO_KIND, &name).unwrap()).unwrap();
+        let mut doc: MemoFile = postcard::from_bytes(&cache.note(MEMO_KIND, &name).unwrap()).unwrap();
         doc.entries.iter_mut().filter(|e| e.path == b"a").for_each(|e| e.sha256 = [0x11; 32]);
         cache.write_note(MEMO_KIND, &name, &postcard::to_stdvec(&doc).unwrap()).unwrap();
         let trusted = hash(&mut h, "s", &files_of(&src, &["a", "b"]));

@@ -11,9 +11,9 @@ mod tests;
 mod tree;
 pub mod wheel_install;
 
+use crate::cache::key::{Key, KeyEncoder};
 use crate::definition::{FilesLayer, Layer, RocmSource, Source, SourceKind};
-use crate::store::key::{Key, KeyEncoder};
-use crate::store::Digest;
+use crate::oci::Digest;
 use dir::DirOptions;
 use hashes::{ContentHasher, FileToHash};
 use std::collections::BTreeMap;
@@ -346,7 +346,7 @@ impl FilesScan {
 
 /// Check a file against its sha256 pin; a mismatch names file, expected, actual.
 pub fn verify_pin(layer: &Layer, field: &str, path: &Path, expected: &Digest) -> Result<(), SourceError> {
-    let (actual, _) = crate::store::digest::digest_file(path)
+    let (actual, _) = crate::oci::digest::digest_file(path)
         .map_err(|e| SourceError::new(layer, field.to_string(), format!("cannot read `{}`: {e}", path.display())))?;
     if actual != *expected {
         return Err(SourceError::new(

@@ -2,10 +2,10 @@
 //! gives; so is its layer.
 
 use super::hashes::{ContentHasher, KeyHashing};
+use crate::cache::Cache;
 use crate::layer::compress::{Compression, LayerCodec};
 use crate::layer::pack::pack_tree;
 use crate::layer::write::{HostDigests, WriteOptions};
-use crate::store::cache::Cache;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -64,7 +64,7 @@ fn a_key_learned_while_packing_is_the_key_hashed_first() {
     let mut scan = super::scan(layer, &BTreeMap::new()).unwrap();
     let (key, contents) = scan.fingerprint(&mut hasher, 0).unwrap().expect("Upfront never defers");
     let (first_tree, _) = scan.into_tree(&BTreeMap::new(), tmp.path()).unwrap();
-    let first = pack_tree(&cache, &first_tree, codec, 2, &opts, &mut |_| {}, None).unwrap();
+    let first = pack_tree(cache.blobs(), &first_tree, codec, 2, &opts, &mut |_| {}, None).unwrap();
 
     // Hashing while packing, into a cache that has never seen the source.
     let cache = Cache::open(&tmp.path().join("cache-while")).unwrap();
@@ -75,14 +75,15 @@ fn a_key_learned_while_packing_is_the_key_hashed_first() {
     assert_eq!(hasher.files_hashed, 0);
     let (tree, _) = scan.into_tree(&BTreeMap::new(), tmp.path()).unwrap();
     let mut packed = HostDigests::new();
-    let blob = pack_tree(&cache, &tree, codec, 2, &opts, &mut |_| {}, Some(&mut packed)).unwrap();
+    let blob = pack_tree(cache.blobs(), &tree, codec, 2, &opts, &mut |_| {}, Some(&mut packed)).unwrap();
     assert_eq!(blob, first, "the layer does not depend on when its files are hashed");
     let cap = packed.values().filter(|f| f.capability.is_some()).count();
     assert_eq!(cap, 1, "the capability was read from the open file");
     // Every codec's pipeline (the uncompressed one ends on the hashing thread) reports the same.
     for c in [Compression::None, Compression::Zstd] {
         let mut again = HostDigests::new();
-        pack_tree(&cache, &tree, LayerCodec::new(c, None).unwrap(), 1, &opts, &mut |_| {}, Some(&mut again)).unwrap();
+        pack_tree(cache.blobs(), &tree, LayerCodec::new(c, None).unwrap(), 1, &opts, &mut |_| {}, Some(&mut again))
+            .unwrap();
         assert_eq!(again, packed, "{c:?}");
     }
     let mut hasher = ContentHasher::new(cache.clone(), false);

@@ -72,7 +72,7 @@ pub fn debian_rootfs(packages: &str) -> PathBuf {
     let name = if packages.is_empty() {
         "debian12-minbase.tar".to_string()
     } else {
-        format!("debian12-{}.tar", &quarry::store::digest::sha256_hex(packages.as_bytes())[..12])
+        format!("debian12-{}.tar", &quarry::oci::digest::sha256_hex(packages.as_bytes())[..12])
     };
     let out = fixtures_dir().join(&name);
     with_lock(&name, || {
@@ -128,7 +128,7 @@ pub fn unique(name: &str) -> String {
 pub fn rocm_artifacts(mode: &str, into: &Path) -> PathBuf {
     // Named after the script's contents: a changed script makes a new fixture.
     let script = std::fs::read(repo().join("tests/fixtures/rocm-artifacts.sh")).unwrap();
-    let tag = &quarry::store::digest::sha256_hex(&script)[..12];
+    let tag = &quarry::oci::digest::sha256_hex(&script)[..12];
     let cached = fixtures_dir().join(format!("rocm-artifacts-{mode}-{tag}"));
     with_lock(&format!("rocm-artifacts-{mode}"), || {
         let st = Command::new("sh")

@@ -1,6 +1,9 @@
+use crate::cli::image_arg::{self, ImageArg};
 use crate::elf::patchelf::{pinned, ContainerPatchelf};
+use crate::engine::build_image::BuildImage;
+use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::{self, GpuMode};
-use crate::engine::Engine;
+use crate::progress::Progress;
 use crate::wheel::build::{build, parse_axis, BuildOptions};
 use std::path::PathBuf;
 
@@ -52,6 +55,11 @@ pub struct Args {
     /// PYTORCH_ROCM_ARCH / GPU_ARCHS, else the detected GPUs, else the default list
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     gpu: GpuMode,
+    /// Compile through ccache (CMake's compiler launchers, hipcc's
+    /// HIP_CLANG_LAUNCHER), its directory kept in the cache per image,
+    /// targets and project: `auto` when the image has ccache
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = CompilerCacheMode::Auto)]
+    compiler_cache: CompilerCacheMode,
     #[command(flatten)]
     def: crate::cli::DefinitionArgs,
     /// Print a JSON list of the wheels on stdout
@@ -62,6 +70,7 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::super::set_output_mode(a.json, false);
     let cache_dir = a.def.cache_dir();
+    let cache = a.def.cache.config();
     let axes = a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?;
     let pythons = match a.python.as_str() {
         "auto" => None,
@@ -84,8 +93,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         GpuMode::None => gpu::build_targets(&[]),
         _ => gpu::targets_for_builds(),
     };
-    let engine = Engine::connect()?;
-    let image = super::image_in_engine(&engine, &a.image, &a.def.sets, &cache_dir)?;
+    let image = match image_arg::classify(&a.image)? {
+        ImageArg::Layout(dir) => BuildImage::Layout { tag: image_arg::layout_tag(&dir)?, dir },
+        ImageArg::Definition(f) => {
+            let (dir, tag) = image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(a.json, true))?;
+            BuildImage::Layout { dir, tag }
+        }
+        ImageArg::Reference(r) => BuildImage::Reference(r),
+    };
     let opts = BuildOptions {
         source: a.source,
         image,
@@ -103,9 +118,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         isolation: !a.no_build_isolation,
         network: a.network,
         lock: a.lock,
-        cache_dir,
+        cache,
+        compiler_cache: a.compiler_cache,
     };
-    let built = match build(&engine, &opts) {
+    let built = match build(&opts) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("quarry: wheel build: {e}");
@@ -134,6 +150,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         })
         .collect();
     let header = ["wheel", "tag", "size", "time"].map(String::from);
+    let rows: Vec<[String; 4]> = rows
+        .into_iter()
+        .zip(&built)
+        .map(|(mut r, b)| {
+            if b.cached {
+                r[3] = if b.tier == Some(crate::cache::Tier::Remote) { "registry".into() } else { "cached".into() };
+            }
+            r
+        })
+        .collect();
     let mut widths = header.clone().map(|h| h.len());
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {

@@ -7,7 +7,6 @@ mod repair;
 use crate::cli::image_arg;
 use crate::engine::Engine;
 use clap::Subcommand;
-use std::path::Path;
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -30,6 +29,11 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
 }
 
 /// The engine reference of an IMAGE argument (as for `quarry run`).
-fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache_dir: &Path) -> anyhow::Result<String> {
-    image_arg::image_in_engine(engine, arg, sets, cache_dir)
+fn image_in_engine(
+    engine: &Engine,
+    arg: &str,
+    sets: &[String],
+    cache: &crate::cache::CacheConfig,
+) -> anyhow::Result<String> {
+    image_arg::image_in_engine(engine, arg, sets, cache)
 }

@@ -57,13 +57,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         bail!("wheel `{}` does not exist", a.wheel.display());
     }
     let engine;
-    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::store::cache::default_dir);
+    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::cache::default_dir);
     let within = match &a.image {
         None => RepairIn::Host(Patchelf::find_in(&cache_dir, a.patchelf.as_deref())?),
         Some(arg) => {
             let patchelf = ContainerPatchelf::choose(&cache_dir, a.patchelf.as_deref())?;
             engine = Engine::connect()?;
-            let image = super::image_in_engine(&engine, arg, &a.sets, &cache_dir)?;
+            let image =
+                super::image_in_engine(&engine, arg, &a.sets, &crate::cache::CacheConfig::local(cache_dir.clone()))?;
             RepairIn::Image { image: RepairImage { engine: &engine, image }, patchelf }
         }
     };

@@ -16,7 +16,7 @@ pub(super) use layer::validate_layer;
 use super::layer::{PypiFormat, PypiRequest};
 use super::raw::{self, SourceDef};
 use super::{field_err, requirement_name, DefinitionError};
-use crate::store::Digest;
+use crate::oci::Digest;
 use std::path::Path;
 
 type Result<T> = std::result::Result<T, DefinitionError>;

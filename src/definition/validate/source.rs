@@ -5,7 +5,7 @@ use super::super::layer::*;
 use super::super::raw::SourceDef;
 use super::super::resolve_path;
 use super::{check_sha256, given_keys, parse_mode, parse_owner, pypi_request, Result};
-use crate::store::Digest;
+use crate::oci::Digest;
 use std::path::Path;
 
 /// The keys that pick a source's kind, in the order messages list them.

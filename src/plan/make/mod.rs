@@ -15,6 +15,7 @@ use super::keys;
 use super::lockfile::{lock_path, LockFile};
 use super::pins;
 use super::{BaseSummary, InputRef, Node, NodeKind, PinMode, Plan, PlanError, PlanOptions, Scope, ScopeBase, Work};
+use crate::cache::Tier;
 use crate::definition::{
     ArchiveSource, Base, FilesLayer, Image, Layer, LayerKind, RunDef, Source, SourceKind, StepLayer,
 };
@@ -24,13 +25,7 @@ use std::path::Path;
 
 /// Plan the build of `image`.
 pub fn make(image: &Image, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    let spool = tempfile::Builder::new().prefix("plan-").tempdir_in(opts.cache.tmp_dir()).map_err(|err| {
-        crate::store::cache::CacheError {
-            dir: opts.cache.root().display().to_string(),
-            what: "cannot create a spool directory".into(),
-            err,
-        }
-    })?;
+    let spool = opts.cache.temp_dir("plan-")?;
     let mut p = Planner {
         opts,
         hasher: ContentHasher::new(opts.cache.clone(), opts.verify).with_timing(opts.key_hashing),
@@ -55,7 +50,7 @@ pub fn make(image: &Image, opts: &PlanOptions) -> Result<Plan, PlanError> {
     // Packages layers over cached layers can be resolved now; then the
     // keys above them are known too.
     resolve_over_cached(&mut plan, opts, spool.path())?;
-    mark_cached(&mut plan, &opts.cache);
+    mark_cached(&mut plan, &opts.cache)?;
     Ok(plan)
 }
 
@@ -130,17 +125,20 @@ impl Planner<'_> {
     }
 
     fn push(&mut self, scope: usize, name: String, kind: NodeKind, history: Option<String>, work: Work) -> &mut Node {
+        let network = matches!(&work, Work::Step { run, .. } if run.network);
         self.nodes.push(Node {
             name,
             kind,
             key: None,
             cached: false,
+            tier: None,
             inputs: Vec::new(),
             note: None,
             scope,
             own: None,
             history,
             files_hashed: 0,
+            network,
             pins: None,
             work,
         });
@@ -176,7 +174,7 @@ impl Planner<'_> {
             }
             Base::Oci { path, reference } => {
                 let platform = &image.platform;
-                let img = crate::store::layout::open_image(
+                let img = crate::oci::layout::open_image(
                     path,
                     reference.as_deref(),
                     Some((&platform.os, platform.arch.oci())),
@@ -184,7 +182,7 @@ impl Planner<'_> {
                 let cache = &self.opts.cache;
                 let all_in =
                     img.manifest.layers().iter().all(|d| {
-                        crate::store::Digest::try_from(d.digest()).is_ok_and(|dg| cache.has_blob(&dg, d.size()))
+                        crate::oci::Digest::try_from(d.digest()).is_ok_and(|dg| cache.has_blob(&dg, d.size()))
                     });
                 let own = keys::oci_base(&img.manifest_digest);
                 let n = self.push(
@@ -259,18 +257,27 @@ fn relative(definition: &Path, path: &Path) -> String {
     path.strip_prefix(dir).unwrap_or(path).display().to_string()
 }
 
-/// Ask the cache which layers it has.
-pub(super) fn mark_cached(plan: &mut Plan, cache: &crate::store::cache::Cache) {
+/// Ask the cache which layers it has, and in which tier (nothing is fetched).
+pub(super) fn mark_cached(plan: &mut Plan, cache: &crate::cache::Cache) -> Result<(), PlanError> {
     for n in &mut plan.layers {
         match &n.work {
-            Work::Oci { .. } => {} // decided when planned: its blobs are in the cache or not
+            // Decided when planned: its blobs are in the cache or not.
+            Work::Oci { .. } => n.tier = n.cached.then_some(Tier::Local),
             Work::Registry { reference } => {
-                n.cached = crate::registry::pull::cached_layers(reference, &plan.scopes[n.scope].image.platform, cache)
-                    .is_some();
+                let platform = &plan.scopes[n.scope].image.platform;
+                n.cached = crate::registry::pull::cached_layers(reference, platform, cache.blobs()).is_some();
+                n.tier = n.cached.then_some(Tier::Local);
             }
-            _ => n.cached = n.key.is_some_and(|k| cache.lookup(&k).is_some()),
+            _ => {
+                n.tier = match n.key {
+                    Some(k) => cache.layer_tier(&k)?,
+                    None => None,
+                };
+                n.cached = n.tier.is_some();
+            }
         }
     }
+    Ok(())
 }
 
 /// The step that runs every maintainer script of a `packages` base or layer.

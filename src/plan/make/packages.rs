@@ -5,9 +5,9 @@ use super::super::keys;
 use super::super::pins;
 use super::super::{Node, NodeKind, Plan, PlanError, PlanOptions, Work};
 use super::{configure_layer, deb_inputs, Planner};
+use crate::cache::key::Key;
 use crate::definition::{Layer, PackageSet};
 use crate::plan::lockfile::LockFile;
-use crate::store::key::Key;
 use std::path::Path;
 
 impl Planner<'_> {
@@ -68,8 +68,9 @@ pub(super) fn resolve_over_cached(plan: &mut Plan, opts: &PlanOptions, spool: &P
                 Work::Oci { .. } | Work::Registry { .. } => {
                     all = false; // their blobs are listed by their manifests, read when built
                 }
-                _ => match opts.cache.lookup(k) {
-                    Some(b) => blobs.push(opts.cache.blob_path(&b.digest)),
+                // A layer only the registry tier has is pulled: this key needs it.
+                _ => match opts.cache.layer(k)? {
+                    Some(hit) => blobs.push(opts.cache.blobs().path(&hit.value.digest)),
                     None => all = false,
                 },
             }
@@ -97,7 +98,7 @@ pub fn resolve_packages(
     plan: &mut Plan,
     i: usize,
     below: &crate::distro::below::Below,
-    cache: &crate::store::cache::Cache,
+    cache: &crate::cache::Cache,
     spool: &Path,
 ) -> Result<(), PlanError> {
     let n = &plan.layers[i];

@@ -50,7 +50,7 @@ impl Planner<'_> {
                         )
                         .into());
                     }
-                    let (actual, _) = crate::store::digest::digest_file(path).map_err(|e| {
+                    let (actual, _) = crate::oci::digest::digest_file(path).map_err(|e| {
                         crate::source::SourceError::new(
                             layer,
                             field.clone(),
@@ -92,7 +92,7 @@ impl Planner<'_> {
             };
             inputs.push(StepInput { dest: input.dest.clone(), from });
         }
-        let contents: Vec<(String, crate::store::Digest)> = inputs
+        let contents: Vec<(String, crate::oci::Digest)> = inputs
             .iter()
             .map(|i| {
                 let d = match &i.from {

@@ -6,16 +6,15 @@
 
 use crate::registry::client::{Call, Client, Payload};
 use crate::registry::known::Known;
-use crate::registry::pull::{DOCKER_MANIFEST, OCI_MANIFEST};
 use crate::registry::reference::Reference;
+use crate::registry::{DOCKER_MANIFEST, OCI_MANIFEST};
 pub mod referrers;
 
+use crate::oci::layout;
+use crate::oci::Digest;
 use crate::progress::Progress;
 use crate::registry::upload::{self, BlobToSend, Mount};
 use crate::registry::RegistryError;
-use crate::store::cache::Cache;
-use crate::store::layout;
-use crate::store::Digest;
 use ocidir::oci_spec::image::ImageManifest;
 use referrers::PushedReferrer;
 use std::path::{Path, PathBuf};
@@ -101,7 +100,7 @@ pub(crate) fn manifest_blobs(
 
 /// A manifest's bytes from the layout, checked against its digest.
 pub(crate) fn manifest_bytes(oci_dir: &Path, digest: &Digest) -> Result<Vec<u8>, RegistryError> {
-    let path = oci_dir.join("blobs/sha256").join(digest.hex());
+    let path = oci_dir.join(crate::oci::BLOBS_DIR).join(digest.hex());
     let bytes = std::fs::read(&path).map_err(|err| RegistryError::Io {
         path: path.display().to_string(),
         what: "cannot read the manifest".into(),
@@ -123,7 +122,7 @@ fn bad(dir: &Path, message: impl Into<String>) -> RegistryError {
 pub fn push_image(
     oci_dir: &Path,
     reference: &Reference,
-    cache: &Cache,
+    notes: Option<&Path>,
     opts: &PushOptions,
 ) -> Result<PushResult, RegistryError> {
     if reference.digest.is_some() {
@@ -152,7 +151,7 @@ pub fn push_image(
     let repo = reference.repository.as_str();
     let mut client = Client::new(&reference.registry, opts.plain_http)?;
     client.add_scope(repo, "pull,push");
-    let mut known = Known::load(cache, &reference.registry);
+    let mut known = Known::load(notes, &reference.registry);
     let mut result = PushResult {
         reference: String::new(),
         digest: img.manifest_digest.to_string(),
@@ -187,7 +186,7 @@ pub fn push_image(
     known.save();
     result.reference = format!("{}/{}:{}@{}", reference.registry, repo, tag, img.manifest_digest);
 
-    for r in crate::store::referrer::referrers(oci_dir, &img.manifest_digest)? {
+    for r in crate::oci::referrer::referrers(oci_dir, &img.manifest_digest)? {
         let pushed = referrers::push_referrer(
             &mut client,
             &mut known,
@@ -255,7 +254,7 @@ pub(crate) fn send_blob(
 }
 
 /// HEAD the blob in the repository.
-fn exists(client: &mut Client, repo: &str, digest: &str, what: &str) -> Result<bool, RegistryError> {
+pub(crate) fn exists(client: &mut Client, repo: &str, digest: &str, what: &str) -> Result<bool, RegistryError> {
     let url = client.url(&format!("{repo}/blobs/{digest}"));
     let resp = client.send(&Call::new(Method::HEAD, url, what))?;
     match resp.status().as_u16() {

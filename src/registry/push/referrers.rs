@@ -10,12 +10,12 @@
 //!   OCI 1.1 clients read when the API is missing), updated, not replaced.
 
 use super::{manifest_blobs, manifest_bytes, send_blob, PushOptions, PushResult};
+use crate::oci::referrer::Referrer;
+use crate::oci::Digest;
 use crate::registry::client::{read_limited, Call, Client, Payload};
 use crate::registry::known::Known;
-use crate::registry::pull::{OCI_INDEX, OCI_MANIFEST};
 use crate::registry::RegistryError;
-use crate::store::referrer::Referrer;
-use crate::store::Digest;
+use crate::registry::{OCI_INDEX, OCI_MANIFEST};
 use std::path::Path;
 use ureq::http::Method;
 
@@ -95,7 +95,7 @@ pub(crate) fn push_referrer(
         subject
     );
     let mut tags = Vec::new();
-    if artifact_type == crate::store::referrer::SPDX_JSON_MEDIA_TYPE {
+    if artifact_type == crate::oci::SPDX_JSON_MEDIA_TYPE {
         let tag = sbom_tag(subject);
         put_manifest(client, repo, &tag, OCI_MANIFEST, &bytes, &format!("{what} (tag {tag})"))?;
         tags.push(tag);

@@ -88,7 +88,7 @@ fn finish(
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let out = dir.join(format!("{n}-{}-py3-none-{}.whl", ctx.version, ctx.plat));
     let rows = crate::wheel::archive::write_wheel(&out, &di, entries, ctx.time)?;
-    let sha256 = crate::store::digest::sha256_file(&out).map_err(io(&out))?;
+    let sha256 = crate::oci::digest::sha256_file(&out).map_err(io(&out))?;
     let size = std::fs::metadata(&out).map_err(io(&out))?.len();
     Ok(PackageEntry {
         name: dist.to_string(),
@@ -253,7 +253,7 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
         };
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let (path, files) = sdist::write(&dir, info, epoch as u64)?;
-        let sha256 = crate::store::digest::sha256_file(&path).map_err(io(&path))?;
+        let sha256 = crate::oci::digest::sha256_file(&path).map_err(io(&path))?;
         let size = std::fs::metadata(&path).map_err(io(&path))?.len();
         packages.insert(
             0,

@@ -5,9 +5,9 @@
 
 use super::DirOptions;
 use super::DirScan;
+use crate::cache::key::{Key, KeyEncoder};
 use crate::layer::write::HostDigests;
 use crate::source::hashes::{hash_file, source_id, ContentHasher, FileDigest, FileToHash};
-use crate::store::key::{Key, KeyEncoder};
 use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 

@@ -22,12 +22,12 @@
 use super::lock::{BuildLock, LockTarget, LockedWheel, Role};
 use super::system::BuildSystem;
 use super::{BuildError, Python};
+use crate::cache::Cache;
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
 use crate::engine::run::Session;
 use crate::engine::EngineError;
 use crate::pypi::resolve::{fetch_pinned, resolve, Pin, Target};
-use crate::store::cache::Cache;
 use std::path::PathBuf;
 
 /// quarry's PEP 517 frontend, copied into every build container.

@@ -1,7 +1,10 @@
 //! `quarry wheel build`: build wheels in a container for every Python of an
 //! image and every combination of build axes, then give them a local
 //! version label, repair them (with the libraries of the image they were
-//! built in), and test each in a fresh container.
+//! built in), and test each in a fresh container. The wheels of a build are
+//! a cache entry keyed by everything they depend on ([`key`], [`reuse`]):
+//! a machine that finds them (locally, or in a shared registry tier) builds
+//! nothing.
 //!
 //! The project is copied in through the engine's archive API, never
 //! bind-mounted, so remote engines work. One idle container per image runs
@@ -15,13 +18,18 @@
 
 mod axes;
 mod isolation;
+pub mod key;
 pub mod lock;
 mod output;
 mod pythons;
+mod reuse;
 pub mod system;
 mod test;
 
+use crate::cache::CacheConfig;
 use crate::elf::patchelf::ContainerPatchelf;
+use crate::engine::build_image::BuildImage;
+use crate::engine::compiler_cache::{self, Stats, CCACHE_DIR};
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
 use crate::engine::gpu::{GpuPlan, TargetList};
@@ -34,6 +42,7 @@ use isolation::{Isolation, FRONTEND, FRONTEND_PATH};
 use lock::{self as build_lock, BuildLock};
 pub use pythons::Python;
 use pythons::{parse_pythons, FIND_PYTHONS};
+pub use reuse::build;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -57,6 +66,8 @@ pub enum BuildError {
     Wheel(#[from] WheelError),
     #[error(transparent)]
     Pypi(#[from] crate::pypi::PypiError),
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
     #[error("{0}")]
     Input(String),
     #[error("{0}")]
@@ -95,8 +106,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
 pub struct BuildOptions {
     /// A project directory or an sdist.
     pub source: PathBuf,
-    /// An engine image reference (already loaded).
-    pub image: String,
+    /// The image to build in (a layout is loaded into the engine only when a build runs).
+    pub image: BuildImage,
     pub output: PathBuf,
     /// Python tags (`cp311`) to build for; None builds for every one found.
     pub pythons: Option<Vec<String>>,
@@ -122,12 +133,13 @@ pub struct BuildOptions {
     pub network: bool,
     /// The lock of build requirements; None: `quarry-wheel.lock` in the output directory.
     pub lock: Option<PathBuf>,
-    /// quarry's cache (downloaded build requirements).
-    pub cache_dir: PathBuf,
+    /// quarry's cache (built wheels, downloaded build requirements, compiler caches).
+    pub cache: CacheConfig,
+    pub compiler_cache: compiler_cache::Mode,
 }
 
 /// One built wheel.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Built {
     /// The wheel's path in the output directory.
     pub wheel: PathBuf,
@@ -147,6 +159,13 @@ pub struct Built {
     pub tested: bool,
     /// A `none-any` wheel: nothing to repair, but worth a note.
     pub pure: bool,
+    /// The interpreter's path in the image (what `--test` runs).
+    pub python_path: String,
+    /// Taken from the cache: nothing was built.
+    pub cached: bool,
+    /// Which cache tier had it (`local`, or `remote`: the shared registry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::cache::Tier>,
 }
 
 fn is_sdist(p: &Path) -> bool {
@@ -221,8 +240,15 @@ mkdir -p {OUT_DIR}/{n}
     script
 }
 
-/// Build, label, repair and test; returns the wheels in the output directory.
-pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
+/// What one container's builds made.
+pub(super) struct Ran {
+    pub built: Vec<Built>,
+    /// What ccache did (None: not used); its directory is then in the compiler-cache staging.
+    pub compiler_cache: Option<Stats>,
+}
+
+/// Check the inputs before anything runs.
+pub(super) fn check_inputs(o: &BuildOptions) -> Result<std::fs::Metadata, BuildError> {
     let meta = std::fs::metadata(&o.source).map_err(|e| {
         BuildError::Input(format!(
             "source `{}` cannot be read ({e}); give a project directory or an sdist",
@@ -240,6 +266,20 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
             return Err(BuildError::Input(format!("--find-links `{}` is not a directory of wheels", f.display())));
         }
     }
+    Ok(meta)
+}
+
+/// Build in `image` (loaded in `engine`), label and repair; returns the
+/// wheels in the output directory. `cc`: the compiler cache's directory
+/// to start from (copied in) and where to save it.
+pub(super) fn run_builds(
+    engine: &Engine,
+    image: &str,
+    o: &BuildOptions,
+    cache: &crate::cache::Cache,
+    cc: (Option<PathBuf>, &Path),
+) -> Result<Ran, BuildError> {
+    let meta = check_inputs(o)?;
     let epoch = crate::epoch::from_env_or_zero().map_err(|e| BuildError::Input(e.to_string()))?;
     let combos = combinations(&o.axes);
     // Check the template against every combination before building anything.
@@ -257,8 +297,6 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
     let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(build_lock::DEFAULT_NAME));
     let mut lock =
         if o.isolation { BuildLock::read(&lock_path).map_err(BuildError::Lock)? } else { BuildLock::default() };
-    let cache =
-        crate::store::cache::Cache::open(&o.cache_dir).map_err(|e| BuildError::Input(format!("the cache: {e}")))?;
 
     std::fs::create_dir_all(&o.output).map_err(io(&o.output))?;
     let staging =
@@ -268,8 +306,11 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
     std::fs::write(&frontend, FRONTEND).map_err(io(&frontend))?;
 
     let network = if o.network { Network::Bridge } else { Network::None };
-    let run_opts = RunOptions { image: o.image.clone(), network, gpu: o.gpu.clone(), ..Default::default() };
+    let run_opts = RunOptions { image: image.to_string(), network, gpu: o.gpu.clone(), ..Default::default() };
     let mut copy_in = vec![CopyIn { host: frontend.clone(), dest: FRONTEND_PATH.into() }];
+    if let Some(dir) = &cc.0 {
+        copy_in.push(CopyIn { host: dir.clone(), dest: CCACHE_DIR.into() });
+    }
     copy_in.push(match sdist_arg(o) {
         Some(dest) => CopyIn { host: o.source.clone(), dest },
         None => CopyIn { host: o.source.clone(), dest: SRC_DIR.into() },
@@ -278,7 +319,7 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
         copy_in.push(CopyIn { host: f.clone(), dest: FIND_LINKS_DIR.into() });
     }
     let iso = build_system.as_ref().map(|bs| Isolation {
-        cache: &cache,
+        cache,
         // pip runs in a scratch directory: give it an absolute path.
         find_links: o.find_links.iter().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())).collect(),
         build_system: bs,
@@ -295,21 +336,24 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
 
     let mut jobs: Vec<Job> = Vec::new();
     let lock_before = lock.clone();
+    let mut cc_stats = None;
     engine
         .guarded(async |s| {
             let id = s.start_idle(&run_opts, copy_in.clone()).await?;
             let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+            let ccache = s.prepare_compiler_cache(&id, o.compiler_cache).await?;
+            let cc_env = if ccache { compiler_cache::env(BUILD_DIR) } else { Vec::new() };
             let (_, out) = s.exec(&id, sh(FIND_PYTHONS), vec![], None, ExecOutput::Capture).await?;
             let mut pythons = parse_pythons(&String::from_utf8_lossy(&out));
             if pythons.is_empty() {
-                return Err(BuildError::NoPython { image: o.image.clone() }.into_engine());
+                return Err(BuildError::NoPython { image: image.to_string() }.into_engine());
             }
             if let Some(want) = &o.pythons {
                 for w in want {
                     if !pythons.iter().any(|p| &p.tag == w) {
                         return Err(BuildError::Input(format!(
                             "--python {w}: image `{}` has no such Python (found: {})",
-                            o.image,
+                            image,
                             pythons.iter().map(|p| p.tag.as_str()).collect::<Vec<_>>().join(", ")
                         ))
                         .into_engine());
@@ -327,7 +371,7 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
                             SRC_DIR,
                             &format!("{BUILD_DIR}/{}-probe", python.tag),
                         );
-                        let made = isolation::prepare(s, &id, python, &o.image, iso, &mut lock, &probe, &env)
+                        let made = isolation::prepare(s, &id, python, image, iso, &mut lock, &probe, &env)
                             .await
                             .map_err(BuildError::into_engine)?;
                         // The lock is written once the requirements are known, built or not.
@@ -342,7 +386,8 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
                     let n = jobs.len();
                     let mut env = build_env(o, python, axes, epoch, venv.as_deref());
                     env.extend(backend_env.iter().cloned());
-                    log::info!("building for {}{} in `{}`", python.tag, axes_suffix(axes), o.image);
+                    env.extend(cc_env.iter().cloned());
+                    log::info!("building for {}{} in `{}`", python.tag, axes_suffix(axes), image);
                     let t = Instant::now();
                     let script = job_script(o, python, combo, n, venv.as_deref());
                     let (code, _) = s.exec(&id, sh(&script), env, None, ExecOutput::Stderr).await?;
@@ -360,21 +405,18 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
                 }
             }
             s.copy_out(&id, OUT_DIR, &raw).await?;
+            if ccache {
+                cc_stats = Some(s.compiler_cache_stats(&id).await?);
+                s.save_compiler_cache(&id, cc.1).await?;
+            }
             s.remove_container(&id).await;
             Ok(())
         })
         .map_err(BuildError::Engine)?;
 
-    let mut built = output::finish(engine, o, &jobs, &labels, &raw, staging.path(), epoch)?;
+    let built = output::finish(engine, image, o, &jobs, &labels, &raw, staging.path(), epoch)?;
     drop(staging);
-
-    if let Some(cmd) = &o.test {
-        for (b, job) in built.iter_mut().zip(&jobs) {
-            test::test_wheel(engine, o, &b.wheel, &job.python.path, cmd)?;
-            b.tested = true;
-        }
-    }
-    Ok(built)
+    Ok(Ran { built, compiler_cache: cc_stats })
 }
 
 /// The guarded engine session returns [`EngineError`]; build errors raised

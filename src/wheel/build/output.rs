@@ -21,8 +21,10 @@ pub(super) fn parse_name(wheel: &Path) -> Result<WheelName, BuildError> {
 
 /// The wheels of `jobs` (job `n`'s in `raw/n`), finished into `o.output`;
 /// `labels` per axes combination; scratch space in `staging`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
     engine: &Engine,
+    image: &str,
     o: &BuildOptions,
     jobs: &[Job],
     labels: &[Option<String>],
@@ -58,8 +60,10 @@ pub(super) fn finish(
         let pure = parse_name(&wheel)?.is_pure();
         let mut repaired = false;
         if o.repair && !pure {
-            let within =
-                RepairIn::Image { image: RepairImage { engine, image: o.image.clone() }, patchelf: o.patchelf.clone() };
+            let within = RepairIn::Image {
+                image: RepairImage { engine, image: image.to_string() },
+                patchelf: o.patchelf.clone(),
+            };
             let report = repair(
                 &wheel,
                 &staging.join(format!("repair-{n}")),
@@ -74,7 +78,7 @@ pub(super) fn finish(
         built.push(Built {
             tag: format!("{}-{}-{}", name.python_tags.join("."), name.abi_tags.join("."), name.platform_tags.join(".")),
             size: std::fs::metadata(&dest).map_err(io(&dest))?.len(),
-            sha256: crate::store::digest::sha256_file(&dest).map_err(io(&dest))?,
+            sha256: crate::oci::digest::sha256_file(&dest).map_err(io(&dest))?,
             wheel: dest,
             python: job.python.tag.clone(),
             axes: job.axes.clone(),
@@ -83,6 +87,9 @@ pub(super) fn finish(
             repaired,
             tested: false,
             pure,
+            python_path: job.python.path.clone(),
+            cached: false,
+            tier: None,
         });
     }
     Ok(built)

@@ -18,6 +18,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
 /// temporary directory, so the source tree cannot be imported by mistake.
 pub(super) fn test_wheel(
     engine: &Engine,
+    image: &str,
     o: &BuildOptions,
     wheel: &Path,
     python: &str,
@@ -46,7 +47,7 @@ pub(super) fn test_wheel(
          exec sh -c \"$QUARRY_TEST\"\n"
     );
     let opts = RunOptions {
-        image: o.image.clone(),
+        image: image.to_string(),
         cmd: vec!["sh".into(), "-c".into(), script],
         env: vec![format!("QUARRY_PYTHON={python}"), format!("QUARRY_TEST={cmd}")],
         network: Network::None,

@@ -303,7 +303,7 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
     };
     for b in &mut bundled {
         let file = root.join(&b.path);
-        b.sha256 = crate::store::digest::sha256_file(&file).map_err(|source| WheelError::Io { path: file, source })?;
+        b.sha256 = crate::oci::digest::sha256_file(&file).map_err(|source| WheelError::Io { path: file, source })?;
         b.package = packages.get(&b.source).cloned();
     }
     let sbom = if bundled.is_empty() {

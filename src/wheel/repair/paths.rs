@@ -10,7 +10,7 @@ use std::path::{Component, Path};
 /// inside the wheel, whether it was copied now).
 pub(super) fn copy_library(src: &Path, root: &Path, libs_dir: &str) -> Result<(String, String, bool), WheelError> {
     let hash =
-        crate::store::digest::sha256_file(src).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
+        crate::oci::digest::sha256_file(src).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
     let short = &hash[..8];
     let src_name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let new_name = match src_name.split_once('.') {

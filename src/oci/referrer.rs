@@ -1,6 +1,7 @@
-//! OCI 1.1 referrers in an image layout: an artifact (an SBOM) stored
-//! beside the image it describes. The artifact is an image manifest with
-//! `artifactType`, the empty config (`{}`), its content as the one layer,
+//! OCI 1.1 referrers in an image layout: an artifact (an SBOM, a
+//! signature, any document) stored beside the image it describes. The
+//! artifact is an image manifest with `artifactType`, the empty config
+//! (`{}`), its content as the one layer,
 //! and `subject` = the image manifest's descriptor. Its descriptor joins the
 //! layout's `index.json` untagged and carrying `artifactType` (as
 //! `oras attach --oci-layout` and the `ocidir` crate write it), so
@@ -16,11 +17,16 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-/// The file name an SBOM gets when a tool (oras) pulls the artifact.
-/// The media type (and artifact type) of an SPDX document in JSON.
-pub const SPDX_JSON_MEDIA_TYPE: &str = "application/spdx+json";
-const SBOM_TITLE: &str = "sbom.spdx.json";
 const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
+
+/// A document to attach to an image.
+pub struct Attachment<'a> {
+    /// The artifact type, also the media type of its one layer (`application/spdx+json`).
+    pub artifact_type: &'a str,
+    /// The file name a tool (oras) gives the content when it pulls the artifact.
+    pub title: &'a str,
+    pub content: &'a [u8],
+}
 
 fn bad(path: &Path, message: impl std::fmt::Display) -> LayoutError {
     LayoutError::Bad { path: path.display().to_string(), message: message.to_string() }
@@ -80,12 +86,12 @@ pub fn referrers(path: &Path, subject: &Digest) -> Result<Vec<Referrer>, LayoutE
     Ok(out)
 }
 
-/// Store `sbom` (SPDX JSON) in the layout as an artifact referring to the
-/// image whose manifest is `image_manifest_digest` (`sha256:...`, listed in
-/// `index.json`), replacing an SBOM attached to it before. Returns the
-/// artifact manifest's descriptor. The same SBOM gives the same artifact
-/// digest: its manifest is canonical JSON without time stamps.
-pub fn attach_sbom(layout_dir: &Path, image: &Digest, sbom: &[u8]) -> Result<Descriptor, LayoutError> {
+/// Store a document in the layout as an artifact referring to the image
+/// whose manifest is `image` (listed in `index.json`), replacing an
+/// artifact of the same type attached to it before. Returns the artifact
+/// manifest's descriptor. The same document gives the same artifact digest:
+/// its manifest is canonical JSON without time stamps.
+pub fn attach(layout_dir: &Path, image: &Digest, doc: &Attachment) -> Result<Descriptor, LayoutError> {
     let image_manifest_digest = image.to_string();
     let oci = open(layout_dir)?;
     let mut index = read_index(&oci, layout_dir)?;
@@ -94,16 +100,16 @@ pub fn attach_sbom(layout_dir: &Path, image: &Digest, sbom: &[u8]) -> Result<Des
         .iter()
         .find(|d| d.digest().to_string() == image_manifest_digest && !is_artifact(d))
         .ok_or_else(|| {
-            bad(layout_dir, format!("index.json lists no image with manifest {image_manifest_digest}; attach the SBOM to the image the layout holds"))
+            bad(layout_dir, format!("index.json lists no image with manifest {image_manifest_digest}; attach the document to the image the layout holds"))
         })?;
     // The subject is a plain descriptor: no platform, no tag annotation.
     let subject = Descriptor::new(entry.media_type().clone(), entry.size(), entry.digest().clone());
 
-    // An SBOM attached before to this image gives way (its blobs stay
-    // unreferenced until the layout is written again).
+    // A document of the same type attached before to this image gives way
+    // (its blobs stay unreferenced until the layout is written again).
     let stale: Vec<String> = referrers(layout_dir, image)?
         .into_iter()
-        .filter(|r| r.artifact_type() == SPDX_JSON_MEDIA_TYPE)
+        .filter(|r| r.artifact_type() == doc.artifact_type)
         .map(|r| r.descriptor.digest().to_string())
         .collect();
     if !stale.is_empty() {
@@ -113,17 +119,18 @@ pub fn attach_sbom(layout_dir: &Path, image: &Digest, sbom: &[u8]) -> Result<Des
         write_index(layout_dir, &index)?;
     }
 
-    let mut w = oci.create_blob().map_err(|e| bad(layout_dir, format!("cannot write the SBOM blob: {e}")))?;
-    w.write_all(sbom).map_err(|e| bad(layout_dir, format!("cannot write the SBOM blob: {e}")))?;
-    let blob = w.complete().map_err(|e| bad(layout_dir, format!("cannot write the SBOM blob: {e}")))?;
+    let write_err = |e: std::io::Error| bad(layout_dir, format!("cannot write the {} blob: {e}", doc.artifact_type));
+    let mut w = oci.create_blob().map_err(|e| write_err(std::io::Error::other(e)))?;
+    w.write_all(doc.content).map_err(write_err)?;
+    let blob = w.complete().map_err(|e| write_err(std::io::Error::other(e)))?;
     let layer: Descriptor = blob
         .descriptor()
-        .media_type(MediaType::Other(SPDX_JSON_MEDIA_TYPE.into()))
-        .annotations(HashMap::from([(TITLE_ANNOTATION.to_string(), SBOM_TITLE.to_string())]))
+        .media_type(MediaType::Other(doc.artifact_type.into()))
+        .annotations(HashMap::from([(TITLE_ANNOTATION.to_string(), doc.title.to_string())]))
         .build()
         .map_err(|e| bad(layout_dir, e))?;
-    oci.insert_artifact_manifest(subject, MediaType::Other(SPDX_JSON_MEDIA_TYPE.into()), vec![layer], None)
-        .map_err(|e| bad(layout_dir, format!("cannot add the SBOM artifact: {e}")))
+    oci.insert_artifact_manifest(subject, MediaType::Other(doc.artifact_type.into()), vec![layer], None)
+        .map_err(|e| bad(layout_dir, format!("cannot add the {} artifact: {e}", doc.artifact_type)))
 }
 
 /// Replace `index.json` atomically (a temporary file beside it, renamed).
@@ -142,7 +149,11 @@ fn write_index(layout_dir: &Path, index: &ImageIndex) -> Result<(), LayoutError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::layout::{open_image, write_image};
+    use crate::oci::layout::{open_image, write_image};
+
+    fn attach_sbom(out: &Path, image: &Digest, content: &[u8]) -> Result<Descriptor, LayoutError> {
+        attach(out, image, &Attachment { artifact_type: "application/spdx+json", title: "sbom.spdx.json", content })
+    }
     use ocidir::oci_spec::image::{ConfigBuilder, ImageConfigurationBuilder, RootFsBuilder};
 
     /// A layout holding an image without layers.
@@ -154,10 +165,11 @@ mod tests {
             .rootfs(RootFsBuilder::default().typ("layers").diff_ids(Vec::<String>::new()).build().unwrap())
             .build()
             .unwrap();
-        let blobs = tempfile::tempdir().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let blobs = crate::oci::BlobDir::open(t.path(), &t.path().join("tmp")).unwrap();
         write_image(
             dir,
-            blobs.path(),
+            &blobs,
             &[],
             &config,
             "v1",
@@ -181,11 +193,14 @@ mod tests {
         let m = &refs[0].manifest;
         assert_eq!(m.subject().as_ref().unwrap().digest().to_string(), image.to_string());
         assert_eq!(m.config().media_type().to_string(), "application/vnd.oci.empty.v1+json");
-        let blob = out.join("blobs/sha256").join(m.layers()[0].digest().to_string().trim_start_matches("sha256:"));
+        let blob =
+            out.join(crate::oci::BLOBS_DIR).join(m.layers()[0].digest().to_string().trim_start_matches("sha256:"));
         assert_eq!(std::fs::read(blob).unwrap(), sbom);
         assert_eq!(
-            std::fs::read(out.join("blobs/sha256").join(m.config().digest().to_string().trim_start_matches("sha256:")))
-                .unwrap(),
+            std::fs::read(
+                out.join(crate::oci::BLOBS_DIR).join(m.config().digest().to_string().trim_start_matches("sha256:"))
+            )
+            .unwrap(),
             b"{}"
         );
 

@@ -2,8 +2,9 @@
 //! config, manifest and index), and reading images from layout directories
 //! or OCI archives (for `oci` bases, `inspect`, `export`).
 
+use super::blob::BlobDir;
 use super::digest::Digest;
-use super::LayerBlob;
+use super::{LayerBlob, BLOBS_DIR};
 use ocidir::cap_std::{ambient_authority, fs::Dir};
 use ocidir::oci_spec::image::{
     Descriptor, DescriptorBuilder, ImageConfiguration, ImageIndex, ImageManifest, ImageManifestBuilder, MediaType,
@@ -130,12 +131,12 @@ pub fn replace_output(staging: tempfile::TempDir, out: &Path) -> Result<(), Layo
     Ok(())
 }
 
-/// Write an image (its blobs already in `blob_dir`, the cache) as an OCI
+/// Write an image (its blobs already in `blobs`, the cache's) as an OCI
 /// layout at `out`, atomically: built beside `out` and renamed over it.
 /// Refuses to replace a directory that is neither empty nor an OCI layout.
 pub fn write_image(
     out: &Path,
-    blob_dir: &Path,
+    blobs: &BlobDir,
     layers: &[LayerBlob],
     config: &ImageConfiguration,
     tag: &str,
@@ -146,11 +147,11 @@ pub fn write_image(
         Dir::open_ambient_dir(staging.path(), ambient_authority()).map_err(io_err(staging.path(), "cannot open"))?;
     let oci = OciDir::ensure(dir).map_err(|e| bad(staging.path(), e))?;
 
-    let blobs = staging.path().join("blobs/sha256");
+    let staged_blobs = staging.path().join(BLOBS_DIR);
     let mut descs: Vec<Descriptor> = Vec::new();
     for l in layers {
-        link_or_copy(&blob_dir.join(l.hex()), &blobs.join(l.hex()))
-            .map_err(io_err(&blob_dir.join(l.hex()), "cannot place layer blob"))?;
+        let from = blobs.path(&l.digest);
+        link_or_copy(&from, &staged_blobs.join(l.hex())).map_err(io_err(&from, "cannot place layer blob"))?;
         let d = DescriptorBuilder::default()
             .media_type(media_type(&l.media_type))
             .digest(ocidir::oci_spec::image::Digest::from(l.digest))
@@ -244,7 +245,7 @@ impl ImageSource {
     /// For a layout directory, the file holding a blob (to hardlink it).
     pub fn blob_file(&self, digest: &Digest) -> Option<PathBuf> {
         match self {
-            ImageSource::Dir(_, p) => Some(p.join("blobs/sha256").join(digest.hex())),
+            ImageSource::Dir(_, p) => Some(p.join(BLOBS_DIR).join(digest.hex())),
             ImageSource::Archive(..) => None,
         }
     }

@@ -5,7 +5,7 @@
 //! happens to print or serialize. Changing what a key holds means bumping
 //! its schema's version (tests in `plan` pin a few keys to catch accidents).
 
-use super::digest::Digest;
+use crate::oci::Digest;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -146,6 +146,34 @@ impl KeyEncoder {
         sha.update(&pending);
         Key(sha.finalize().into())
     }
+}
+
+/// The content of a directory tree as a key of `schema` (version 1):
+/// every path (sorted), its kind, its executable bit and its content or
+/// link target. Top-level names in `skip` are left out. Times and owners
+/// are not part of it.
+pub fn tree_key(schema: &str, dir: &std::path::Path, skip: &[&str]) -> std::io::Result<Key> {
+    use std::io;
+    use std::os::unix::fs::PermissionsExt;
+    let mut k = KeyEncoder::new(schema, 1);
+    let walk = walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name().min_depth(1);
+    let top = |e: &walkdir::DirEntry| e.depth() == 1 && skip.iter().any(|s| e.file_name() == *s);
+    for entry in walk.into_iter().filter_entry(|e| !top(e)) {
+        let entry = entry.map_err(io::Error::other)?;
+        let rel = entry.path().strip_prefix(dir).map_err(io::Error::other)?.to_string_lossy().into_owned();
+        let meta = entry.path().symlink_metadata()?;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            k.str("dir", &rel);
+        } else if ft.is_symlink() {
+            k.str("symlink", &rel).str("target", &std::fs::read_link(entry.path())?.to_string_lossy());
+        } else if ft.is_file() {
+            let (digest, size) = crate::oci::digest::digest_file(entry.path())?;
+            k.str("file", &rel).bool("executable", meta.permissions().mode() & 0o111 != 0);
+            k.u64("size", size).digest("content", &digest);
+        }
+    }
+    Ok(k.finish())
 }
 
 #[cfg(test)]

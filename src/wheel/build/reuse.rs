@@ -1,0 +1,164 @@
+//! A wheel build from the cache when it can be: the build's key (see
+//! [`super::key`]) looked up in the cache's tiers; on a hit the wheels are
+//! copied into the output directory and nothing is built (no engine is
+//! needed unless `--test` asks); on a miss the image is loaded, the builds
+//! run (with the project's compiler cache when the image has ccache), and
+//! the wheels are committed under the key. A build in an isolated
+//! environment without a lock resolves its requirements, so it cannot be
+//! looked up first: it is committed under the key of the lock it wrote.
+
+use super::{key, lock, run_builds, test, BuildError, BuildOptions, Built};
+use crate::cache::{Bucket, Cache, Entry, Sharing, Tier};
+use crate::elf::patchelf::ContainerPatchelf;
+use crate::engine::build_image::connect;
+use crate::engine::compiler_cache::Mode;
+use std::path::{Path, PathBuf};
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+    move |err| BuildError::Io { path: path.to_path_buf(), err }
+}
+
+/// Which patchelf repairs, for the key.
+fn patchelf_identity(p: &ContainerPatchelf) -> Result<String, BuildError> {
+    Ok(match p {
+        ContainerPatchelf::Pinned { .. } => format!("pinned {}", crate::elf::patchelf::pinned::VERSION),
+        ContainerPatchelf::Host(p) => {
+            let sha = crate::oci::digest::sha256_file(p.path()).map_err(io(p.path()))?;
+            format!("program {sha}")
+        }
+    })
+}
+
+fn read_lock(path: &Path) -> Option<Vec<u8>> {
+    std::fs::read(path).ok()
+}
+
+/// Build the wheels (or take them from the cache), then test them when asked.
+pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
+    super::check_inputs(o)?;
+    let cache = Cache::open_with(&o.cache)?;
+    let mut engine = None;
+    let image = o.image.digest(&mut engine)?;
+    let epoch = crate::epoch::from_env_or_zero().map_err(|e| BuildError::Input(e.to_string()))?;
+    // An output directory inside a project directory is not part of it.
+    let skip: Vec<String> = output_inside(&o.source, &o.output).into_iter().collect();
+    let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
+    let source = key::source_key(&o.source, &skip).map_err(io(&o.source))?;
+    let find_links = match &o.find_links {
+        Some(f) => Some(crate::cache::key::tree_key("wheel-find-links", f, &[]).map_err(io(f))?),
+        None => None,
+    };
+    let patchelf = patchelf_identity(&o.patchelf)?;
+    let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(lock::DEFAULT_NAME));
+    let key_with = |lock: Option<&[u8]>| {
+        key::key(&key::KeyInputs {
+            image: &image,
+            source: &source,
+            pythons: o.pythons.as_deref(),
+            axes: &o.axes,
+            local_version: o.local_version.as_deref(),
+            repair: o.repair,
+            exclude: &o.exclude,
+            patchelf: &patchelf,
+            isolation: o.isolation,
+            lock,
+            find_links: find_links.as_ref(),
+            network: o.network,
+            epoch,
+            targets: &o.targets.targets,
+        })
+    };
+    let lock_before = if o.isolation { read_lock(&lock_path) } else { None };
+    let lookup = (!o.isolation || lock_before.is_some()).then(|| key_with(lock_before.as_deref()));
+    let mut built = match lookup.map(|k| cache.entry(Bucket::Wheels, &k.hex())).transpose()?.flatten() {
+        Some(hit) => from_entry(&hit.value, &o.output, hit.tier)?,
+        None => {
+            let engine = connect(&mut engine)?;
+            let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(&o.cache.dir))?;
+            let project = key::project_key(&image, &o.targets.targets, &key::project_name(&o.source)).hex();
+            let restored =
+                if o.compiler_cache == Mode::Off { None } else { cache.entry(Bucket::CompilerObjects, &project)? };
+            let staged_cc = cache.stage()?;
+            let ran = run_builds(
+                engine,
+                &reference,
+                o,
+                &cache,
+                (restored.as_ref().map(|h| h.value.files()), &staged_cc.files()),
+            )?;
+            let sharing = Sharing::unless_networked(o.network);
+            if let Some(stats) = ran.compiler_cache {
+                log::info!("compiler cache: {} hit(s), {} compiled", stats.hits, stats.misses);
+                if stats.misses > 0 || restored.is_none() {
+                    cache.commit(Bucket::CompilerObjects, &project, staged_cc, &sharing)?;
+                }
+            }
+            let lock_after = if o.isolation { read_lock(&lock_path) } else { None };
+            commit(&cache, &key_with(lock_after.as_deref()).hex(), &ran.built, &sharing)?;
+            ran.built
+        }
+    };
+    if let Some(cmd) = &o.test {
+        let engine = connect(&mut engine)?;
+        let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(&o.cache.dir))?;
+        for b in built.iter_mut() {
+            test::test_wheel(engine, &reference, o, &b.wheel, &b.python_path, cmd)?;
+            b.tested = true;
+        }
+    }
+    Ok(built)
+}
+
+/// The top-level name of `output` when it sits directly in the project directory `source`.
+fn output_inside(source: &Path, output: &Path) -> Option<String> {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (src, out) = (abs(source), abs(output));
+    out.parent().filter(|p| *p == src).and(out.file_name()).map(|n| n.to_string_lossy().into_owned())
+}
+
+/// Keep the build's wheels (and what was said of each) as the entry `name`.
+fn commit(cache: &Cache, name: &str, built: &[Built], sharing: &Sharing) -> Result<(), BuildError> {
+    let staged = cache.stage()?;
+    let mut meta = Vec::new();
+    for b in built {
+        let file = b.wheel.file_name().unwrap_or_default();
+        let dest = staged.files().join(file);
+        std::fs::copy(&b.wheel, &dest).map_err(io(&dest))?;
+        let mut m = b.clone();
+        m.wheel = PathBuf::from(file);
+        meta.push(m);
+    }
+    let text = serde_json::to_vec(&meta).map_err(|e| BuildError::Input(e.to_string()))?;
+    staged.set_meta(&text).map_err(io(&staged.files()))?;
+    cache.commit(Bucket::Wheels, name, staged, sharing)?;
+    Ok(())
+}
+
+/// The entry's wheels, copied into `output` and checked against what was recorded.
+fn from_entry(entry: &Entry, output: &Path, tier: Tier) -> Result<Vec<Built>, BuildError> {
+    let bad = |why: String| {
+        BuildError::Input(format!(
+            "a cached wheel build is damaged ({why}); remove it with `quarry cache prune` and build again"
+        ))
+    };
+    let meta: Vec<Built> = serde_json::from_slice(&entry.meta().ok_or_else(|| bad("no meta.json".into()))?)
+        .map_err(|e| bad(e.to_string()))?;
+    std::fs::create_dir_all(output).map_err(io(output))?;
+    let mut out = Vec::new();
+    for mut b in meta {
+        let name = b.wheel.file_name().ok_or_else(|| bad("a nameless wheel".into()))?.to_owned();
+        let dest = output.join(&name);
+        std::fs::copy(entry.files().join(&name), &dest).map_err(io(&dest))?;
+        let sha = crate::oci::digest::sha256_file(&dest).map_err(io(&dest))?;
+        if sha != b.sha256 {
+            return Err(bad(format!("{} has sha256 {sha}, recorded {}", name.to_string_lossy(), b.sha256)));
+        }
+        b.wheel = dest;
+        b.cached = true;
+        b.tier = Some(tier);
+        b.seconds = 0.0;
+        b.tested = false;
+        out.push(b);
+    }
+    Ok(out)
+}
