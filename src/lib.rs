@@ -1,6 +1,7 @@
 //! quarry: hermetic, reproducible OCI images and GPU-ready containers for
-//! ROCm builds. See DESIGN.md for the data flow:
-//! spec -> plan -> layers -> store -> export -> engine -> products.
+//! ROCm builds. ARCHITECTURE.md at the repository's root maps the modules
+//! and the data flow: definition -> plan -> build (layers) -> cache ->
+//! oci layout -> export -> engine -> products.
 
 pub mod build;
 pub mod cache;

@@ -147,7 +147,7 @@ fn pkg<'a>(j: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     j["packages"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no {name}: {j}"))
 }
 
-/// The reference's rules (shared/reference/rocm-packaging-reference.md),
+/// The reference packager's rules (ROCm/TheRock's `build_python_packages.py`),
 /// one by one, on the synthetic split-mode artifacts.
 #[test]
 fn split_packages_follow_the_reference_rules() {

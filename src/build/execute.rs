@@ -141,7 +141,7 @@ impl<'a> Executor<'a> {
             let found = if self.dry {
                 self.cache.local_layer(&key).map(|b| (b, Tier::Local))
             } else {
-                self.cache.layer(&key)?.map(|h| (h.value, h.tier))
+                self.cache.layer(&key, &crate::cache::Sharing::unless_networked(n.network))?.map(|h| (h.value, h.tier))
             };
             if let Some((blob, tier)) = found {
                 self.push(n.name.clone(), blob, Some(tier), n.files_hashed);

@@ -36,7 +36,7 @@ pub(super) fn layer(exec: &mut Executor, plan: &mut Plan, i: usize, reuse: bool)
         if exec.is_dry() {
             return Ok(exec.cache.local_layer(&k).map(|b| (b, Tier::Local)));
         }
-        Ok(exec.cache.layer(&k)?.map(|h| (h.value, h.tier)))
+        Ok(exec.cache.layer(&k, &crate::cache::Sharing::Shared)?.map(|h| (h.value, h.tier)))
     };
     let from_lock = matches!(plan.layers[i].work, Work::Packages { from_lock: true, .. });
     if from_lock {

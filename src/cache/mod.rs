@@ -210,9 +210,14 @@ impl Cache {
     // Layers.
 
     /// The layer `key` produced before: from the local tier, else pulled
-    /// from the registry tier and verified.
-    pub fn layer(&self, key: &Key) -> Result<Option<Hit<LayerBlob>>, CacheError> {
+    /// from the registry tier and verified. A local hit the registry tier
+    /// lacks is pushed to it (when `sharing` allows): a push killed before
+    /// its tag is completed by the next build.
+    pub fn layer(&self, key: &Key, sharing: &Sharing) -> Result<Option<Hit<LayerBlob>>, CacheError> {
         if let Some(b) = self.local_layer(key) {
+            if let Some(r) = &self.0.remote {
+                r.backfill_layer(key, &b, self, sharing)?;
+            }
             return Ok(Some(Hit { value: b, tier: Tier::Local }));
         }
         let Some(remote) = &self.0.remote else { return Ok(None) };
@@ -285,9 +290,13 @@ impl Cache {
     // Directory entries.
 
     /// The entry `name` of `bucket`: from the local tier, else pulled from
-    /// the registry tier (shared buckets only) and verified.
-    pub fn entry(&self, bucket: Bucket, name: &str) -> Result<Option<Hit<Entry>>, CacheError> {
+    /// the registry tier (shared buckets only) and verified. A local hit
+    /// the registry tier lacks is pushed to it (when `sharing` allows).
+    pub fn entry(&self, bucket: Bucket, name: &str, sharing: &Sharing) -> Result<Option<Hit<Entry>>, CacheError> {
         if let Some(e) = self.local_entry(bucket, name) {
+            if let (Some(r), Some(_)) = (&self.0.remote, bucket.tag_prefix()) {
+                r.backfill_entry(bucket, name, &e, self, sharing)?;
+            }
             return Ok(Some(Hit { value: e, tier: Tier::Local }));
         }
         let Some(remote) = self.0.remote.as_ref().filter(|_| bucket.tag_prefix().is_some()) else {

@@ -299,7 +299,7 @@ mod tests {
 
         // A running build's lease protects what it stamps.
         let cache = Cache::open(&dir).unwrap();
-        assert!(cache.entry(Bucket::Kernels, "k3").unwrap().is_some());
+        assert!(cache.entry(Bucket::Kernels, "k3", &Sharing::Shared).unwrap().is_some());
         let r = prune(&dir, &PruneOptions { keep_bytes: Some(0), ..Default::default() }).unwrap();
         assert!(dir.join("kernels/k3/files/out.bin").exists(), "in use: {r:?}");
         assert!(r.in_use >= 1);

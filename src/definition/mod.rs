@@ -2,7 +2,7 @@
 //! substitution, layer lookup and validation into typed values that cannot
 //! hold an invalid combination (a layer is files, packages or a step; each
 //! source kind carries only its own keys). Every error names the file and the
-//! field. See DESIGN.md, "Definitions", for the format.
+//! field. The format is the README's "Definitions" section.
 
 mod image;
 mod layer;

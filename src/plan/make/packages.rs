@@ -69,7 +69,7 @@ pub(super) fn resolve_over_cached(plan: &mut Plan, opts: &PlanOptions, spool: &P
                     all = false; // their blobs are listed by their manifests, read when built
                 }
                 // A layer only the registry tier has is pulled: this key needs it.
-                _ => match opts.cache.layer(k)? {
+                _ => match opts.cache.layer(k, &crate::cache::Sharing::unless_networked(n.network))? {
                     Some(hit) => blobs.push(opts.cache.blobs().path(&hit.value.digest)),
                     None => all = false,
                 },
