@@ -8,7 +8,8 @@
 set -eu
 runs=${1:-5}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-fx=$repo/target/fixtures/wheels
+fixtures=${QUARRY_TEST_CACHE:-$HOME/.cache/quarry-tests}/fixtures
+fx=$fixtures/wheels-$(sha256sum "$repo/tests/fixtures/wheel-fixtures.sh" | cut -c1-12)
 sh "$repo/tests/fixtures/wheel-fixtures.sh" "$fx"
 quarry=${QUARRY:-$repo/target/release/quarry}
 [ -x "$quarry" ] || { echo "build first: cargo build --release (or set QUARRY)" >&2; exit 1; }

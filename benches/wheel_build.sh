@@ -21,8 +21,10 @@ runs=${1:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 quarry=${QUARRY:-$repo/target/release/quarry}
 [ -x "$quarry" ] || { echo "build first: cargo build --release (or set QUARRY)" >&2; exit 1; }
-corpus=$repo/target/fixtures/wheelcorpus
-sh "$repo/tests/fixtures/wheel-corpus.sh" "$corpus/corpus"
+fixtures=${QUARRY_TEST_CACHE:-$HOME/.cache/quarry-tests}/fixtures
+corpus=$fixtures/wheelcorpus
+corpus_dir=$corpus/corpus-$(sha256sum "$repo/tests/fixtures/wheel-corpus.sh" | cut -c1-12)
+sh "$repo/tests/fixtures/wheel-corpus.sh" "$corpus_dir"
 out=$(mktemp -d)
 tags=""
 cleanup() {
@@ -77,10 +79,10 @@ quarry_cold() {
 quarry_warm() {
     rm -rf "$out/quarry"
     "$quarry" wheel build "$sdist" --image "$tag" --output "$out/quarry" --gpu none \
-        --cache-dir "$out/warm-cache" --lock "$out/warm.lock" >/dev/null 2>&1
+        --cache-dir "$out/warm-cache" --lock "$out/warm.lock" --no-cache >/dev/null 2>&1
 }
 
-for sdist in "$corpus"/corpus/sdists/ujson-*.tar.gz "$corpus"/corpus/sdists/xxhash-*.tar.gz; do
+for sdist in "$corpus_dir"/sdists/ujson-*.tar.gz "$corpus_dir"/sdists/xxhash-*.tar.gz; do
     name=$(basename "$sdist")
     rm -rf "$out/sd" "$out/warm.lock" && mkdir -p "$out/sd" && cp "$sdist" "$out/sd/"
     quarry_warm # fills the warm cache and writes the lock
@@ -95,13 +97,14 @@ for sdist in "$corpus"/corpus/sdists/ujson-*.tar.gz "$corpus"/corpus/sdists/xxha
 done
 
 # 2. --no-build-isolation (msgpack, the build image of tests/wheel_build.rs).
-old=$(ls -d "$repo"/target/fixtures/wheelbuild/quarry-test-wheelbuild-* 2>/dev/null | head -1 || true)
+old=$(ls -d "$fixtures"/wheelbuild/quarry-test-wheelbuild-* 2>/dev/null | head -1 || true)
 if [ -z "$old" ] || [ ! -f "$old/index.json" ]; then
     echo "(no --no-build-isolation row: run cargo test --test wheel_build once for its build image)"
     exit 0
 fi
-sh "$repo/tests/fixtures/wheel-fixtures.sh" "$repo/target/fixtures/wheels"
-sdist=$(ls "$repo"/target/fixtures/wheels/sdists/msgpack-*.tar.gz)
+wheels=$fixtures/wheels-$(sha256sum "$repo/tests/fixtures/wheel-fixtures.sh" | cut -c1-12)
+sh "$repo/tests/fixtures/wheel-fixtures.sh" "$wheels"
+sdist=$(ls "$wheels"/sdists/msgpack-*.tar.gz)
 name=$(basename "$sdist")
 tag=quarry-bench-wheelbuild-$$:1
 tags="$tags $tag"
@@ -117,7 +120,7 @@ plain_no_isolation() {
 }
 quarry_no_isolation() {
     rm -rf "$out/quarry"
-    "$quarry" wheel build "$sdist" --image "$tag" --output "$out/quarry" --gpu none --no-build-isolation >/dev/null 2>&1
+    "$quarry" wheel build "$sdist" --image "$tag" --output "$out/quarry" --gpu none --no-build-isolation --no-cache >/dev/null 2>&1
 }
 plain_no_isolation # warm-up (page cache, image layers)
 p=$(per_run plain_no_isolation)

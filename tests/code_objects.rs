@@ -5,7 +5,7 @@
 //! off and no GPU: a fat binary for three targets, a `--genco` bundle, an
 //! `-fgpu-rdc` static library, and Debian's rocBLAS (librocblas with its
 //! `.hip_fatbin`, Tensile code objects). The outputs are cached under
-//! target/fixtures/hip-real. Crafted: bad magic, truncated bundles,
+//! the fixtures (hip-real). Crafted: bad magic, truncated bundles,
 //! compressed (CCOB) bundles, kpack archives, disagreeing headers.
 
 mod common;
@@ -25,19 +25,7 @@ fn targets(report: &Value) -> Vec<String> {
     report["targets"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
 }
 
-/// vector_ops.hip built for gfx90a, gfx942 and gfx1100 and friends, and
-/// rocBLAS files, copied out of hip-builder-debian13 once.
-fn real_outputs() -> PathBuf {
-    let dir = fixtures_dir().join("hip-real");
-    with_lock("hip-real", || {
-        if dir.join("done").exists() {
-            return;
-        }
-        let (_, builder) = debian13_rocm_images();
-        let tmp = fixtures_dir().join("hip-real.tmp");
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).unwrap();
-        let script = r#"
+const HIP_REAL_SCRIPT: &str = r#"
             cd /work/src
             mkdir -p /work/out
             hipcc --offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100 -o /work/out/vector_ops vector_ops.hip
@@ -50,17 +38,34 @@ fn real_outputs() -> PathBuf {
             cp "$lib"/TensileLibrary_gfx90a.co "$lib"/Kernels.so-000-gfx1030.hsaco /work/out/
             cp /usr/lib/x86_64-linux-gnu/librocblas.so.0.1 /work/out/
         "#;
+
+/// vector_ops.hip built for gfx90a, gfx942 and gfx1100 and friends, and
+/// rocBLAS files, copied out of hip-builder-debian13 once (named by the
+/// script and the source).
+fn real_outputs() -> PathBuf {
+    let source = std::fs::read_to_string(repo().join("tests/fixtures/hip/vector_ops.hip")).unwrap();
+    let tag = &quarry::oci::digest::sha256_hex(format!("{HIP_REAL_SCRIPT}{source}").as_bytes())[..12];
+    let dir = fixtures_dir().join(format!("hip-real-{tag}"));
+    with_lock("hip-real", || {
+        if dir.join("done").exists() {
+            return;
+        }
+        let (_, builder) = debian13_rocm_images();
+        let tmp = fixtures_dir().join(format!("hip-real-{tag}.tmp"));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+
         run_expect(
             quarry()
                 .arg("run")
                 .arg(&builder)
                 .args(["--gpu", "none", "--cache-dir"])
-                .arg(repo().join("target/packages-cache"))
+                .arg(packages_cache())
                 .arg("--copy-in")
                 .arg(format!("{}:/work/src", repo().join("tests/fixtures/hip").display()))
                 .arg("--copy-out")
                 .arg(format!("/work/out:{}", tmp.display()))
-                .args(["--", "sh", "-ec", script]),
+                .args(["--", "sh", "-ec", HIP_REAL_SCRIPT]),
             0,
         );
         // `--copy-out DIR:EXISTING` puts DIR's contents into EXISTING.

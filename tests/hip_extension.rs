@@ -33,7 +33,7 @@ fn run_in_runtime(runtime: &Path, wheel: &Path, dev_root: Option<&Path>) -> Stri
         c.env("QUARRY_DEV_ROOT", d);
     }
     c.arg("run").arg(runtime).args(["--gpu", if dev_root.is_some() { "amd" } else { "none" }]);
-    c.arg("--cache-dir").arg(repo().join("target/packages-cache"));
+    c.arg("--cache-dir").arg(packages_cache());
     c.arg("--copy-in").arg(format!("{}:/tmp/w/", wheel.display())).args(["--", "sh", "-c", PROBE]);
     String::from_utf8_lossy(&run_expect(&mut c, 0).stdout).into_owned()
 }
@@ -56,7 +56,9 @@ fn hip_extension_wheel_builds_repairs_without_rocm_and_reports_no_device() {
             .arg(&out)
             .args(["--axis", "PYTORCH_ROCM_ARCH=gfx90a;gfx942;gfx1100", "--gpu", "none"])
             .args(["--repair", "--exclude", "libamdhip64.so*", "--json", "--cache-dir"])
-            .arg(repo().join("target/packages-cache")),
+            .arg(packages_cache())
+            // The test is of the build: a wheel cached by an earlier run is not taken.
+            .arg("--no-cache"),
         0,
     ));
     let wheels = built.as_array().unwrap_or_else(|| built["wheels"].as_array().expect("a list of wheels"));
@@ -100,7 +102,7 @@ fn test_image_smoke_tests_report_no_device(wheel: &Path, work: &Path) {
     let layout = work.join("rocm-test-image");
     let mut c = quarry();
     c.arg("build").arg(repo().join("images/rocm-test-image.toml"));
-    c.arg("--cache-dir").arg(repo().join("target/packages-cache")).arg("-o").arg(&layout).arg("--json");
+    c.arg("--cache-dir").arg(packages_cache()).arg("-o").arg(&layout).arg("--json");
     for (k, v) in [
         ("TEST_IMAGE", "rocm-runtime-debian13.toml".into()),
         ("ROCM_DIST", empty.display().to_string()),
@@ -126,13 +128,8 @@ fn test_image_smoke_tests_report_no_device(wheel: &Path, work: &Path) {
         ],
         "{built:#}"
     );
-    let o = quarry()
-        .arg("run")
-        .arg(&layout)
-        .args(["--gpu", "none", "--cache-dir"])
-        .arg(repo().join("target/packages-cache"))
-        .output()
-        .unwrap();
+    let o =
+        quarry().arg("run").arg(&layout).args(["--gpu", "none", "--cache-dir"]).arg(packages_cache()).output().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
     let all = format!("{stdout}{}", String::from_utf8_lossy(&o.stderr));
     assert!(stdout.contains("hipext from /opt/venv/lib/python3.13/site-packages/hipext"), "{all}");

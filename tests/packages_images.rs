@@ -11,7 +11,7 @@ use std::process::Command;
 
 /// .debs and indexes shared by every run (content-addressed, verified on use).
 fn cache_dir() -> PathBuf {
-    repo().join("target").join("packages-cache")
+    packages_cache()
 }
 
 fn build(img: &Path, out: &Path, extra: &[&str], offline: bool) -> serde_json::Value {

@@ -170,7 +170,7 @@ fn push_then_build_on_it_by_digest() {
     assert_eq!(b2.manifest_digest, b.manifest_digest);
 }
 
-/// 200 MB of random bytes, made once under target/fixtures.
+/// 200 MB of random bytes, made once in the fixtures.
 fn random_fixture() -> PathBuf {
     let out = fixtures_dir().join("random-200M.bin");
     if !out.exists() {

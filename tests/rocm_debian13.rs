@@ -26,7 +26,7 @@ fn rocm_runtime_image_runs_as_tester_with_the_rocm_libraries_and_tools() {
             .arg("run")
             .arg(&runtime)
             .args(["--gpu", "none", "--cache-dir"])
-            .arg(repo().join("target/packages-cache"))
+            .arg(packages_cache())
             .args(["--", "sh", "-c", script]),
         0,
     );

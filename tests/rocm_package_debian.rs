@@ -26,10 +26,10 @@ fn debian_rocm_packages_install_and_load_in_trixie() {
     if !have_tool("python3") || !have_tool("mmdebstrap") || !have_tool("dpkg-deb") || !have_docker() {
         return;
     }
-    let cache = fixtures_dir().join("debian-rocm");
+    let cache = fixtures_dir().join(format!("debian-rocm-{}", script_tag("debian-rocm-artifacts.sh")));
     fixture("debian-rocm-artifacts.sh", &cache, &["split"]);
     let arts = cache.join("artifacts-split");
-    let rootfs = fixtures_dir().join("trixie-rocm-rootfs.tar");
+    let rootfs = fixtures_dir().join(format!("trixie-rocm-rootfs-{}.tar", script_tag("trixie-rootfs.sh")));
     fixture("trixie-rootfs.sh", &rootfs, &[]);
 
     let t = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@ use std::process::Command;
 
 /// .debs and indexes shared with tests/packages_images.rs.
 fn cache_dir() -> PathBuf {
-    repo().join("target").join("packages-cache")
+    packages_cache()
 }
 
 fn image_def() -> PathBuf {

@@ -18,11 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-/// .debs and indexes shared with the other package tests.
-fn packages_cache() -> PathBuf {
-    repo().join("target").join("packages-cache")
-}
-
 fn validate_with_pyspdxtools(file: &Path) {
     let o = run_expect(Command::new("pyspdxtools").arg("-i").arg(file), 0);
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));

@@ -4,7 +4,7 @@
 //! (uses `PyUnicode_AsUTF8`, outside it: reported), each packed as a
 //! `cp38-abi3` wheel; and one built for the 3.10 limited API but tagged for
 //! 3.8 (reported with the version that added the symbol). abi3audit (the
-//! reference tool, in a virtualenv under target/fixtures) gives the same
+//! reference tool, in a virtualenv in the test fixtures) gives the same
 //! verdict on each wheel.
 
 mod common;
@@ -51,7 +51,7 @@ fn abi3_wheel(dir: &Path, include: &Path, name: &str, limited: Option<&str>, tag
     make_wheel(&dir.join("wheels"), &file, &[(&format!("{name}.abi3.so"), &so)])
 }
 
-/// abi3audit 0.0.26 in a virtualenv under target/fixtures (made once);
+/// abi3audit 0.0.26 in a virtualenv in the fixtures (made once);
 /// None outside CI when pip cannot install it.
 fn abi3audit() -> Option<PathBuf> {
     let venv = common::fixtures_dir().join("abi3audit-venv");

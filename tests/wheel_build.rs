@@ -49,7 +49,7 @@ fn qtdep_library(dir: &Path) -> PathBuf {
 }
 
 /// The build image as an OCI layout, built once from a rootfs-based
-/// definition and cached under target/fixtures/wheelbuild (named by the
+/// definition and cached in the fixtures (wheelbuild/, named by the
 /// definition's hash): the build packages and libqtdep; no patchelf
 /// (repairs copy quarry's own in).
 fn build_image(_fx: &Fixtures) -> PathBuf {
@@ -168,6 +168,8 @@ fn wheel_build_with_path(fx: &Fixtures, src: &Path, out: &Path, extra: &[&str], 
             .arg(out)
             .arg("--lock")
             .arg(shared_lock(src))
+            // These tests are of the build: wheels an earlier run cached are not taken.
+            .arg("--no-cache")
             .arg(src)
             .args(extra)
             .env("PATH", path),

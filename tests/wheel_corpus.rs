@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use wheel_fixtures::{fixtures, Fixtures};
 
-/// target/fixtures/wheelcorpus: sdists, the images, the cache, the locks.
+/// The corpus's fixtures: sdists, the images, the cache, the locks.
 fn dir() -> PathBuf {
     let d = common::fixtures_dir().join("wheelcorpus");
     std::fs::create_dir_all(&d).unwrap();
@@ -30,7 +30,7 @@ fn cache() -> PathBuf {
 
 /// The corpus (tests/fixtures/wheel-corpus.sh), fetched once.
 fn corpus() -> PathBuf {
-    let d = dir().join("corpus");
+    let d = dir().join(format!("corpus-{}", common::script_tag("wheel-corpus.sh")));
     with_lock("wheelcorpus-fetch", || {
         let st = Command::new("sh")
             .arg(common::repo().join("tests/fixtures/wheel-corpus.sh"))
@@ -80,8 +80,9 @@ fn ready() -> Option<Fixtures> {
 }
 
 /// `quarry wheel build --json` of `src` into `out` with the corpus lock of
-/// `lock_name`; the wheels it reports.
-fn build(src: &Path, out: &Path, lock: &Path, env: &[(&str, &str)]) -> Vec<serde_json::Value> {
+/// `lock_name`; the wheels it reports. `again` builds even though the cache
+/// has the wheels (`--no-cache`): a second build must give the same bytes.
+fn build(src: &Path, out: &Path, lock: &Path, env: &[(&str, &str)], again: bool) -> Vec<serde_json::Value> {
     let mut cmd = quarry();
     cmd.args(["wheel", "build", "--json", "--gpu", "none", "--image"])
         .arg(image("build-image.toml"))
@@ -92,6 +93,9 @@ fn build(src: &Path, out: &Path, lock: &Path, env: &[(&str, &str)]) -> Vec<serde
         .arg("-o")
         .arg(out)
         .arg(src);
+    if again {
+        cmd.arg("--no-cache");
+    }
     set_env(&mut cmd, env);
     let o = run_expect(&mut cmd, 0);
     let v = stdout_json(&o);
@@ -159,8 +163,8 @@ fn corpus_case(prefix: &str, import: &str, before: &str) {
     let src = sdist(prefix);
     let lock = lock_for(prefix);
     let work = tempfile::tempdir().unwrap();
-    let a = build(&src, &work.path().join("a"), &lock, &[]);
-    let b = build(&src, &work.path().join("b"), &lock, &[]);
+    let a = build(&src, &work.path().join("a"), &lock, &[], false);
+    let b = build(&src, &work.path().join("b"), &lock, &[], true);
     assert_eq!(a[0]["sha256"], b[0]["sha256"], "two builds of {prefix} differ:\n{a:?}\n{b:?}");
     assert_eq!(
         Path::new(a[0]["wheel"].as_str().unwrap()).file_name(),
@@ -259,7 +263,7 @@ fn offline_with_a_lock_and_an_error_without() {
     let src = sdist("crcmod-");
     let work = tempfile::tempdir().unwrap();
     let lock = work.path().join("crcmod.lock");
-    let first = build(&src, &work.path().join("a"), &lock, &[]);
+    let first = build(&src, &work.path().join("a"), &lock, &[], false);
     // A closed port on this machine: pip cannot reach any index.
     let offline = [
         ("PIP_INDEX_URL", "http://127.0.0.1:9/simple"),
@@ -267,7 +271,7 @@ fn offline_with_a_lock_and_an_error_without() {
         ("PIP_RETRIES", "1"),
         ("PIP_DEFAULT_TIMEOUT", "5"),
     ];
-    let again = build(&src, &work.path().join("b"), &lock, &offline);
+    let again = build(&src, &work.path().join("b"), &lock, &offline, true);
     assert_eq!(first[0]["sha256"], again[0]["sha256"]);
 
     let mut cmd = quarry();

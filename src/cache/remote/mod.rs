@@ -261,7 +261,13 @@ impl RegistryTier {
 
     /// Push a layer this machine has when the registry lacks it (its push
     /// was killed before the tag, or it was built before the tier was used).
-    pub fn backfill_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), RemoteError> {
+    pub fn backfill_layer(
+        &self,
+        key: &Key,
+        blob: &LayerBlob,
+        cache: &Cache,
+        sharing: &Sharing,
+    ) -> Result<(), RemoteError> {
         if self.cfg.mode == Mode::Ro || *sharing != Sharing::Shared || self.has(Bucket::Layers, &key.hex())? {
             return Ok(());
         }

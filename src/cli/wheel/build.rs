@@ -60,6 +60,9 @@ pub struct Args {
     /// targets and project: `auto` when the image has ccache
     #[arg(long, value_enum, value_name = "MODE", default_value_t = CompilerCacheMode::Auto)]
     compiler_cache: CompilerCacheMode,
+    /// Build even when the cache has the result (the compiler cache starts empty too); the cache is still written
+    #[arg(long)]
+    no_cache: bool,
     #[command(flatten)]
     def: crate::cli::DefinitionArgs,
     /// Print a JSON list of the wheels on stdout
@@ -120,6 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         lock: a.lock,
         cache,
         compiler_cache: a.compiler_cache,
+        no_cache: a.no_cache,
     };
     let built = match build(&opts) {
         Ok(b) => b,

@@ -231,6 +231,9 @@ mod tests {
         std::fs::write(staged.files().join("patchelf"), b"#!/bin/sh\necho patchelf 0.19.3\n").unwrap();
         cache.commit(Bucket::Tools, &entry_name(pin), staged, &Sharing::Shared).unwrap();
         assert!(cached(&cache, pin).is_none());
-        assert!(cache.entry(Bucket::Tools, &entry_name(pin), &Sharing::Shared).unwrap().is_none(), "the damaged entry is dropped");
+        assert!(
+            cache.entry(Bucket::Tools, &entry_name(pin), &Sharing::Shared).unwrap().is_none(),
+            "the damaged entry is dropped"
+        );
     }
 }

@@ -136,6 +136,9 @@ pub struct BuildOptions {
     /// quarry's cache (built wheels, downloaded build requirements, compiler caches).
     pub cache: CacheConfig,
     pub compiler_cache: compiler_cache::Mode,
+    /// Build even when the cache has the wheels (and start the compiler
+    /// cache empty); what is built is still committed.
+    pub no_cache: bool,
 }
 
 /// One built wheel.

@@ -69,7 +69,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
         })
     };
     let lock_before = if o.isolation { read_lock(&lock_path) } else { None };
-    let lookup = (!o.isolation || lock_before.is_some()).then(|| key_with(lock_before.as_deref()));
+    let lookup = (!o.no_cache && (!o.isolation || lock_before.is_some())).then(|| key_with(lock_before.as_deref()));
     let sharing = Sharing::unless_networked(o.network);
     let mut built = match lookup.map(|k| cache.entry(Bucket::Wheels, &k.hex(), &sharing)).transpose()?.flatten() {
         Some(hit) => from_entry(&hit.value, &o.output, hit.tier)?,
@@ -77,8 +77,11 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
             let engine = connect(&mut engine)?;
             let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(&o.cache.dir))?;
             let project = key::project_key(&image, &o.targets.targets, &key::project_name(&o.source)).hex();
-            let restored =
-                if o.compiler_cache == Mode::Off { None } else { cache.entry(Bucket::CompilerObjects, &project, &sharing)? };
+            let restored = if o.compiler_cache == Mode::Off || o.no_cache {
+                None
+            } else {
+                cache.entry(Bucket::CompilerObjects, &project, &sharing)?
+            };
             let staged_cc = cache.stage()?;
             let ran = run_builds(
                 engine,
