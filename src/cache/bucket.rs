@@ -1,9 +1,8 @@
 //! The cache's named buckets: what kind of thing an entry is, where the
 //! local tier keeps it, and whether a registry tier shares it.
 
-/// A kind of cached thing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// A kind of cached thing (in JSON: its [`Bucket::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Bucket {
     /// Packed layers: a record per key, the blob in the content store.
     Layers,
@@ -95,6 +94,12 @@ impl Bucket {
 
     pub fn from_tag_prefix(p: &str) -> Option<Bucket> {
         Bucket::ALL.into_iter().find(|b| b.tag_prefix() == Some(p))
+    }
+}
+
+impl serde::Serialize for Bucket {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 

@@ -25,6 +25,39 @@ fn plan_of(text: &str) -> Plan {
 }
 
 #[test]
+fn keys_do_not_depend_on_where_the_sources_are() {
+    // Two checkouts of one project at different paths (two CI runners)
+    // must agree on every key, or a shared cache never hits.
+    let layer_keys = |root: &std::path::Path, content: &str| {
+        std::fs::create_dir_all(root.join("tree/sub")).unwrap();
+        std::fs::write(root.join("tree/sub/a.txt"), "a").unwrap();
+        std::fs::write(root.join("file.txt"), content).unwrap();
+        let f = root.join("image.toml");
+        std::fs::write(
+            &f,
+            "name = \"g\"\nbase = \"scratch\"\n[[layer]]\nname = \"files\"\n\
+             [[layer.source]]\ndir = \"tree\"\ndest = \"/t\"\n[[layer.source]]\nfile = \"file.txt\"\ndest = \"/f\"\n",
+        )
+        .unwrap();
+        let image = load_image(&f, &Default::default()).unwrap();
+        let cache = Cache::open(&root.join("cache")).unwrap();
+        let opts = PlanOptions {
+            cache,
+            codec: LayerCodec::default(),
+            source_date_epoch: 0,
+            verify: false,
+            pins: PinMode::Locked,
+            key_hashing: crate::plan::KeyHashing::Upfront,
+        };
+        make(&image, &opts).unwrap().layers.iter().map(|n| n.key.unwrap()).collect::<Vec<_>>()
+    };
+    let d = tempfile::tempdir().unwrap();
+    let here = layer_keys(&d.path().join("checkout-one"), "x");
+    assert_eq!(here, layer_keys(&d.path().join("elsewhere/checkout-two"), "x"));
+    assert_ne!(here, layer_keys(&d.path().join("third"), "y"), "content still counts");
+}
+
+#[test]
 fn key_stability_guard_files_and_step() {
     // Guards key stability (see the module comment): a remove-only files
     // layer and a step, on no host path, so the keys are the same anywhere.
@@ -37,8 +70,8 @@ fn key_stability_guard_files_and_step() {
     assert_eq!(
         keys,
         [
-            "9adf48fc09fab1dc94082d5bbf65d1269bbf46ade21fa06bdd5574314bc69f1b",
-            "456ec95311c28ab0ce7138266827daa7b5428b7972d13daa9fa176c7bd671646",
+            "cda1741e5eb432a8174a3c855e888d579ef86ee63c8b63b17d6afc3fdd4246c4",
+            "affc8c9f56daf0aaeeed2853bc65efd02f001f11604bf2f7f17957d155f8a5fd",
         ]
     );
     assert!(plan.layers.iter().all(|n| !n.cached));

@@ -169,27 +169,30 @@ fn scan_rocm_artifacts(layer: &Layer, s: &Source, field: String, r: &RocmSource)
     Ok(Scanned::Rocm(a, sel, scans))
 }
 
-/// The definition fields of a source that shape the layer, by name.
+/// The definition fields of a source that shape the layer, by name. Host
+/// paths are not among them: where a checkout or an artifacts directory
+/// sits on a machine does not change the layer (its content is keyed), and
+/// keys must agree between machines that share a cache.
 fn encode_source(h: &mut KeyEncoder, s: &Source) {
     h.str("dest", &s.dest).opt_str("owner", s.owner.map(|(u, g)| format!("{u}:{g}")).as_deref());
     h.list("remove", &s.remove);
     match &s.kind {
         SourceKind::Dir(d) => {
-            h.str("kind", "dir").bytes("path", d.path.as_os_str().as_encoded_bytes());
+            h.str("kind", "dir");
             h.list("include", &d.include).list("exclude", &d.exclude).bool("devices", d.devices);
         }
         SourceKind::File(f) => {
-            h.str("kind", "file").bytes("path", f.path.as_os_str().as_encoded_bytes());
+            h.str("kind", "file");
             h.opt_str("mode", f.mode.map(|m| format!("{m:o}")).as_deref()).opt_digest("sha256", f.sha256.as_ref());
         }
         SourceKind::Archive(a) => {
-            h.str("kind", "archive").bytes("path", a.path.as_os_str().as_encoded_bytes());
+            h.str("kind", "archive");
             h.opt_digest("sha256", a.sha256.as_ref()).u64("strip_components", a.strip_components as u64);
             h.map("map", &a.map).bool("devices", a.devices);
         }
         SourceKind::RocmArtifacts(r) | SourceKind::Rocm(r) => {
             let kind = if matches!(s.kind, SourceKind::Rocm(_)) { "rocm" } else { "rocm_artifacts" };
-            h.str("kind", kind).bytes("path", r.dir.as_os_str().as_encoded_bytes());
+            h.str("kind", kind);
             h.list("components", &r.components).list("targets", &r.targets);
         }
         SourceKind::Pypi(p) => {
@@ -284,7 +287,8 @@ impl FilesScan {
         let FilesScan { layer, scans } = self;
         let layer = &*layer;
         let files = files_of(layer);
-        let mut h = KeyEncoder::new("files-layer", 1);
+        // Version 2: no host paths (see `encode_source`).
+        let mut h = KeyEncoder::new("files-layer", 2);
         h.str("name", &layer.name).list("remove", &files.remove);
         let mut contents = Vec::new();
         for (i, (s, scanned)) in files.sources.iter().zip(scans.iter_mut()).enumerate() {
@@ -322,7 +326,7 @@ impl FilesScan {
                     h.digest("wheel", sha256);
                     Some(sha256.to_string())
                 }
-                Scanned::Rocm(_, _, scans) => {
+                Scanned::Rocm(arts, _, scans) => {
                     let opts = dir_options(s, &[], &[], false);
                     let mut all = KeyEncoder::new("rocm-trees", 1);
                     for d in scans {
@@ -330,7 +334,9 @@ impl FilesScan {
                             .fingerprint(&opts, hasher, source_date_epoch, false)
                             .map_err(|m| SourceError::new(layer, field("rocm_artifacts"), m))?
                             .expect("an artifact's key is never deferred");
-                        h.bytes("prefix", d.root.as_os_str().as_encoded_bytes()).key("tree", &fp);
+                        // Each prefix by its place in the artifacts directory.
+                        let prefix = d.root.strip_prefix(&arts.root).unwrap_or(&d.root);
+                        h.bytes("prefix", prefix.as_os_str().as_encoded_bytes()).key("tree", &fp);
                         all.key("tree", &fp);
                     }
                     Some(format!("sha256:{}", all.finish()))
