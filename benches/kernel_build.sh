@@ -16,7 +16,9 @@ runs=${1:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 quarry=${QUARRY:-$repo/target/release/quarry}
 [ -x "$quarry" ] || { echo "build first: cargo build --release (or set QUARRY)" >&2; exit 1; }
-layout=${QUARRY_TEST_CACHE:-$HOME/.cache/quarry-tests}/fixtures/rocm-debian13/hip-builder-debian13
+# Named as tests/common/mod.rs names it: by the Debian 13 definitions and locks.
+defs=$(cd "$repo/images" && cat rocm-runtime-debian13.toml rocm-runtime-debian13.lock hip-builder-debian13.toml hip-builder-debian13.lock | sha256sum | cut -c1-12)
+layout=${QUARRY_TEST_CACHE:-$HOME/.cache/quarry-tests}/fixtures/rocm-debian13/hip-builder-debian13-$defs
 [ -f "$layout/index.json" ] || { echo "run cargo test --test kernel_build first (it builds $layout)" >&2; exit 1; }
 src=$repo/tests/fixtures/hip/lib
 out=$(mktemp -d)

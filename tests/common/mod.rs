@@ -221,10 +221,22 @@ pub fn path_without_patchelf() -> String {
 pub fn debian13_rocm_images() -> (PathBuf, PathBuf) {
     let cache = packages_cache();
     let dir = fixtures_dir().join("rocm-debian13");
+    // Named by the definitions and locks: another checkout's definitions
+    // (a branch, a worktree) build beside these, never over them.
+    let mut defs = Vec::new();
+    for f in [
+        "rocm-runtime-debian13.toml",
+        "rocm-runtime-debian13.lock",
+        "hip-builder-debian13.toml",
+        "hip-builder-debian13.lock",
+    ] {
+        defs.extend(std::fs::read(repo().join("images").join(f)).unwrap_or_default());
+    }
+    let tag = quarry::oci::digest::sha256_hex(&defs)[..12].to_string();
     with_lock("rocm-debian13", || {
         let mut layouts = Vec::new();
         for name in ["rocm-runtime-debian13", "hip-builder-debian13"] {
-            let out = dir.join(name);
+            let out = dir.join(format!("{name}-{tag}"));
             run_expect(
                 quarry()
                     .arg("build")
