@@ -212,7 +212,7 @@ fn a_corrupted_blob_is_refused_and_rebuilt_and_bad_registries_say_so() {
     assert_eq!(refused.len(), 1, "{b:#}");
     let warned = b["warnings"].as_array().unwrap().iter().any(|m| m.as_str().unwrap().contains("refused"));
     assert!(warned, "the refusal is reported: {b:#}\n{stderr}");
-    assert!(!w.join("cache-b").join("blobs/sha256").join(&bytes_digest(&bytes)).exists(), "nothing corrupt was kept");
+    assert!(!w.join("cache-b").join("blobs/sha256").join(bytes_digest(&bytes)).exists(), "nothing corrupt was kept");
 
     // Unreachable: a warning, once, and a local build; required: an error naming it.
     let closed = format!("127.0.0.1:{}/quarry-cache", free_port());
