@@ -158,7 +158,7 @@ fn verify_rehashes_everything_and_repairs_a_lying_memo() {
 
     // Make the memo lie about one file's content (as if it had changed
     // without any stat change): a normal build trusts it, --verify does not.
-    let memo_dir = case.path().join("cache/stat-memo");
+    let memo_dir = case.path().join("cache/notes/stat-memo");
     let memos: Vec<_> = std::fs::read_dir(&memo_dir).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(memos.len(), 1, "one memo for the one dir source");
     let real = hex::decode(quarry::oci::digest::sha256_hex("file 7\n".repeat(500).as_bytes())).unwrap();

@@ -75,7 +75,7 @@ impl BuildOptions {
         sets: BTreeMap<String, String>,
         cache: CacheConfig,
         progress: Progress,
-    ) -> Result<BuildOptions, String> {
+    ) -> Result<BuildOptions, crate::epoch::BadEpoch> {
         Ok(BuildOptions {
             sets,
             output: None,
@@ -123,8 +123,8 @@ impl BuildOptions {
 }
 
 /// SOURCE_DATE_EPOCH from the environment, default 0 (see `crate::epoch`).
-pub fn source_date_epoch_from_env() -> Result<u64, String> {
-    crate::epoch::from_env_or_zero().map_err(|e| e.to_string())
+pub fn source_date_epoch_from_env() -> Result<u64, crate::epoch::BadEpoch> {
+    crate::epoch::from_env_or_zero()
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

@@ -151,7 +151,10 @@ impl Local {
 
     pub fn commit(&self, bucket: Bucket, name: &str, staged: tempfile::TempDir) -> io::Result<PathBuf> {
         let dest = self.entry_dir(bucket, name)?;
-        let existing = if bucket.mutable() { Existing::Replace } else { Existing::Keep };
+        // What is there is kept unless entries of the bucket grow, or it is
+        // no entry at all (an older quarry's layout under the same name).
+        let whole = dest.join("files").is_dir();
+        let existing = if bucket.mutable() || (dest.exists() && !whole) { Existing::Replace } else { Existing::Keep };
         commit::commit_dir(staged, &dest, existing, &self.tmp())?;
         Ok(dest)
     }
@@ -184,6 +187,21 @@ mod tests {
         for good in ["0123abcdef", "patchelf-0123", "x.y_z"] {
             assert!(checked(good).is_ok(), "{good:?}");
         }
+    }
+
+    #[test]
+    fn a_directory_that_is_no_entry_is_replaced() {
+        // An older quarry kept `pypi/<sha256>/<file>` (no `files/`).
+        let d = tempfile::tempdir().unwrap();
+        let l = Local::open(d.path()).unwrap();
+        std::fs::create_dir_all(d.path().join("pypi/abc")).unwrap();
+        std::fs::write(d.path().join("pypi/abc/old.whl"), "old").unwrap();
+        assert!(l.entry(Bucket::Pypi, "abc").is_none());
+        let s = l.stage().unwrap();
+        std::fs::write(s.path().join("files/new.whl"), "new").unwrap();
+        l.commit(Bucket::Pypi, "abc", s).unwrap();
+        let dir = l.entry(Bucket::Pypi, "abc").expect("committed over the old layout");
+        assert_eq!(std::fs::read(dir.join("files/new.whl")).unwrap(), b"new");
     }
 
     #[test]

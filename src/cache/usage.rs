@@ -223,19 +223,28 @@ fn remove(local: &Local, path: &Path) {
     }
 }
 
+/// A size that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("`{0}` is not a size; write e.g. 10G, 500M or 4096")]
+    NotANumber(String),
+    #[error("`{0}`: unknown unit `{1}`; use K, M, G or T")]
+    Unit(String, String),
+}
+
 /// `10G`, `500M`, `1.5GiB`, `4096`: a size in bytes (K, M, G, T are powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size; write e.g. 10G, 500M or 4096"))?;
+    let n: f64 = num.parse().map_err(|_| SizeError::NotANumber(s.to_string()))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("`{s}`: unknown unit `{other}`; use K, M, G or T")),
+        other => return Err(SizeError::Unit(s.to_string(), other.to_string())),
     };
     Ok((n * mult as f64) as u64)
 }

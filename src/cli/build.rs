@@ -41,7 +41,7 @@ impl ImageArgs {
             no_cache: false,
             verify: self.verify,
             threads: crate::layer::compress::default_threads(),
-            source_date_epoch: source_date_epoch_from_env().map_err(|e| anyhow!(e))?,
+            source_date_epoch: source_date_epoch_from_env()?,
             progress,
             sbom: false,
         })
@@ -91,7 +91,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 l.name,
                 super::short_digest(l.digest),
                 super::human_size(l.size),
-                if l.cached { "cached" } else { "built" }
+                match l.tier {
+                    Some(crate::cache::Tier::Remote) => "from the cache registry",
+                    Some(crate::cache::Tier::Local) => "cached",
+                    None => "built",
+                }
             );
         }
         println!("{}:{} -> {} ({})", r.name, r.tag, r.output.display(), r.manifest_digest);

@@ -68,7 +68,7 @@ fn du(a: DuArgs) -> anyhow::Result<i32> {
 
 fn prune(a: PruneArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let keep_bytes = a.keep_bytes.as_deref().map(usage::parse_size).transpose().map_err(anyhow::Error::msg)?;
+    let keep_bytes = a.keep_bytes.as_deref().map(usage::parse_size).transpose()?;
     let older_than = match a.older_than {
         Some(d) if !(d.is_finite() && d >= 0.0) => anyhow::bail!("--older-than {d}: give a number of days, 0 or more"),
         Some(d) => Some(Duration::from_secs_f64(d * 86400.0)),

@@ -83,7 +83,7 @@ pub fn build_for_engine(
     progress: Progress,
 ) -> anyhow::Result<(PathBuf, String)> {
     let sets = crate::definition::parse_sets(sets).map_err(|e| anyhow::anyhow!(e))?;
-    let opts = BuildOptions::defaults(sets, cache.clone(), progress).map_err(|e| anyhow::anyhow!(e))?;
+    let opts = BuildOptions::defaults(sets, cache.clone(), progress)?;
     let r = build_definition(file, &opts)?;
     let tag = definition_tag(&r);
     Ok((r.output, tag))

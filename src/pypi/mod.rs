@@ -140,7 +140,7 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
             });
         }
     }
-    store(cache, path, &sha256, tmp.path()).map_err(|message| other(req, message))
+    store(cache, path, &sha256, tmp.path()).map_err(|e| other(req, e.to_string()))
 }
 
 /// Move the downloaded `path` (its sha256 already measured, on the
@@ -152,14 +152,25 @@ pub(crate) fn store(
     path: &std::path::Path,
     sha256: &str,
     _scratch: &std::path::Path,
-) -> Result<Fetched, String> {
+) -> Result<Fetched, StoreError> {
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if cached(cache, sha256).is_none() {
-        let staged = cache.stage().map_err(|e| e.to_string())?;
-        std::fs::rename(path, staged.files().join(&file)).map_err(|e| format!("cannot stage `{file}`: {e}"))?;
-        cache.commit(Bucket::Pypi, sha256, staged, &Sharing::Shared).map_err(|e| e.to_string())?;
+        let staged = cache.stage()?;
+        std::fs::rename(path, staged.files().join(&file)).map_err(|err| StoreError::Stage { file: file.clone(), err })?;
+        cache.commit(Bucket::Pypi, sha256, staged, &Sharing::Shared)?;
     }
-    cached(cache, sha256).ok_or_else(|| format!("`{file}` vanished from the cache"))
+    cached(cache, sha256).ok_or(StoreError::Vanished(file))
+}
+
+/// Why a downloaded file could not be kept.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    #[error("cannot stage `{file}`: {err}")]
+    Stage { file: String, err: std::io::Error },
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("`{0}` vanished from the cache (removed while it was stored)")]
+    Vanished(String),
 }
 
 fn other(req: &PypiRequest, message: String) -> PypiError {

@@ -112,7 +112,7 @@ pub fn resolve(
         let (name, version) =
             name_version(&file).ok_or_else(|| other(format!("pip downloaded `{file}`, which is not a wheel")))?;
         let sha256 = crate::oci::digest::sha256_file(&path).map_err(|e| other(format!("cannot read `{file}`: {e}")))?;
-        let fetched = store(cache, &path, &sha256, tmp.path()).map_err(other)?;
+        let fetched = store(cache, &path, &sha256, tmp.path()).map_err(|e| other(e.to_string()))?;
         out.push(Resolved { name, version, fetched });
     }
     Ok(out)
@@ -149,7 +149,7 @@ pub fn fetch_pinned(
                 crate::oci::digest::sha256_file(&path).map_err(|e| other(format!("cannot read `{file}`: {e}")))?;
             // pip checked the hashes; a file no pin names is left out.
             if missing.iter().any(|p| p.sha256 == sha256) {
-                store(cache, &path, &sha256, tmp.path()).map_err(other)?;
+                store(cache, &path, &sha256, tmp.path()).map_err(|e| other(e.to_string()))?;
             }
         }
     }

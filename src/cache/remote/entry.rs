@@ -167,7 +167,7 @@ pub(super) fn fetch_dir(
     let bar = indicatif::ProgressBar::hidden();
     let stored = artifact::download(client, repo, &digest, d.size, &what, &writer, &bar)?;
     let staged = cache.stage().map_err(cache_error)?;
-    unpack(&stored.path, &staged.files(), scratch.path()).map_err(|e| protocol(client, &what, e))?;
+    unpack(&stored.path, &staged.files(), scratch.path()).map_err(|e| protocol(client, &what, e.to_string()))?;
     if let Some(meta) = &c.meta {
         let bytes = serde_json::to_vec(meta).map_err(|e| protocol(client, &what, e.to_string()))?;
         staged.set_meta(&bytes).map_err(io_error(&staged.files(), "cannot write meta.json"))?;
@@ -175,11 +175,21 @@ pub(super) fn fetch_dir(
     Ok(Some((staged, d.size)))
 }
 
-fn unpack(archive: &Path, dest: &Path, spool: &Path) -> Result<(), String> {
+/// Why an entry's files could not be unpacked.
+#[derive(Debug, thiserror::Error)]
+enum UnpackError {
+    #[error(transparent)]
+    Read(#[from] crate::layer::archive::ArchiveError),
+    #[error(transparent)]
+    Extract(#[from] crate::layer::extract::ExtractError),
+}
+
+/// Unpack an entry's files (safely: nothing lands outside `dest`).
+fn unpack(archive: &Path, dest: &Path, spool: &Path) -> Result<(), UnpackError> {
     let mut tree = crate::layer::Tree::new();
     let place = crate::layer::archive::Placement::default();
-    crate::layer::archive::read_into(archive, &mut tree, &place, spool).map_err(|e| e.to_string())?;
-    crate::layer::extract::extract_tree(&tree, dest).map_err(|e| e.to_string())
+    crate::layer::archive::read_into(archive, &mut tree, &place, spool)?;
+    Ok(crate::layer::extract::extract_tree(&tree, dest)?)
 }
 
 /// Pack `files` as a deterministic tar compressed with zstd, into `scratch`.
