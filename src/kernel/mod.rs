@@ -16,6 +16,7 @@
 
 pub mod check;
 pub mod container;
+pub mod inputs;
 pub mod jobs;
 pub mod key;
 pub mod targets;
@@ -28,7 +29,8 @@ use crate::engine::run::{Network, RunOptions};
 use crate::engine::{Engine, EngineError};
 use crate::oci::Digest;
 use check::{Missing, OutputFile};
-use container::{CompilerCacheJob, OutputPath, Ran, OUT_DIR, SRC_DIR};
+use container::{CompilerCacheJob, OutputPath, Ran, SRC_DIR};
+pub use inputs::{cache_key, output_paths};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -132,89 +134,19 @@ fn describe_missing(missing: &[Missing]) -> String {
     each.join("; ")
 }
 
-/// The container paths to copy out: `--output` paths under the source
-/// (relative, no `..`), else `build/` and `/out`.
-pub fn output_paths(outputs: &[String]) -> Result<Vec<OutputPath>, KernelError> {
-    if outputs.is_empty() {
-        return Ok(vec![
-            OutputPath { path: format!("{SRC_DIR}/build"), required: false },
-            OutputPath { path: OUT_DIR.to_string(), required: false },
-        ]);
-    }
-    outputs
-        .iter()
-        .map(|o| {
-            let rel = o.trim_end_matches('/');
-            let bad = rel.is_empty() || rel.starts_with('/') || rel.split('/').any(|c| c == ".." || c == ".");
-            if bad {
-                return Err(KernelError::Input(format!(
-                    "--output `{o}`: give a path inside the source directory, relative to it (e.g. build/libkernels.so)"
-                )));
-            }
-            Ok(OutputPath { path: format!("{SRC_DIR}/{rel}"), required: true })
-        })
-        .collect()
-}
-
-/// The source's top-level entries, each copied to the same place under
-/// [`SRC_DIR`]; `skip` names are left out.
-fn source_copies(src: &Path, skip: &[&str]) -> Result<Vec<CopyIn>, KernelError> {
-    let io = |e: std::io::Error| KernelError::Input(format!("source `{}`: {e}", src.display()));
-    let mut names: Vec<std::ffi::OsString> =
-        std::fs::read_dir(src).map_err(io)?.map(|e| e.map(|e| e.file_name())).collect::<Result<_, _>>().map_err(io)?;
-    names.sort();
-    Ok(names
-        .into_iter()
-        .filter(|n| !skip.iter().any(|s| n == s))
-        .map(|n| CopyIn { host: src.join(&n), dest: format!("{SRC_DIR}/{}", n.to_string_lossy()) })
-        .collect())
-}
-
-/// Top-level source entries that are not inputs: `build` when it is the
-/// default output directory, and the output directory when it is directly
-/// in the source (`-o SRC/dist`), so earlier outputs never change the key.
-fn skipped_inputs(source: &Path, output: &Path, default_outputs: bool) -> Vec<String> {
-    let mut skip: Vec<String> = Vec::new();
-    if default_outputs {
-        skip.push("build".into());
-    }
-    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let (src, out) = (abs(source), abs(output));
-    if let Some(name) = out.parent().filter(|p| *p == src).and(out.file_name()) {
-        skip.push(name.to_string_lossy().into_owned());
-    }
-    skip
-}
-
 /// Build (or take from the cache), copy the outputs to `o.output`, check them.
 pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     let started = Instant::now();
     if !o.source.is_dir() {
         return Err(KernelError::Input(format!("source `{}` is not a directory", o.source.display())));
     }
-    if o.cmd.is_empty() {
-        return Err(KernelError::Input("no build command: give it after `--`, e.g. -- make".into()));
-    }
-    let outputs = output_paths(&o.outputs)?;
-    // A host `build/` is where outputs go by default: it is not an input.
-    let skip_names = skipped_inputs(&o.source, &o.output, o.outputs.is_empty());
-    let skip: Vec<&str> = skip_names.iter().map(String::as_str).collect();
-    let skip = skip.as_slice();
     let cache = Cache::open_with(&o.cache)?;
     let mut engine = None;
-    let image = o.image.digest(&mut engine)?;
-    let source = key::source_key(&o.source, skip)
-        .map_err(|e| KernelError::Input(format!("reading source `{}`: {e}", o.source.display())))?;
-    let out_paths: Vec<String> = outputs.iter().map(|p| p.path.clone()).collect();
-    let inputs = key::KeyInputs {
-        image: &image,
-        source: &source,
-        cmd: &o.cmd,
-        targets: &o.targets.targets,
-        env: &o.env,
-        outputs: &out_paths,
-        network: o.network,
-    };
+    let read = inputs::Inputs::read(o, &mut engine)?;
+    let (image, outputs, out_paths) = (read.image, &read.outputs, &read.out_paths);
+    let skip: Vec<&str> = read.skip.iter().map(String::as_str).collect();
+    let skip = skip.as_slice();
+    let inputs = read.key_inputs(o);
     let key = key::key(&inputs);
     let mut ran = Ran::Failed { code: 0 };
     let mut project_cc = None;
@@ -314,7 +246,7 @@ fn run_in_container(
     let reference = o.image.in_engine(engine, image, &crate::cache::scratch_dir(&o.cache.dir))?;
     let mut env = targets::env(&o.targets.targets);
     env.extend(o.env.iter().cloned());
-    let mut copy_in = source_copies(&o.source, skip)?;
+    let mut copy_in = inputs::source_copies(&o.source, skip)?;
     if let Some(dir) = restore {
         copy_in.push(CopyIn { host: dir, dest: CCACHE_DIR.into() });
     }
@@ -337,25 +269,4 @@ fn run_in_container(
         compiler_cache,
     };
     Ok(container::run(engine, &job)?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn outputs_default_to_build_and_out_and_stay_inside_the_source() {
-        let d = output_paths(&[]).unwrap();
-        assert_eq!(d.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), ["/quarry/src/build", "/out"]);
-        assert!(d.iter().all(|p| !p.required));
-        let given = output_paths(&["dist/lib.so".into()]).unwrap();
-        assert_eq!(given, [OutputPath { path: "/quarry/src/dist/lib.so".into(), required: true }]);
-        let skipped = skipped_inputs(Path::new("src"), Path::new("src/dist"), true);
-        assert_eq!(skipped, ["build", "dist"]);
-        assert!(skipped_inputs(Path::new("src"), Path::new("out"), false).is_empty());
-        for bad in ["/etc/passwd", "../x", "a/../../b", ""] {
-            let e = output_paths(&[bad.into()]).unwrap_err().to_string();
-            assert!(e.contains("--output"), "{e}");
-        }
-    }
 }

@@ -156,7 +156,8 @@ pub(crate) fn store(
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if cached(cache, sha256).is_none() {
         let staged = cache.stage()?;
-        std::fs::rename(path, staged.files().join(&file)).map_err(|err| StoreError::Stage { file: file.clone(), err })?;
+        std::fs::rename(path, staged.files().join(&file))
+            .map_err(|err| StoreError::Stage { file: file.clone(), err })?;
         cache.commit(Bucket::Pypi, sha256, staged, &Sharing::Shared)?;
     }
     cached(cache, sha256).ok_or(StoreError::Vanished(file))

@@ -42,7 +42,7 @@ use isolation::{Isolation, FRONTEND, FRONTEND_PATH};
 use lock::{self as build_lock, BuildLock};
 pub use pythons::Python;
 use pythons::{parse_pythons, FIND_PYTHONS};
-pub use reuse::build;
+pub use reuse::{build, cache_key};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

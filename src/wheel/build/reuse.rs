@@ -33,43 +33,87 @@ fn read_lock(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
 }
 
-/// Build the wheels (or take them from the cache), then test them when asked.
-pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
-    super::check_inputs(o)?;
-    let cache = Cache::open_with(&o.cache)?;
-    let mut engine = None;
-    let image = o.image.digest(&mut engine)?;
-    let epoch = crate::epoch::from_env_or_zero().map_err(|e| BuildError::Input(e.to_string()))?;
-    // An output directory inside a project directory is not part of it.
-    let skip: Vec<String> = output_inside(&o.source, &o.output).into_iter().collect();
-    let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
-    let source = key::source_key(&o.source, &skip).map_err(io(&o.source))?;
-    let find_links = match &o.find_links {
-        Some(f) => Some(crate::cache::key::tree_key("wheel-find-links", f, &[]).map_err(io(f))?),
-        None => None,
-    };
-    let patchelf = patchelf_identity(&o.patchelf)?;
-    let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(lock::DEFAULT_NAME));
-    let key_with = |lock: Option<&[u8]>| {
+/// What a build's key is made of, except the lock (read before and after).
+struct KeyParts {
+    image: crate::oci::Digest,
+    source: crate::cache::Key,
+    find_links: Option<crate::cache::Key>,
+    patchelf: String,
+    epoch: u64,
+    lock_path: PathBuf,
+}
+
+impl KeyParts {
+    fn read(o: &BuildOptions, engine: &mut Option<crate::engine::Engine>) -> Result<KeyParts, BuildError> {
+        let image = o.image.digest(engine)?;
+        let epoch = crate::epoch::from_env_or_zero().map_err(|e| BuildError::Input(e.to_string()))?;
+        // An output directory inside a project directory is not part of it.
+        let skip: Vec<String> = output_inside(&o.source, &o.output).into_iter().collect();
+        let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
+        let source = key::source_key(&o.source, &skip).map_err(io(&o.source))?;
+        let find_links = match &o.find_links {
+            Some(f) => Some(crate::cache::key::tree_key("wheel-find-links", f, &[]).map_err(io(f))?),
+            None => None,
+        };
+        let patchelf = patchelf_identity(&o.patchelf)?;
+        let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(lock::DEFAULT_NAME));
+        Ok(KeyParts { image, source, find_links, patchelf, epoch, lock_path })
+    }
+
+    fn key(&self, o: &BuildOptions, lock: Option<&[u8]>) -> crate::cache::Key {
         key::key(&key::KeyInputs {
-            image: &image,
-            source: &source,
+            image: &self.image,
+            source: &self.source,
             pythons: o.pythons.as_deref(),
             axes: &o.axes,
             local_version: o.local_version.as_deref(),
             repair: o.repair,
             exclude: &o.exclude,
-            patchelf: &patchelf,
+            patchelf: &self.patchelf,
             isolation: o.isolation,
             lock,
-            find_links: find_links.as_ref(),
+            find_links: self.find_links.as_ref(),
             network: o.network,
-            epoch,
+            epoch: self.epoch,
             targets: &o.targets.targets,
         })
-    };
-    let lock_before = if o.isolation { read_lock(&lock_path) } else { None };
-    let lookup = (!o.no_cache && (!o.isolation || lock_before.is_some())).then(|| key_with(lock_before.as_deref()));
+    }
+
+    /// The lock's bytes now (None without isolation, which has no lock).
+    fn lock(&self, o: &BuildOptions) -> Option<Vec<u8>> {
+        if o.isolation {
+            read_lock(&self.lock_path)
+        } else {
+            None
+        }
+    }
+
+    /// The key a lookup uses, when one can be made before building: an
+    /// isolated build without a lock resolves its requirements first.
+    fn lookup_key(&self, o: &BuildOptions) -> Option<crate::cache::Key> {
+        let lock = self.lock(o);
+        (!o.isolation || lock.is_some()).then(|| self.key(o, lock.as_deref()))
+    }
+}
+
+/// The key of `o`'s wheels as the cache knows them, when it can be known
+/// before building (see [`build`]).
+pub fn cache_key(
+    o: &BuildOptions,
+    engine: &mut Option<crate::engine::Engine>,
+) -> Result<Option<crate::cache::Key>, BuildError> {
+    super::check_inputs(o)?;
+    Ok(KeyParts::read(o, engine)?.lookup_key(o))
+}
+
+/// Build the wheels (or take them from the cache), then test them when asked.
+pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
+    super::check_inputs(o)?;
+    let cache = Cache::open_with(&o.cache)?;
+    let mut engine = None;
+    let parts = KeyParts::read(o, &mut engine)?;
+    let image = parts.image;
+    let lookup = if o.no_cache { None } else { parts.lookup_key(o) };
     let sharing = Sharing::unless_networked(o.network);
     let mut built = match lookup.map(|k| cache.entry(Bucket::Wheels, &k.hex(), &sharing)).transpose()?.flatten() {
         Some(hit) => from_entry(&hit.value, &o.output, hit.tier)?,
@@ -96,8 +140,8 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
                     cache.commit(Bucket::CompilerObjects, &project, staged_cc, &sharing)?;
                 }
             }
-            let lock_after = if o.isolation { read_lock(&lock_path) } else { None };
-            commit(&cache, &key_with(lock_after.as_deref()).hex(), &ran.built, &sharing)?;
+            let lock_after = parts.lock(o);
+            commit(&cache, &parts.key(o, lock_after.as_deref()).hex(), &ran.built, &sharing)?;
             ran.built
         }
     };
