@@ -34,6 +34,15 @@ pub struct Args {
     /// Install each wheel in a fresh virtualenv in a fresh container and run this command there
     #[arg(long, value_name = "CMD")]
     test: Option<String>,
+    /// The image --test runs in: a clean runtime image (layout, definition or
+    /// engine image), so a passing test shows the wheel needs nothing the
+    /// build image has [default: the build image]
+    #[arg(long = "test-image", value_name = "IMAGE")]
+    test_image: Option<String>,
+    /// A requirement installed beside each wheel for --test (repeatable), resolved
+    /// and pinned in the lock with the wheel's own requirements
+    #[arg(long = "test-requires", value_name = "REQ")]
+    test_requires: Vec<String>,
     /// A wheelhouse for build requirements (searched with the index when
     /// quarry resolves them) and for --test's dependencies
     #[arg(long = "find-links", value_name = "DIR")]
@@ -86,6 +95,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let engine = Engine::connect()?;
     let image = super::image_in_engine(&engine, &a.image, &a.def.sets, &cache_dir)?;
+    if a.test.is_none() && (a.test_image.is_some() || !a.test_requires.is_empty()) {
+        anyhow::bail!("--test-image and --test-requires apply to --test CMD; give the test command too");
+    }
+    let test_image = match &a.test_image {
+        Some(t) => Some(super::image_in_engine(&engine, t, &a.def.sets, &cache_dir)?),
+        None => None,
+    };
+    let source = a.source.clone();
     let opts = BuildOptions {
         source: a.source,
         image,
@@ -97,6 +114,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         patchelf,
         exclude: a.exclude,
         test: a.test,
+        test_image,
+        test_requires: a.test_requires,
         find_links: a.find_links,
         gpu: gpu_plan,
         targets,
@@ -108,7 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let built = match build(&engine, &opts) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("quarry: wheel build: {e}");
+            eprintln!("quarry: wheel build of `{}`: {e}", source.display());
             return Ok(e.exit_code());
         }
     };

@@ -112,6 +112,10 @@ pub struct BuildOptions {
     pub exclude: Vec<String>,
     /// A command to run against each installed wheel.
     pub test: Option<String>,
+    /// The image the test runs in (an engine reference, loaded); None: the build image.
+    pub test_image: Option<String>,
+    /// Requirements installed beside each wheel for its test (`--test-requires`).
+    pub test_requires: Vec<String>,
     pub find_links: Option<PathBuf>,
     pub gpu: GpuPlan,
     pub targets: TargetList,
@@ -255,8 +259,8 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
         None
     };
     let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(build_lock::DEFAULT_NAME));
-    let mut lock =
-        if o.isolation { BuildLock::read(&lock_path).map_err(BuildError::Lock)? } else { BuildLock::default() };
+    // Read with or without isolation: `--test` pins its requirements here too.
+    let mut lock = BuildLock::read(&lock_path).map_err(BuildError::Lock)?;
     let cache =
         crate::store::cache::Cache::open(&o.cache_dir).map_err(|e| BuildError::Input(format!("the cache: {e}")))?;
 
@@ -369,10 +373,8 @@ pub fn build(engine: &Engine, o: &BuildOptions) -> Result<Vec<Built>, BuildError
     drop(staging);
 
     if let Some(cmd) = &o.test {
-        for (b, job) in built.iter_mut().zip(&jobs) {
-            test::test_wheel(engine, o, &b.wheel, &job.python.path, cmd)?;
-            b.tested = true;
-        }
+        let mut cx = test::TestContext { cache: &cache, lock: &mut lock, lock_path: &lock_path };
+        test::test_all(engine, o, cmd, &mut built, &jobs, &mut cx)?;
     }
     Ok(built)
 }
