@@ -16,6 +16,8 @@ mod lock;
 mod plan;
 mod pull;
 mod push;
+#[cfg(test)]
+mod readme_check;
 mod rocm;
 mod run;
 mod values;

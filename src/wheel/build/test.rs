@@ -187,15 +187,21 @@ fn test_wheel(
             });
         }
     }
-    let mut links = format!("--find-links {TEST_WHEELS_DIR} --find-links {TEST_REQ_DIR}");
-    copy_in.extend(extra.iter().map(|f| CopyIn { host: f.path.clone(), dest: format!("{TEST_REQ_DIR}/{}", f.file) }));
+    let mut links = format!("--find-links {TEST_WHEELS_DIR}");
+    if !extra.is_empty() {
+        // Copied in through the archive API (the directory is made then: the
+        // image's user, often not root, need not be able to create it).
+        links.push_str(&format!(" --find-links {TEST_REQ_DIR}"));
+        copy_in
+            .extend(extra.iter().map(|f| CopyIn { host: f.path.clone(), dest: format!("{TEST_REQ_DIR}/{}", f.file) }));
+    }
     if let Some(f) = &o.find_links {
         copy_in.push(CopyIn { host: f.clone(), dest: FIND_LINKS_DIR.into() });
         links.push_str(&format!(" --find-links {FIND_LINKS_DIR}"));
     }
     let also: String = o.test_requires.iter().map(|r| format!(" {}", crate::engine::run::shell_quote(r))).collect();
     let script = format!(
-        "set -e\nmkdir -p {TEST_REQ_DIR}\n\"$QUARRY_PYTHON\" -m venv /tmp/quarry-venv\n\
+        "set -e\n\"$QUARRY_PYTHON\" -m venv /tmp/quarry-venv\n\
          /tmp/quarry-venv/bin/python -m pip install --disable-pip-version-check -q --no-index {links} {TEST_WHEELS_DIR}/{file}{also}\n\
          cd \"$(mktemp -d)\"\nexport PATH=/tmp/quarry-venv/bin:$PATH VIRTUAL_ENV=/tmp/quarry-venv\n\
          exec sh -c \"$QUARRY_TEST\"\n"
