@@ -18,8 +18,7 @@ FROM no_rocm_image_debian12
 
 # layer: ocl-rt
 USER root
-# packages from bookworm (main); `quarry lock` pins their versions
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ocl-icd-libopencl1 ocl-icd-opencl-dev strace && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libunwind8=1.6.2-3 ocl-icd-libopencl1=2.3.1-1 ocl-icd-opencl-dev=2.3.1-1 opencl-c-headers=3.0~2023.02.06-1 opencl-clhpp-headers=3.0~2023.02.06-1 strace=6.1-0.1 && rm -rf /var/lib/apt/lists/*
 
 LABEL "org.opencontainers.image.title"="no_rocm_image_debian12_ocl_rt"
 WORKDIR /home/tester

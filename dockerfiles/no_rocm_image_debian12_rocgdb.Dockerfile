@@ -18,8 +18,7 @@ FROM no_rocm_image_debian12
 
 # layer: rocgdb
 USER root
-# packages from bookworm (main); `quarry lock` pins their versions
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends dejagnu gcc g++ make gfortran && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends cpp=4:12.2.0-3 cpp-12=12.2.0-14+deb12u1 dejagnu=1.6.3-1 expect=5.45.4-2+b1 g++=4:12.2.0-3 g++-12=12.2.0-14+deb12u1 gcc=4:12.2.0-3 gcc-12=12.2.0-14+deb12u1 gfortran=4:12.2.0-3 gfortran-12=12.2.0-14+deb12u1 libcc1-0=12.2.0-14+deb12u1 libgfortran-12-dev=12.2.0-14+deb12u1 libisl23=0.25-1.1 libmpc3=1.3.1-1 libmpfr6=4.2.0-1 libtcl8.6=8.6.13+dfsg-2 make=4.3-4.1 sgml-base=1.31 tcl-expect=5.45.4-2+b1 tcl8.6=8.6.13+dfsg-2 && rm -rf /var/lib/apt/lists/*
 
 LABEL "org.opencontainers.image.title"="no_rocm_image_debian12_rocgdb"
 WORKDIR /home/tester

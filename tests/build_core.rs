@@ -408,6 +408,24 @@ fn bad_input_is_refused_clearly_and_leaves_nothing() {
     let e = failing_build(d, &image("unset", "name = \"m\"\nbase = { rootfs = \"${ROOTFS}\" }\n"));
     assert!(e.contains("base.rootfs") && e.contains("--set ROOTFS="), "{e}");
 
+    // A default directory that does not exist: the error names the parameter to set.
+    let e = failing_build(
+        d,
+        &image(
+            "default-dir",
+            "name = \"m\"\nbase = \"scratch\"\n[params]\nTREE = \"/nonexistent/tree\"\n[[layer]]\nname = \"t\"\n[[layer.source]]\ndir = \"${TREE}\"\ndest = \"/t\"\n",
+        ),
+    );
+    assert!(e.contains("layer[0].source[0].dir") && e.contains("--set TREE=PATH"), "{e}");
+
+    // A misspelt --set is an error with a suggestion, not silently ignored.
+    let hello = repo().join("images/hello.toml");
+    let o =
+        run_expect(quarry().args(["build", "--json", "--set", "GREETNG=hi", "-o"]).arg(d.join("o-set")).arg(&hello), 1);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--set GREETNG") && e.contains("did you mean `GREETING`?"), "{e}");
+    assert!(!d.join("o-set").exists());
+
     write(&d.join("images/ok.tar.payload"), "x");
     malicious_tar(&d.join("images/good.tar"), &[("f", tar::EntryType::Regular, "")]);
     let e = failing_build(d, &archive_image("pinned", "good.tar", &format!("sha256 = \"{}\"\n", "0".repeat(64))));

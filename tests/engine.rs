@@ -238,6 +238,8 @@ fn gpu_profile_with_simulated_nodes() {
         assert!(p.contains(&flag), "`{flag}` missing from:\n{p}");
     }
     assert!(p.trim_end().ends_with(&format!("{} id -G", img.0)), "{p}");
+    // The line is the user's to run: no quarry label that `quarry gc` would act on.
+    assert!(!p.contains("io.quarry"), "{p}");
     let p1 = printed(&["--gpu-devices", "renderD129"]);
     assert!(p1.contains("renderD129") && !p1.contains("renderD128"), "{p1}");
     let p0 = printed(&["--gpu", "none"]);
@@ -518,4 +520,17 @@ fn doctor_reports_engine_gpu_nodes_and_cache() {
     assert!(j["cache"]["free_bytes"].as_u64().unwrap() > 0);
     let out = run_expect(q().env("DOCKER_HOST", "unix:///nonexistent/quarry.sock").arg("doctor"), 1);
     assert!(String::from_utf8_lossy(&out.stdout).contains("cannot reach the Docker Engine"));
+}
+
+/// Issue 26 item 12: a path that does not exist is not taken for an engine image.
+#[test]
+fn a_missing_layout_path_says_it_does_not_exist() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("out")).unwrap();
+    for arg in ["out/no_such_dir", "./no_such_dir"] {
+        let o = run_expect(quarry().current_dir(d.path()).args(["run", arg, "--gpu", "none", "--", "true"]), 1);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(&format!("`{arg}` does not exist")), "{e}");
+        assert!(!e.contains("load it first"), "{e}");
+    }
 }

@@ -186,3 +186,90 @@ fn the_command_runs_as_the_image_user_without_network_and_out_is_an_output() {
     ));
     assert_eq!((&again["cached"], &again["key"]), (&serde_json::json!(true), &r["key"]), "{again:#}");
 }
+
+fn example_copy(into: &Path, kind: &str) -> PathBuf {
+    let src = into.join(kind);
+    std::fs::create_dir_all(&src).unwrap();
+    for e in std::fs::read_dir(repo().join("tests/fixtures/hip/examples").join(kind)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), src.join(e.file_name())).unwrap();
+    }
+    src
+}
+
+/// Issue 26 items 2 and 3: the official examples' two conventions, unmodified,
+/// with real hipcc and CMake: a Makefile whose compiler defaults to hipcc
+/// (the image must not override it) and CMake's HIP language (which must see
+/// the target list: it reads rocm_agent_enumerator, which reads ROCM_TARGET_LST).
+#[test]
+fn official_example_makefile_and_cmake_build_exactly_the_targets() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let (_, builder) = debian13_rocm_images();
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let two = ["--targets", "gfx90a,gfx1100", "--json"];
+    for (kind, cmd, output) in [
+        ("make", &["make"][..], "hip_saxpy"),
+        ("cmake", &["sh", "-ec", "cmake -B build -G Ninja && cmake --build build"][..], "build/hip_saxpy"),
+    ] {
+        let src = example_copy(work.path(), kind);
+        let out = work.path().join(format!("out-{kind}"));
+        let mut flags = two.to_vec();
+        flags.extend(["--output", output]);
+        let r = stdout_json(&run_expect(&mut kernel_build(&builder, &src, &out, &cache, &flags, cmd), 0));
+        let exe = &r["outputs"][0];
+        assert_eq!(exe["file"], "hip_saxpy", "{kind}: {r:#}");
+        assert_eq!(strings(&exe["targets"]), ["gfx1100", "gfx90a"], "{kind}: exactly the requested targets: {r:#}");
+        assert_eq!(exe["checked"], true, "{kind}: {r:#}");
+    }
+}
+
+/// Issue 26 item 1: target features count, as the HIP runtime matches them.
+#[test]
+fn target_features_are_matched_as_the_hip_runtime_does() {
+    if !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let (_, builder) = debian13_rocm_images();
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let src = source_copy(work.path());
+    // The command names its own targets; quarry's are ignored.
+    let hipcc = |archs: &str| {
+        format!(
+            "unset HIPCC_COMPILE_FLAGS_APPEND ROCM_TARGET_LST; mkdir -p build
+             hipcc {archs} -O2 -fPIC -shared -o build/libvops.so vops.hip"
+        )
+    };
+    let run = |name: &str, targets: &str, archs: &str, code: i32| {
+        let script = hipcc(archs);
+        let cmd = ["sh", "-ec", script.as_str()];
+        let out = work.path().join(name);
+        run_expect(&mut kernel_build(&builder, &src, &out, &cache, &["--targets", targets, "--json"], &cmd), code)
+    };
+    // The wrong modes for both requested ids: refused, each named.
+    let wrong = "--offload-arch=gfx90a:xnack- --offload-arch=gfx942:sramecc-:xnack+";
+    let failed = run("wrong", "gfx90a:xnack+,gfx942:sramecc+:xnack-", wrong, 1);
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.contains("`libvops.so` has no code for gfx90a:xnack+ (only for gfx90a:xnack-)"), "{err}");
+    assert!(err.contains("has no code for gfx942:sramecc+:xnack- (only for gfx942:sramecc-:xnack+)"), "{err}");
+    // No feature requested: the GPU may run either way, so xnack+-only code is refused.
+    let failed = run("plus-only", "gfx90a", "--offload-arch=gfx90a:xnack+", 1);
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.contains("has no code for gfx90a:xnack- (only for gfx90a:xnack+)"), "{err}");
+    // The right modes: accepted, full target ids in the JSON.
+    let right = "--offload-arch=gfx90a:xnack+ --offload-arch=gfx942:sramecc+:xnack-";
+    let ok = stdout_json(&run("right", "gfx90a:xnack+,gfx942:sramecc+:xnack-", right, 0));
+    let lib = ok["outputs"].as_array().unwrap().iter().find(|o| o["file"] == "libvops.so").unwrap();
+    assert_eq!(strings(&lib["targets"]), ["gfx90a:xnack+", "gfx942:sramecc+:xnack-"], "{ok:#}");
+    // Code built for either mode ("any") runs where a feature is requested.
+    let any = stdout_json(&run(
+        "any",
+        "gfx90a:xnack+,gfx942:sramecc+:xnack-",
+        "--offload-arch=gfx90a --offload-arch=gfx942",
+        0,
+    ));
+    assert_eq!(any["missing"], serde_json::json!([]), "{any:#}");
+}

@@ -139,4 +139,27 @@ fn human_plan_lists_layers_and_what_is_left() {
     for l in ["a ", "b ", "c "] {
         assert!(text.lines().any(|line| line.starts_with(l) && line.contains("to build")), "{text}");
     }
+    // Each printed id says what it is: `plan` the cache key, `build` the digest.
+    let plan = stdout_json(&run_expect(
+        quarry().arg("plan").arg(&img).arg("--json").arg("--cache-dir").arg(d.path().join("cache")),
+        0,
+    ));
+    let key = plan["layers"][0]["key"].as_str().unwrap().trim_start_matches("sha256:")[..12].to_string();
+    assert!(text.lines().any(|line| line.starts_with("a ") && line.contains(&format!("key {key}"))), "{text}");
+    let built = run_expect(
+        quarry()
+            .arg("build")
+            .arg(&img)
+            .arg("--cache-dir")
+            .arg(d.path().join("cache"))
+            .arg("-o")
+            .arg(d.path().join("o")),
+        0,
+    );
+    let built = String::from_utf8_lossy(&built.stdout);
+    let layout = run_expect(quarry().arg("inspect").arg(d.path().join("o")).arg("--json"), 0);
+    let digest =
+        stdout_json(&layout)["layers"][0]["digest"].as_str().unwrap().trim_start_matches("sha256:")[..12].to_string();
+    assert!(built.lines().any(|line| line.starts_with("a ") && line.contains(&format!("digest {digest}"))), "{built}");
+    assert!(!built.contains(&key) && !text.contains(&digest), "the two ids must not be confused:\n{built}\n{text}");
 }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::venv::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,40 +40,6 @@ fn package(arts: &Path, dest: &Path, extra: &[&str]) -> serde_json::Value {
 fn package_fails(arts: &Path, dest: &Path, extra: &[&str]) -> String {
     let out = run_expect(&mut package_cmd(arts, dest, extra), 1);
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// A fresh virtualenv; returns its bin directory.
-fn venv(dir: &Path) -> PathBuf {
-    run_expect(Command::new("python3").args(["-m", "venv"]).arg(dir), 0);
-    dir.join("bin")
-}
-
-/// Commands run in the virtualenv: no pip cache (the selector's metadata
-/// depends on the environment), no LD_LIBRARY_PATH.
-fn in_venv(bin: &Path, tool: &str) -> Command {
-    let mut c = Command::new(bin.join(tool));
-    c.env("PIP_NO_CACHE_DIR", "1")
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("ROCM_SDK_TARGET_FAMILY")
-        .env_remove("PYTHONPATH");
-    c
-}
-
-fn pip_install(bin: &Path, dist: &Path, spec: &str, env: &[(&str, &str)]) {
-    run_expect(
-        in_venv(bin, "pip")
-            .envs(env.iter().copied())
-            .args(["install", "-q", "--no-index", "--find-links"])
-            .arg(dist)
-            .arg(spec),
-        0,
-    );
-}
-
-fn python(bin: &Path, code: &str) -> String {
-    let out = run_expect(in_venv(bin, "python").args(["-c", code]), 0);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn package_dir(bin: &Path, name: &str) -> PathBuf {

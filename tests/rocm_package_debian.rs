@@ -3,7 +3,9 @@
 //! packaged, then installed with pip in a Debian 13 container (its glibc and
 //! libstdc++ are the ones these libraries were built against): `rocm-sdk
 //! test`, the real librocblas loaded with ctypes, a device package's Tensile
-//! files overlaid on the libraries package.
+//! files overlaid on the libraries package. No `--version`: the version is
+//! the one Debian's HIP records (hip_version.h, 5.7) plus `.dev0`, and the
+//! reference's `rocm_sdk` API holds on these real libraries.
 
 mod common;
 
@@ -11,7 +13,8 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-const VERSION: &str = "5.7.1";
+/// What the artifacts record (HIP 5.7 in Debian 13) plus `.dev0`.
+const VERSION: &str = "5.7.dev0";
 
 fn fixture(script: &str, out: &Path, args: &[&str]) {
     with_lock(script, || {
@@ -38,13 +41,16 @@ fn debian_rocm_packages_install_and_load_in_trixie() {
         quarry()
             // quarry brings its own patchelf (issue 15 item 5): none on PATH.
             .env("PATH", path_without_patchelf())
-            .args(["rocm", "package", "--json", "--version", VERSION, "--artifact-dir"])
+            .args(["rocm", "package", "--json", "--artifact-dir"])
             .arg(&arts)
             .arg("--dest-dir")
             .arg(&dest),
         0,
     );
     let j = stdout_json(&out);
+    assert_eq!(j["version"], VERSION, "{j:#}");
+    let from = j["version_from"].as_str().unwrap();
+    assert!(from.contains("include/hip/hip_version.h") && from.contains("core-hip_dev_generic"), "{from}");
     let names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     for n in [
         "rocm",
@@ -93,6 +99,14 @@ assert h.rocblas_get_version_string_size(ctypes.byref(n)) == 0
 buf = ctypes.create_string_buffer(n.value)
 h.rocblas_get_version_string(buf, n)
 print("ROCBLAS", buf.value.decode())
+# The reference's contract: paths as pathlib.Path, unknown names a ModuleNotFoundError.
+import pathlib
+assert all(isinstance(p, pathlib.Path) for p in rocm_sdk.find_libraries("amdhip64", "hipblas"))
+try:
+    rocm_sdk.find_libraries("rocblas")
+    raise SystemExit("rocblas is not one of the reference's short names")
+except ModuleNotFoundError:
+    print("CONTRACT-OK")
 PY
 libs=$(/v/bin/python -c 'import os, _rocm_sdk_libraries; print(os.path.dirname(_rocm_sdk_libraries.__file__))')
 test ! -e "$libs/lib/rocblas/2.47.0/library/TensileLibrary_gfx90a.co"
@@ -118,5 +132,6 @@ echo OVERLAY-OK
     assert!(stdout.contains(" 0 failed"), "{stdout}");
     assert!(stdout.contains("PASS  loads _rocm_sdk_libraries/lib/librocblas.so.0"), "{stdout}");
     assert!(stdout.contains("ROCBLAS 2.47"), "{stdout}");
+    assert!(stdout.contains("CONTRACT-OK"), "{stdout}");
     assert!(stdout.contains("OVERLAY-OK"), "{stdout}");
 }

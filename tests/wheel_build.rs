@@ -417,16 +417,23 @@ fn cffi_built_in_an_image_bundles_the_images_libffi() {
     same_policy_as_auditwheel(&fx, &plain);
 
     // --repair with no patchelf here: the image's patchelf and libffi;
-    // --test installs it (pycparser from --find-links) in the build image.
+    // --test installs it in the build image with what it needs at run time
+    // (cffi's pycparser) and --test-requires (six), resolved by quarry from
+    // the index and pinned in the lock: no --find-links (issue 26 item 7).
     let test =
-        "python3 -c 'import cffi; f = cffi.FFI(); f.cdef(\"int abs(int);\"); assert f.dlopen(None).abs(-2) == 2'";
+        "python3 -c 'import six, cffi; f = cffi.FFI(); f.cdef(\"int abs(int);\"); assert f.dlopen(None).abs(-2) == 2'";
     let built = wheel_build_with_path(
         &fx,
         &sdist,
         &work.path().join("repaired"),
-        &["--repair", "--find-links", wheelhouse.to_str().unwrap(), "--test", test],
+        &["--repair", "--test", test, "--test-requires", "six"],
         &path_without_patchelf(),
     );
+    let lock = std::fs::read_to_string(shared_lock(&sdist)).unwrap();
+    let tests = lock.split("[[test]]").nth(1).unwrap_or_else(|| panic!("no [[test]] in the lock:\n{lock}"));
+    assert!(tests.contains("requires = [\"pycparser\", \"six\"]"), "{lock}");
+    assert!(tests.contains("name = \"pycparser\"") && tests.contains("name = \"six\""), "{lock}");
+    assert!(tests.contains("for = \"test-requires\""), "{lock}");
     let repaired = path_of(&built[0]);
     assert_eq!((built[0]["repaired"].as_bool(), built[0]["tested"].as_bool()), (Some(true), Some(true)));
     assert!(zip_names(&repaired).iter().any(|n| n.starts_with("cffi.libs/libffi-")), "{:?}", zip_names(&repaired));
@@ -517,6 +524,45 @@ fn a_library_only_the_image_has_is_bundled_from_the_image() {
     assert_eq!(r["bundled"][0]["source"], "/opt/qtdep/lib/libqtdep.so.1", "{r}");
     let repaired = output_of(&r);
     same_policy_as_auditwheel(&fx, &repaired);
+
+    // --test in a clean runtime image (--test-image, issue 26 item 8): the
+    // unrepaired wheel, which passes in the build image (it has libqtdep),
+    // fails there and leaves the output directory; the repaired one passes.
+    let test = "python3 -c 'import qtdepext._c as c; assert c.answer == 42'";
+    let run_image = run_image();
+    let in_build_image = wheel_build(&fx, src.path(), &work.path().join("t-build"), &["--test", test]);
+    assert_eq!(in_build_image[0]["tested"], true);
+    let unrepaired_out = work.path().join("t-plain");
+    let o = run_expect(
+        quarry()
+            .args(["wheel", "build", "--json", "--gpu", "none", "--image"])
+            .arg(build_image(&fx))
+            .arg("--output")
+            .arg(&unrepaired_out)
+            .arg("--lock")
+            .arg(shared_lock(src.path()))
+            .arg(src.path())
+            .args(["--test", test, "--test-image"])
+            .arg(&run_image),
+        1,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("libqtdep.so.1") && err.contains("failed-tests/qtdepext-0.1-"), "{err}");
+    assert!(err.contains(&format!("wheel build of `{}`", src.path().display())), "the failure names the source: {err}");
+    let left: Vec<String> = std::fs::read_dir(&unrepaired_out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".whl"))
+        .collect();
+    assert!(left.is_empty(), "a wheel that failed its test stayed in the output: {left:?}");
+    assert_eq!(std::fs::read_dir(unrepaired_out.join("failed-tests")).unwrap().count(), 1);
+    let clean = wheel_build(
+        &fx,
+        src.path(),
+        &work.path().join("t-repaired"),
+        &["--repair", "--test", test, "--test-image", run_image.to_str().unwrap()],
+    );
+    assert_eq!(clean[0]["tested"], true, "{clean:?}");
 
     // `--repair` does the same in a build, and the wheel works in an image without libqtdep.
     let built = wheel_build(&fx, src.path(), &work.path().join("built"), &["--repair"]);

@@ -71,6 +71,16 @@ fn cffi_needs_libffi_unless_excluded() {
     let ext = v["external_libs"].as_object().unwrap();
     assert_eq!(ext.keys().collect::<Vec<_>>(), ["libffi.so.8"], "{v}");
     assert!(ext["libffi.so.8"].as_str().is_some_and(|p| p.contains("libffi")), "{v}");
+    // What bundling libffi brings in (its own glibc needs), as auditwheel shows:
+    // why the repairable policy is what it is.
+    let needs = &v["external_symbol_versions"]["libffi.so.8"]["libc.so.6"];
+    assert!(needs.as_array().is_some_and(|a| a.iter().any(|s| s.as_str().unwrap().starts_with("GLIBC_2."))), "{v}");
+    let human = run_expect(quarry().args(["wheel", "check"]).arg(&cffi), 0);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("external    libffi.so.8 => ") && human.contains("    needs     libc.so.6: GLIBC_2."),
+        "{human}"
+    );
 
     // The versioned soname matches `libffi.so*`; the unversioned name does not.
     let v = check_json(&cffi, &["--exclude", "libffi.so*"]);
@@ -186,8 +196,21 @@ fn several_wheels_one_broken() {
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("broken-1.0-py3-none-any.whl");
     std::fs::write(&broken, b"PK\x03\x04 not really").unwrap();
-    let out = run_expect(quarry().args(["wheel", "check", "--json"]).arg(&broken).arg(fx.wheel("msgpack-")), 1);
+    let missing = dir.path().join("missing-1.0-py3-none-any.whl");
+    let out =
+        run_expect(quarry().args(["wheel", "check", "--json"]).arg(&broken).arg(fx.wheel("msgpack-")).arg(&missing), 1);
     let v = stdout_json(&out);
-    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("broken-1.0-py3-none-any.whl"));
+    let all = v.as_array().unwrap();
+    // Every wheel has an entry: the unreadable ones with their error.
+    assert_eq!(all.len(), 3, "{v}");
+    assert_eq!(all[0]["wheel"], broken.display().to_string(), "{v}");
+    assert!(all[0]["error"].as_str().unwrap().contains("broken-1.0-py3-none-any.whl"), "{v}");
+    assert!(all[1]["policy"].is_string() && all[1].get("error").is_none(), "{v}");
+    let err = all[2]["error"].as_str().unwrap();
+    assert!(err.contains("missing-1.0-py3-none-any.whl"), "{v}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("broken-1.0-py3-none-any.whl"), "{stderr}");
+    // The cause is said once.
+    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }

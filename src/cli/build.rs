@@ -86,8 +86,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         super::print_json(&r)?;
     } else if !a.quiet {
         for l in &r.layers {
+            // The layer's digest (what `inspect` lists), labelled: `plan`
+            // prints a different id, the cache key, as `key ...`.
             println!(
-                "{:<24} {}  {:>10}  {}",
+                "{:<24} digest {}  {:>10}  {}",
                 l.name,
                 super::short_digest(l.digest),
                 super::human_size(l.size),

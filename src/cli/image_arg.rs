@@ -43,7 +43,27 @@ pub fn classify(arg: &str) -> Result<ImageArg, EngineError> {
     if arg.ends_with(".toml") {
         return Err(EngineError::Invalid(format!("image definition `{arg}` does not exist")));
     }
+    if let Some(why) = looks_like_a_path(arg) {
+        return Err(EngineError::Invalid(format!(
+            "`{arg}` does not exist ({why}); give an OCI layout written by `quarry build` (default out/NAME), an image definition (.toml), or an engine image by its full name (docker.io/{arg})"
+        )));
+    }
     Ok(ImageArg::Reference(arg.to_string()))
+}
+
+/// Why an argument that exists nowhere reads as a path rather than an engine
+/// image: it starts like one (`/`, `./`, `../`, `~`), or its first component
+/// is a directory here (`out/no_such_dir` where `out/` exists). An engine
+/// image of such a name can still be given in full (`docker.io/out/x`).
+fn looks_like_a_path(arg: &str) -> Option<String> {
+    if ["/", "./", "../", "~"].iter().any(|p| arg.starts_with(p)) || arg == "." || arg == ".." {
+        return Some("it is a path".into());
+    }
+    let (first, _) = arg.split_once('/')?;
+    // A registry host (`localhost:5000/x`, `ghcr.io/x`) is not a directory name here.
+    let host_like = first.contains(['.', ':']) || first == "localhost";
+    (!host_like && Path::new(first).is_dir())
+        .then(|| format!("the directory `{first}` exists, but has no `{}`", &arg[first.len() + 1..]))
 }
 
 /// The engine name for a layout: its directory name (lower-cased) and the
@@ -89,6 +109,25 @@ pub fn build_for_engine(
     Ok((r.output, tag))
 }
 
+/// The image a build runs in (`kernel build`, `wheel build`): a definition
+/// is built into a layout first; a layout is loaded when a build runs.
+pub fn build_image(
+    arg: &str,
+    sets: &[String],
+    cache: &CacheConfig,
+    progress: Progress,
+) -> anyhow::Result<crate::engine::build_image::BuildImage> {
+    use crate::engine::build_image::BuildImage;
+    Ok(match classify(arg)? {
+        ImageArg::Layout(dir) => BuildImage::Layout { tag: layout_tag(&dir)?, dir },
+        ImageArg::Definition(f) => {
+            let (dir, tag) = build_for_engine(&f, sets, cache, progress)?;
+            BuildImage::Layout { dir, tag }
+        }
+        ImageArg::Reference(r) => BuildImage::Reference(r),
+    })
+}
+
 /// The engine reference of an IMAGE argument: a layout or a definition is
 /// built if needed and loaded first.
 pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &CacheConfig) -> anyhow::Result<String> {
@@ -106,4 +145,26 @@ pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &Cach
         }
         ImageArg::Reference(r) => r,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_path_is_not_taken_for_an_engine_image() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("out")).unwrap();
+        let missing = d.path().join("out/no_such_dir");
+        let e = classify(missing.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("does not exist") && !e.contains("load it first"), "{e}");
+        // Relative to the working directory, as a user types it.
+        let here = std::env::current_dir().unwrap();
+        let rel = format!("{}/no_such_dir", here.join("src").strip_prefix(&here).unwrap().display());
+        let e = classify(&rel).unwrap_err().to_string();
+        assert!(e.contains("the directory `src` exists"), "{e}");
+        for r in ["debian:12", "localhost:5000/x/y:1", "ghcr.io/a/b", "library/debian", "quarry-test:1"] {
+            assert_eq!(classify(r).unwrap(), ImageArg::Reference(r.into()), "{r}");
+        }
+    }
 }

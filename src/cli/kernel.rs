@@ -2,11 +2,11 @@
 //! kernels in a container for a known target list (see `crate::kernel`).
 //! Exit status: 0, the build command's own code when it fails, else 1.
 
-use crate::cli::image_arg::{self, ImageArg};
+use crate::cli::image_arg;
 use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::{self, GpuMode};
 use crate::engine::run::parse_env;
-use crate::kernel::{self, targets, KernelError, KernelImage, KernelOptions};
+use crate::kernel::{self, targets, KernelError, KernelOptions};
 use crate::progress::Progress;
 use std::path::PathBuf;
 
@@ -81,14 +81,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         (targets::TargetsArg::Auto, _) => gpu::detect()?,
         _ => Vec::new(),
     };
-    let image = match image_arg::classify(&a.image)? {
-        ImageArg::Layout(dir) => KernelImage::Layout { tag: image_arg::layout_tag(&dir)?, dir },
-        ImageArg::Definition(f) => {
-            let (dir, tag) = image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(false, true))?;
-            KernelImage::Layout { dir, tag }
-        }
-        ImageArg::Reference(r) => KernelImage::Reference(r),
-    };
+    let image = image_arg::build_image(&a.image, &a.def.sets, &cache, Progress::new(false, true))?;
     if a.jobs == Some(0) {
         anyhow::bail!("--jobs must be at least 1");
     }

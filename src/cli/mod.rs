@@ -18,6 +18,8 @@ mod lock;
 mod plan;
 mod pull;
 mod push;
+#[cfg(test)]
+mod readme_check;
 mod rocm;
 mod run;
 mod values;
@@ -106,10 +108,27 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("quarry: error: {e:#}");
+            eprintln!("quarry: error: {}", error_line(&e));
             1
         }
     }
+}
+
+/// The error and its causes on one line, each cause once: library errors
+/// often write their cause into their own message too (`path: No such file
+/// or directory`), and anyhow's chain would then repeat it.
+pub(crate) fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 /// `--set` and the cache options, for the commands that take an image
@@ -171,4 +190,18 @@ pub(crate) fn short_digest(d: impl std::fmt::Display) -> String {
     let text = d.to_string();
     let hex = text.strip_prefix(crate::oci::Digest::PREFIX).unwrap_or(&text);
     hex[..hex.len().min(12)].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = crate::wheel::WheelError::Io { path: "/tmp/x.whl".into(), source: io };
+        let line = super::error_line(&anyhow::Error::new(e).context("checking `/tmp/x.whl`"));
+        assert_eq!(line.matches("entity not found").count(), 1, "{line}");
+        assert!(line.starts_with("checking `/tmp/x.whl`: `/tmp/x.whl`: "), "{line}");
+        let chained = anyhow::anyhow!("inner cause").context("outer");
+        assert_eq!(super::error_line(&chained), "outer: inner cause");
+    }
 }

@@ -50,7 +50,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some(crate::cache::Tier::Remote) => "in the cache registry",
             None => "to build",
         };
-        println!("{:<28} {:<9} {key:<12}  {state}", n.name, serde_json::to_value(n.kind)?.as_str().unwrap_or(""));
+        // The cache key, labelled: `build` prints the layer's digest, another id.
+        println!("{:<28} {:<9} key {key:<12}  {state}", n.name, serde_json::to_value(n.kind)?.as_str().unwrap_or(""));
         if let Some(note) = &n.note {
             println!("{:<28} {note}", "");
         }

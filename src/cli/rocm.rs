@@ -34,8 +34,9 @@ struct PackageArgs {
     /// Where to write; packages go to DEST_DIR/dist/
     #[arg(long)]
     dest_dir: PathBuf,
-    /// Package version, verbatim [default: `rocm-version` of a version.json at or above
-    /// the artifact directory, plus `.dev0`]
+    /// Package version, verbatim [default: the ROCm version the artifacts record (rocm-core's
+    /// .info/version, rocm_version.h, hip_version.h; else a version.json at or above the
+    /// artifact directory), plus `.dev0`]
     #[arg(long)]
     version: Option<String>,
     /// Appended to every `_rocm_sdk_*` package directory name
@@ -121,8 +122,9 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
         super::print_json(&report)?;
     } else {
         println!(
-            "rocm {} ({} mode), patchelf {}",
+            "rocm {} (version: {}; {} mode), patchelf {}",
             report.version,
+            report.version_from,
             if report.split { "split" } else { "legacy" },
             report.patchelf
         );

@@ -9,7 +9,7 @@ use super::platform::Platform;
 use super::raw::{ImageFile, LayerBody};
 use super::validate::{validate_base, validate_config, validate_layer, ValidBase};
 use super::{field_err, DefinitionError};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn read(what: &'static str, file: &Path) -> Result<String, DefinitionError> {
@@ -59,18 +59,32 @@ pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
     Ok(m)
 }
 
-/// Load an image definition and every layer it names.
+/// Load an image definition and every layer it names. A `--set` of a
+/// parameter that no definition involved declares or uses is an error
+/// naming the known ones (a misspelt name would otherwise be ignored).
 pub fn load_image(file: &Path, sets: &BTreeMap<String, String>) -> Result<Image, DefinitionError> {
-    load_image_in(file, sets, &mut Vec::new())
+    let mut known = BTreeSet::new();
+    let image = load_image_in(file, sets, &mut Vec::new(), &mut known)?;
+    if let Some(name) = sets.keys().find(|k| !known.contains(*k)) {
+        return Err(DefinitionError::UnknownParam {
+            file: file.display().to_string(),
+            name: name.clone(),
+            hint: super::params::suggest(name, &known),
+        });
+    }
+    Ok(image)
 }
 
 /// `chain`: the definitions whose `image` bases led here, to refuse cycles.
+/// `known`: every parameter the definitions declare or refer to, gathered.
 fn load_image_in(
     file: &Path,
     sets: &BTreeMap<String, String>,
     chain: &mut Vec<PathBuf>,
+    known: &mut BTreeSet<String>,
 ) -> Result<Image, DefinitionError> {
     let text = read("image definition", file)?;
+    known.extend(super::params::referenced(&text));
     // First pass: structure and unknown fields, with line numbers.
     let parsed: ImageFile = toml::from_str(&text).map_err(|e| parse_err(file, e))?;
     let mut doc: toml::Value = toml::from_str(&text).map_err(|e| parse_err(file, e))?;
@@ -88,6 +102,7 @@ fn load_image_in(
             )
         })?;
         let ltext = read("layer definition", &lf)?;
+        known.extend(super::params::referenced(&ltext));
         let lparsed: LayerBody = toml::from_str(&ltext).map_err(|e| parse_err(&lf, e))?;
         if lparsed.name != *name {
             return Err(field_err(&lf, "name", format!("is `{}` but the file is named for `{name}`", lparsed.name)));
@@ -101,6 +116,7 @@ fn load_image_in(
         params.extend(defaults.clone());
     }
     params.extend(parsed.params.clone());
+    known.extend(params.keys().cloned());
     params.extend(sets.clone());
 
     subst_value(&mut doc, "", &params, &["params"]).map_err(|e| subst_err(file, e))?;
@@ -144,7 +160,9 @@ fn load_image_in(
     validate_config(file, &img.config)?;
     let base = match validate_base(file, img.base, &platform)? {
         ValidBase::Done(b) => b,
-        ValidBase::Image(path) => Base::Image(Box::new(load_base_image(file, &path, &params, &platform, chain)?)),
+        ValidBase::Image(path) => {
+            Base::Image(Box::new(load_base_image(file, &path, &params, &platform, chain, known)?))
+        }
     };
     Ok(Image {
         file: file.to_path_buf(),
@@ -167,6 +185,7 @@ fn load_base_image(
     params: &BTreeMap<String, String>,
     platform: &Platform,
     chain: &mut Vec<PathBuf>,
+    known: &mut BTreeSet<String>,
 ) -> Result<Image, DefinitionError> {
     let field = "base.image";
     if !base_file.is_file() {
@@ -193,7 +212,7 @@ fn load_base_image(
         ));
     }
     let saved = std::mem::replace(chain, path);
-    let loaded = load_image_in(base_file, params, chain);
+    let loaded = load_image_in(base_file, params, chain, known);
     *chain = saved;
     let base = loaded?;
     if base.platform != *platform {

@@ -34,6 +34,8 @@ pub enum DefinitionError {
     Parse { file: String, message: String },
     #[error("{file}: field `{field}`: {message}")]
     Field { file: String, field: String, message: String },
+    #[error("--set {name}: {file} has no parameter `{name}`{hint}")]
+    UnknownParam { file: String, name: String, hint: String },
 }
 
 /// A path as written in `base_file`: relative ones from that file's directory.

@@ -68,6 +68,24 @@ pub fn subst_str(s: &str, field: &str, params: &BTreeMap<String, String>) -> Res
     Ok(out)
 }
 
+/// The "did you mean" part of an unknown parameter's error: the closest
+/// known name (by edit distance), then every known one.
+pub fn suggest(name: &str, known: &std::collections::BTreeSet<String>) -> String {
+    if known.is_empty() {
+        return " (it has none)".into();
+    }
+    let close = known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(&name.to_lowercase(), &k.to_lowercase()), k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min();
+    let list = known.iter().map(String::as_str).collect::<Vec<_>>().join(", ");
+    match close {
+        Some((_, k)) => format!("; did you mean `{k}`? (known: {list})"),
+        None => format!(" (known: {list})"),
+    }
+}
+
 /// Names of every parameter a string refers to.
 pub fn referenced(s: &str) -> Vec<String> {
     let mut v = Vec::new();

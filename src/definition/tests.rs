@@ -169,3 +169,21 @@ fn packages_layer_source_parses() {
         assert!(e.contains(&format!("field `{field}`")), "{field}: {e}");
     }
 }
+
+#[test]
+fn an_unknown_set_is_an_error_naming_the_known_parameters() {
+    let img = "name = \"hello\"\nbase = \"scratch\"\n[params]\nGREETING = \"hello\"\n\
+               [config]\nlabels = { g = \"${GREETING}\", r = \"${ROOTFS_TAG}\" }\n";
+    let (_d, r) = load_in(&[("hello.toml", img)], &[("GREETNG", "hi"), ("ROOTFS_TAG", "x")]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("--set GREETNG") && e.contains("did you mean `GREETING`?"), "{e}");
+    assert!(e.contains("known: GREETING, ROOTFS_TAG"), "{e}");
+    // A parameter declared only by the image base is known too.
+    let top = "name = \"top\"\nbase = { image = \"base.toml\" }\n";
+    let base = "name = \"base\"\nbase = \"scratch\"\n[params]\nOWN = \"x\"\n";
+    let (_d, r) = load_in(&[("top.toml", top), ("base.toml", base)], &[("OWN", "y")]);
+    r.unwrap();
+    let (_d, r) = load_in(&[("top.toml", top), ("base.toml", base)], &[("ZZZZZZ", "y")]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("has no parameter `ZZZZZZ` (known: OWN)"), "{e}");
+}

@@ -44,6 +44,15 @@ impl BuildImage {
         Digest::parse(&id).map_err(|e| EngineError::Invalid(format!("the engine's id of the image: {e}")))
     }
 
+    /// [`BuildImage::in_engine`], its digest read here.
+    pub fn loaded(&self, engine: &Engine, scratch: &Path) -> Result<String, EngineError> {
+        let digest = match self {
+            BuildImage::Layout { dir, .. } => crate::oci::layout::open_image(dir, None, None)?.config_digest,
+            BuildImage::Reference(r) => return Ok(r.clone()),
+        };
+        self.in_engine(engine, &digest, scratch)
+    }
+
     /// The reference to run: a layout is loaded first unless the engine has
     /// it under its tag with this `digest` already. `scratch` is on the
     /// layout's file system (the cache's).

@@ -208,8 +208,8 @@ impl RunOptions {
         }
     }
 
-    /// The same container as a `docker` command line. With copies, the
-    /// create / cp / start / cp / rm sequence they need.
+    /// The same container as a `docker` command line, without quarry's own
+    /// labels. With copies, the create / cp / start / cp / rm sequence they need.
     pub fn docker_command(&self) -> String {
         let g = &self.gpu;
         let mut flags: Vec<String> = Vec::new();
@@ -217,13 +217,9 @@ impl RunOptions {
             flags.push(a.to_string());
             flags.push(b);
         };
-        for (k, v) in {
-            let mut l: Vec<_> = labels().into_iter().collect();
-            l.sort();
-            l
-        } {
-            push("--label", format!("{k}={v}"));
-        }
+        // No quarry labels: a container a user starts from this line is
+        // theirs, and `quarry gc` must never take it for a leftover of a
+        // quarry process (whose pid, here, would be one that has exited).
         push("--network", self.network.mode().into());
         for d in &g.devices {
             let host = d.host_path.display().to_string();
@@ -552,5 +548,17 @@ mod tests {
         assert!(m.read_only);
         assert!(parse_copy_out("rel:/x").is_err());
         assert_eq!(parse_copy_out("/out/a:./a").unwrap().0, "/out/a");
+    }
+
+    #[test]
+    fn the_printed_line_carries_no_quarry_label() {
+        // A container started from it must not look like a leftover to `quarry gc`.
+        let opts =
+            RunOptions { image: "debian:12".into(), cmd: vec!["sleep".into(), "60".into()], ..Default::default() };
+        let line = opts.docker_command();
+        assert!(line.starts_with("docker run --rm "), "{line}");
+        assert!(!line.contains("io.quarry") && !line.contains("--label"), "{line}");
+        let body = opts.body(Memlock::Unset);
+        assert!(body.labels.unwrap().contains_key(LABEL_MANAGED), "quarry's own containers keep their labels");
     }
 }

@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 pub const SRC_DIR: &str = "/quarry/src";
 /// The other default output directory, created empty before the command runs.
 pub const OUT_DIR: &str = "/out";
+/// The target list, one per line, as `rocm_agent_enumerator` reads it from
+/// `ROCM_TARGET_LST` (CMake's HIP language and ROCm's CMake config take their
+/// default architectures from that tool).
+pub const TARGETS_FILE: &str = "/quarry/targets.lst";
 
 /// One output to copy out.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +41,8 @@ pub struct ContainerJob<'a> {
     /// `--jobs`; None: from the container's resources.
     pub jobs: Option<u64>,
     pub outputs: &'a [OutputPath],
+    /// Written to [`TARGETS_FILE`].
+    pub targets: &'a [String],
     /// Each output's files are merged into this directory.
     pub into: &'a Path,
     /// Compile through ccache (its directory already among `copy_in`, when
@@ -68,12 +74,16 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
     engine.guarded(async |s| {
         let id = s.start_idle(&job.opts, job.copy_in.clone()).await?;
         let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
-        // The copied source and /out belong to the image's user, who runs the command.
-        let owner = format!("mkdir -p {SRC_DIR} {OUT_DIR} && chown -R \"$1\" {SRC_DIR} {OUT_DIR}");
+        // The copied source and /out belong to the image's user, who runs
+        // the command; the target list file is written beside the source.
+        let owner = format!(
+            "mkdir -p {SRC_DIR} {OUT_DIR} && chown -R \"$1\" {SRC_DIR} {OUT_DIR} && shift && printf '%s\\n' \"$@\" > {TARGETS_FILE}"
+        );
         let (ids, user) = s.exec(&id, sh("echo $(id -u):$(id -g)"), vec![], None, ExecOutput::Capture).await?;
         let user = String::from_utf8_lossy(&user).trim().to_string();
         let mut prepare = sh(&owner);
         prepare.extend(["sh".to_string(), user.clone()]);
+        prepare.extend(job.targets.iter().cloned());
         let made =
             if ids == 0 { s.exec_as(&id, Some("0"), prepare, vec![], None, ExecOutput::Capture).await?.0 } else { ids };
         if made != 0 {

@@ -19,6 +19,7 @@ pub mod container;
 pub mod inputs;
 pub mod jobs;
 pub mod key;
+pub mod target_id;
 pub mod targets;
 
 use crate::cache::{Bucket, Cache, CacheConfig, RemoteReport, Sharing, Tier};
@@ -114,7 +115,7 @@ pub enum KernelError {
     Staging(String),
     #[error("the build command exited with code {code} (its output is above); nothing was kept and the container was removed")]
     Failed { code: i32 },
-    #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, HIP_OFFLOAD_ARCH, GPU_TARGETS and HIPCC_COMPILE_FLAGS_APPEND), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
+    #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, HIP_OFFLOAD_ARCH, GPU_TARGETS, HIPCC_COMPILE_FLAGS_APPEND and ROCM_TARGET_LST, which CMake reads through rocm_agent_enumerator), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
     MissingTargets { missing: Vec<Missing>, output: PathBuf },
 }
 
@@ -130,8 +131,7 @@ impl KernelError {
 }
 
 fn describe_missing(missing: &[Missing]) -> String {
-    let each: Vec<String> = missing.iter().map(|m| format!("`{}` has no code for {}", m.file, m.target)).collect();
-    each.join("; ")
+    missing.iter().map(Missing::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// Build (or take from the cache), copy the outputs to `o.output`, check them.
@@ -204,7 +204,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
             return Err(KernelError::MissingTargets { missing, output: o.output.clone() });
         }
         for m in &missing {
-            log::warn!("`{}` has no code for {} (--allow-missing-targets)", m.file, m.target);
+            log::warn!("{m} (--allow-missing-targets)");
         }
     }
     let (jobs, resources) = match ran {
@@ -265,6 +265,7 @@ fn run_in_container(
         cmd: o.cmd.clone(),
         jobs: o.jobs,
         outputs,
+        targets: &o.targets.targets,
         into,
         compiler_cache,
     };

@@ -57,8 +57,12 @@ pub fn resolve(arg: &TargetsArg, detected: &[GpuInfo]) -> TargetList {
 
 /// The variables a build reads its targets from: `PYTORCH_ROCM_ARCH`,
 /// `GPU_ARCHS` and `HIP_OFFLOAD_ARCH` (`;`-separated), `GPU_TARGETS` and
-/// `AMDGPU_TARGETS` (CMake lists, also `;`), and hipcc's
-/// `HIPCC_COMPILE_FLAGS_APPEND` with one `--offload-arch=` per target.
+/// `AMDGPU_TARGETS` (CMake lists, also `;`), hipcc's
+/// `HIPCC_COMPILE_FLAGS_APPEND` with one `--offload-arch=` per target, and
+/// `ROCM_TARGET_LST`, the file `rocm_agent_enumerator` lists instead of the
+/// machine's GPUs: CMake initialises `CMAKE_HIP_ARCHITECTURES` from that
+/// tool, ROCm's `hip-config.cmake` its `GPU_TARGETS`, hipcc its default
+/// `--offload-arch` list (the file is written by the build container).
 pub fn env(targets: &[String]) -> Vec<String> {
     let list = targets.join(";");
     let flags: Vec<String> = targets.iter().map(|t| format!("--offload-arch={t}")).collect();
@@ -69,6 +73,7 @@ pub fn env(targets: &[String]) -> Vec<String> {
         format!("AMDGPU_TARGETS={list}"),
         format!("HIP_OFFLOAD_ARCH={list}"),
         format!("HIPCC_COMPILE_FLAGS_APPEND={}", flags.join(" ")),
+        format!("ROCM_TARGET_LST={}", super::container::TARGETS_FILE),
     ]
 }
 
@@ -134,5 +139,6 @@ mod tests {
         assert!(e.contains(&"AMDGPU_TARGETS=gfx90a;gfx942".to_string()));
         assert!(e.contains(&"HIP_OFFLOAD_ARCH=gfx90a;gfx942".to_string()));
         assert!(e.contains(&"HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx942".to_string()));
+        assert!(e.contains(&"ROCM_TARGET_LST=/quarry/targets.lst".to_string()));
     }
 }

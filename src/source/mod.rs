@@ -5,6 +5,7 @@
 
 pub mod dir;
 pub mod hashes;
+mod hint;
 pub mod rocm;
 #[cfg(test)]
 mod tests;
@@ -29,8 +30,12 @@ pub struct SourceError {
 }
 
 impl SourceError {
+    /// The message gains which `--set` parameter fixes the field, when the
+    /// field's value came from one.
     pub fn new(layer: &Layer, field: impl Into<String>, message: impl Into<String>) -> Self {
-        SourceError { file: layer.file.display().to_string(), field: field.into(), message: message.into() }
+        let field = field.into();
+        let message = message.into() + &hint::set_hint(&layer.file, &field);
+        SourceError { file: layer.file.display().to_string(), field, message }
     }
 }
 
@@ -134,6 +139,15 @@ pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan
                         dir::scan(&r.dir, &dir_options(s, &[], &[], false))
                             .map_err(|m| SourceError::new(layer, field("rocm"), m))?,
                     )
+                } else if !r.dir.exists() {
+                    return Err(SourceError::new(
+                        layer,
+                        field("rocm"),
+                        format!(
+                            "`{}` does not exist (give a ROCm dist tree or an artifacts directory)",
+                            r.dir.display()
+                        ),
+                    ));
                 } else {
                     return Err(SourceError::new(
                         layer,

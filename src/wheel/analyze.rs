@@ -47,6 +47,9 @@ pub struct Analysis {
     pub external_refs_by_file: BTreeMap<String, Vec<ExternalRefs>>,
     /// Sonames left out by `--exclude`.
     pub excluded: BTreeSet<String>,
+    /// The symbol versions each external library needs (what bundling it
+    /// brings into the wheel, so what the repairable policy depends on).
+    pub external_versions: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     /// Policy indices of each limit.
     pub symbol_policy: usize,
     pub ref_policy: usize,
@@ -237,6 +240,7 @@ pub fn analyze(
         policies,
         elfs,
         versioned_symbols,
+        external_versions,
         external_refs,
         external_refs_by_file,
         excluded: resolver.excluded,

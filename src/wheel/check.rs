@@ -37,6 +37,9 @@ pub struct CheckSummary {
     /// Libraries outside the wheel that `repair` would bundle (soname ->
     /// resolved path, null when not found on this machine).
     pub external_libs: BTreeMap<String, Option<String>>,
+    /// The symbol versions each external library needs, per library it
+    /// needs them from: bundling it brings them in (auditwheel shows them).
+    pub external_symbol_versions: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     /// Sonames left out by `--exclude`.
     pub excluded_libs: Vec<String>,
     pub record_ok: bool,
@@ -140,25 +143,41 @@ impl CheckReport {
 
     pub fn summary(&self) -> CheckSummary {
         let wheel = self.wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (symbol_versions, external_libs, excluded_libs, symbol_policy, repairable_policy, elfs) =
-            match &self.analysis {
-                Some(a) => (
-                    a.versioned_symbols.clone(),
-                    a.external_libs(Self::repair_target(a))
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.as_ref().map(|p| p.display().to_string())))
-                        .collect(),
-                    a.excluded.iter().cloned().collect(),
-                    Some(a.policies.get(a.symbol_policy).name.clone()),
-                    Some(a.policies.get(a.graftable_policy()).name.clone()),
-                    a.elfs.clone(),
-                ),
-                None => Default::default(),
-            };
+        let (symbol_versions, external_libs, excluded_libs, symbol_policy, repairable_policy, elfs): (
+            _,
+            BTreeMap<String, Option<String>>,
+            _,
+            _,
+            _,
+            _,
+        ) = match &self.analysis {
+            Some(a) => (
+                a.versioned_symbols.clone(),
+                a.external_libs(Self::repair_target(a))
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_ref().map(|p| p.display().to_string())))
+                    .collect(),
+                a.excluded.iter().cloned().collect(),
+                Some(a.policies.get(a.symbol_policy).name.clone()),
+                Some(a.policies.get(a.graftable_policy()).name.clone()),
+                a.elfs.clone(),
+            ),
+            None => Default::default(),
+        };
+        let external_symbol_versions = match &self.analysis {
+            Some(a) => a
+                .external_versions
+                .iter()
+                .filter(|(soname, _)| external_libs.contains_key(soname.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            None => BTreeMap::new(),
+        };
         CheckSummary {
             wheel,
             policy: self.policy_name(),
             symbol_versions,
+            external_symbol_versions,
             external_libs,
             excluded_libs,
             record_ok: self.record_ok(),

@@ -5,6 +5,7 @@
 
 pub mod registry;
 pub mod rocm_rules;
+pub mod venv;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

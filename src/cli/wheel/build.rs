@@ -1,6 +1,5 @@
-use crate::cli::image_arg::{self, ImageArg};
+use crate::cli::image_arg;
 use crate::elf::patchelf::{pinned, ContainerPatchelf};
-use crate::engine::build_image::BuildImage;
 use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::{self, GpuMode};
 use crate::progress::Progress;
@@ -37,6 +36,15 @@ pub struct Args {
     /// Install each wheel in a fresh virtualenv in a fresh container and run this command there
     #[arg(long, value_name = "CMD")]
     test: Option<String>,
+    /// The image --test runs in: a clean runtime image (layout, definition or
+    /// engine image), so a passing test shows the wheel needs nothing the
+    /// build image has [default: the build image]
+    #[arg(long = "test-image", value_name = "IMAGE")]
+    test_image: Option<String>,
+    /// A requirement installed beside each wheel for --test (repeatable), resolved
+    /// and pinned in the lock with the wheel's own requirements
+    #[arg(long = "test-requires", value_name = "REQ")]
+    test_requires: Vec<String>,
     /// A wheelhouse for build requirements (searched with the index when
     /// quarry resolves them) and for --test's dependencies
     #[arg(long = "find-links", value_name = "DIR")]
@@ -96,14 +104,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         GpuMode::None => gpu::build_targets(&[]),
         _ => gpu::targets_for_builds(),
     };
-    let image = match image_arg::classify(&a.image)? {
-        ImageArg::Layout(dir) => BuildImage::Layout { tag: image_arg::layout_tag(&dir)?, dir },
-        ImageArg::Definition(f) => {
-            let (dir, tag) = image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(a.json, true))?;
-            BuildImage::Layout { dir, tag }
-        }
-        ImageArg::Reference(r) => BuildImage::Reference(r),
+    if a.test.is_none() && (a.test_image.is_some() || !a.test_requires.is_empty()) {
+        anyhow::bail!("--test-image and --test-requires apply to --test CMD; give the test command too");
+    }
+    // Layouts are loaded into the engine only when a build or a test runs.
+    let progress = Progress::new(a.json, true);
+    let image = image_arg::build_image(&a.image, &a.def.sets, &cache, progress)?;
+    let test_image = match &a.test_image {
+        Some(t) => Some(image_arg::build_image(t, &a.def.sets, &cache, progress)?),
+        None => None,
     };
+    let source = a.source.clone();
     let opts = BuildOptions {
         source: a.source,
         image,
@@ -115,6 +126,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         patchelf,
         exclude: a.exclude,
         test: a.test,
+        test_image,
+        test_requires: a.test_requires,
         find_links: a.find_links,
         gpu: gpu_plan,
         targets,
@@ -128,7 +141,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let built = match build(&opts) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("quarry: wheel build: {e}");
+            eprintln!("quarry: wheel build of `{}`: {e}", source.display());
             return Ok(e.exit_code());
         }
     };

@@ -1,6 +1,5 @@
 use crate::wheel::analyze::Options;
 use crate::wheel::check::check;
-use anyhow::Context;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -26,10 +25,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut failures = 0;
     for wheel in &a.wheels {
         // One unreadable wheel does not stop the others from being checked.
-        let report = match check(wheel, &options).with_context(|| format!("checking `{}`", wheel.display())) {
+        let report = match check(wheel, &options) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("quarry: error: {e:#}");
+                // The error names the file and its cause, once; --json gets an entry too.
+                let message = e.to_string();
+                eprintln!("quarry: error: {message}");
+                summaries.push(serde_json::json!({ "wheel": wheel.display().to_string(), "error": message }));
                 failures += 1;
                 continue;
             }
@@ -61,7 +63,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if !a.json {
             print_human(&s);
         }
-        summaries.push(s);
+        summaries.push(serde_json::to_value(&s)?);
     }
     if a.json {
         super::super::print_json(&summaries)?;
@@ -95,6 +97,10 @@ fn print_human(s: &crate::wheel::check::CheckSummary) {
     }
     for (lib, path) in &s.external_libs {
         println!("  external    {lib} => {}", path.as_deref().unwrap_or("(not found)"));
+        // What bundling it brings in: why the repairable policy is what it is.
+        for (from, versions) in s.external_symbol_versions.get(lib).into_iter().flatten() {
+            println!("    needs     {from}: {}", versions.iter().cloned().collect::<Vec<_>>().join(" "));
+        }
     }
     for lib in &s.excluded_libs {
         println!("  excluded    {lib}");

@@ -21,6 +21,7 @@ pub mod roles;
 pub mod rpath;
 pub mod runtime;
 pub mod sdist;
+pub mod version;
 pub mod wheels;
 
 use crate::elf::patchelf::PatchelfError;
@@ -59,7 +60,7 @@ pub enum PackageError {
     LauncherTarget(String),
     #[error("the devel tree: {0}")]
     DevelTree(String),
-    #[error("no version: pass --version (for example --version 7.10.0.dev0); no version.json with `rocm-version` was found in `{0}` or above it")]
+    #[error("no version: pass --version (for example --version 7.10.0.dev0); the artifacts in `{0}` record none (no rocm-core `.info/version`, `rocm_version.h` or `hip_version.h`) and no version.json with `rocm-version` is at or above it")]
     NoVersion(String),
     #[error("version `{version}` ({origin}) is not a normalized PEP 440 version like 7.10.0, 7.10.0rc1, 7.10.0a20260101 or 7.10.0.dev0")]
     BadVersion { version: String, origin: String },
@@ -86,8 +87,7 @@ pub struct Options {
     pub artifact_dir: PathBuf,
     /// Packages go to `<dest_dir>/dist/`.
     pub dest_dir: PathBuf,
-    /// Default: `rocm-version` of a `version.json` at or above the artifact
-    /// directory, plus `.dev0` (as the reference; never the manifest).
+    /// Default: the ROCm version the artifacts record, plus `.dev0` (see [`version`]).
     pub version: Option<String>,
     /// Appended to every `_`-package name (`--version-suffix`, default empty).
     pub version_suffix: String,
@@ -136,6 +136,8 @@ pub struct DroppedEntry {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PackageReport {
     pub version: String,
+    /// Where the version came from: `--version`, or the file that records it.
+    pub version_from: String,
     pub split: bool,
     pub targets: Vec<String>,
     pub dist_dir: PathBuf,
@@ -151,36 +153,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackageError + '_ {
     move |source| PackageError::Io { path: path.to_path_buf(), source }
 }
 
-/// A normalized PEP 440 version, as wheel file names need it.
-fn valid_version(v: &str) -> bool {
-    v.chars().next().is_some_and(|c| c.is_ascii_digit())
-        && !v.ends_with(['.', '+'])
-        && v.chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || matches!(c, '.' | '+' | '!'))
-        && !v.contains("..")
-}
-
-/// `--version` verbatim, else `version.json`'s `rocm-version` + `.dev0`.
-fn resolve_version(explicit: Option<&str>, artifact_dir: &Path) -> Result<String, PackageError> {
-    let (v, origin) = match explicit {
-        Some(v) => (v.to_string(), "--version".to_string()),
-        None => {
-            let start = std::fs::canonicalize(artifact_dir).unwrap_or_else(|_| artifact_dir.to_path_buf());
-            let found = start.ancestors().map(|d| d.join("version.json")).find(|p| p.is_file());
-            let Some(path) = found else { return Err(PackageError::NoVersion(artifact_dir.display().to_string())) };
-            let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-            let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-            let Some(rv) = json.get("rocm-version").and_then(|v| v.as_str()) else {
-                return Err(PackageError::NoVersion(artifact_dir.display().to_string()));
-            };
-            (format!("{rv}.dev0"), format!("from {}", path.display()))
-        }
-    };
-    if !valid_version(&v) {
-        return Err(PackageError::BadVersion { version: v, origin });
-    }
-    Ok(v)
-}
-
 /// The platform tag: `$ROCM_SDK_WHEEL_PLATFORM_TAG`, else `linux_x86_64`.
 pub fn platform_tag() -> String {
     std::env::var("ROCM_SDK_WHEEL_PLATFORM_TAG").ok().filter(|t| !t.is_empty()).unwrap_or_else(|| "linux_x86_64".into())
@@ -191,29 +163,10 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     if !opts.version_suffix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(PackageError::BadSuffix(opts.version_suffix.clone()));
     }
-    let version = resolve_version(opts.version.as_deref(), &opts.artifact_dir)?;
+    let artifacts = crate::rocm::artifacts::read(&opts.artifact_dir)?;
+    let (version, version_from) = version::resolve(opts.version.as_deref(), &artifacts)?;
     let plan = plan::plan(opts, &version)?;
-    wheels::write_all(opts, plan)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn versions() {
-        for v in ["7.10.0", "7.10.0.dev0", "7.10.0a20260101", "7.10.0rc1", "7.10.0+local.1"] {
-            assert!(valid_version(v), "{v}");
-        }
-        for v in ["", "v7", "7.10-0", "7..1", "7.10.", "7 1", "7.10.0RC1"] {
-            assert!(!valid_version(v), "{v}");
-        }
-        let t = tempfile::tempdir().unwrap();
-        let arts = t.path().join("build/artifacts");
-        std::fs::create_dir_all(&arts).unwrap();
-        assert!(matches!(resolve_version(None, &arts), Err(PackageError::NoVersion(_))));
-        std::fs::write(t.path().join("version.json"), r#"{"rocm-version": "10.1.0"}"#).unwrap();
-        assert_eq!(resolve_version(None, &arts).unwrap(), "10.1.0.dev0");
-        assert_eq!(resolve_version(Some("7.10.0"), &arts).unwrap(), "7.10.0");
-    }
+    let mut report = wheels::write_all(opts, plan)?;
+    report.version_from = version_from;
+    Ok(report)
 }

@@ -287,6 +287,7 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
     scratch.close().map_err(io(&opts.dest_dir))?;
     Ok(PackageReport {
         version: plan.version.clone(),
+        version_from: String::new(),
         split: plan.split,
         targets: plan.targets.clone(),
         dist_dir: dist,

@@ -100,7 +100,7 @@ fn is_pip(name: &str) -> bool {
 
 /// A pip failure while resolving for a target: a missing wheel names the
 /// requirement and says what to do.
-fn resolve_error(e: crate::pypi::PypiError, python: &str, platform: &str) -> BuildError {
+pub(super) fn resolve_error(e: crate::pypi::PypiError, python: &str, platform: &str) -> BuildError {
     match e {
         crate::pypi::PypiError::NotFound { requirement, detail } => {
             let missing = detail

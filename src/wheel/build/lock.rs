@@ -1,7 +1,10 @@
 //! `quarry-wheel.lock`: the build requirements a `quarry wheel build`
 //! installed, pinned by sha256, one `[[target]]` per interpreter and
 //! platform. A build whose project asks for the same requirements installs
-//! exactly the files listed (from the cache, or fetched by sha256).
+//! exactly the files listed (from the cache, or fetched by sha256). What
+//! `--test` installs beside a wheel (its `Requires-Dist` and
+//! `--test-requires`) is pinned the same way, one `[[test]]` per
+//! interpreter and platform of the test image.
 //!
 //! ```toml
 //! version = 1
@@ -36,6 +39,8 @@ pub enum Role {
     BackendRequires,
     /// The pip that installs the others (never installed itself).
     Installer,
+    /// What `--test` installs beside the wheel.
+    TestRequires,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -81,18 +86,33 @@ impl LockTarget {
     }
 }
 
+/// The test requirements of one interpreter and platform (`[[test]]`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LockTest {
+    pub python: String,
+    pub platform: String,
+    /// The wheel's `Requires-Dist`, then `--test-requires`, as written.
+    pub requires: Vec<String>,
+    #[serde(default, rename = "wheel")]
+    pub wheels: Vec<LockedWheel>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LockFile {
     version: u32,
     #[serde(default)]
     target: Vec<LockTarget>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    test: Vec<LockTest>,
 }
 
 /// A lock as read (empty when the file does not exist).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BuildLock {
     targets: Vec<LockTarget>,
+    tests: Vec<LockTest>,
 }
 
 impl BuildLock {
@@ -115,7 +135,7 @@ impl BuildLock {
                 f.version
             ));
         }
-        Ok(BuildLock { targets: f.target })
+        Ok(BuildLock { targets: f.target, tests: f.test })
     }
 
     pub fn target(&self, python: &str, platform: &str) -> Option<&LockTarget> {
@@ -130,8 +150,20 @@ impl BuildLock {
         self.targets.sort_by(|a, b| (&a.python, &a.platform).cmp(&(&b.python, &b.platform)));
     }
 
+    pub fn test(&self, python: &str, platform: &str) -> Option<&LockTest> {
+        self.tests.iter().find(|t| t.python == python && t.platform == platform)
+    }
+
+    /// Add or replace the test entry for `t`'s python and platform.
+    pub fn set_test(&mut self, mut t: LockTest) {
+        t.wheels.sort_by(|a, b| a.file.cmp(&b.file));
+        self.tests.retain(|x| !(x.python == t.python && x.platform == t.platform));
+        self.tests.push(t);
+        self.tests.sort_by(|a, b| (&a.python, &a.platform).cmp(&(&b.python, &b.platform)));
+    }
+
     pub fn text(&self) -> String {
-        let f = LockFile { version: VERSION, target: self.targets.clone() };
+        let f = LockFile { version: VERSION, target: self.targets.clone(), test: self.tests.clone() };
         let body = toml::to_string(&f).expect("a lock serializes");
         format!(
             "# quarry-wheel.lock: the build requirements of `quarry wheel build`, pinned by sha256.\n\
@@ -199,6 +231,18 @@ mod tests {
         assert_eq!(got.wheels[0].name, "setuptools", "sorted by role, then file");
         assert_eq!(got.pins(&[Role::Installer])[0].name, "pip");
         assert!(back.target("cp312", "manylinux_2_36_x86_64").is_none());
+        let mut with_test = back.clone();
+        with_test.set_test(LockTest {
+            python: "cp313".into(),
+            platform: "manylinux_2_41_x86_64".into(),
+            requires: vec!["pycparser".into()],
+            wheels: vec![wheel("pycparser", Role::TestRequires)],
+        });
+        with_test.write(&p).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("[[test]]") && text.contains("for = \"test-requires\""), "{text}");
+        assert_eq!(BuildLock::read(&p).unwrap(), with_test);
+        back.write(&p).unwrap();
 
         std::fs::write(&p, "version = 2\n").unwrap();
         assert!(BuildLock::read(&p).unwrap_err().contains("version 2"));

@@ -123,6 +123,10 @@ pub struct BuildOptions {
     pub exclude: Vec<String>,
     /// A command to run against each installed wheel.
     pub test: Option<String>,
+    /// The image the test runs in (loaded when a test runs); None: the build image.
+    pub test_image: Option<BuildImage>,
+    /// Requirements installed beside each wheel for its test (`--test-requires`).
+    pub test_requires: Vec<String>,
     pub find_links: Option<PathBuf>,
     pub gpu: GpuPlan,
     pub targets: TargetList,
@@ -298,8 +302,8 @@ pub(super) fn run_builds(
         None
     };
     let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(build_lock::DEFAULT_NAME));
-    let mut lock =
-        if o.isolation { BuildLock::read(&lock_path).map_err(BuildError::Lock)? } else { BuildLock::default() };
+    // Read with or without isolation: `--test` pins its requirements here too.
+    let mut lock = BuildLock::read(&lock_path).map_err(BuildError::Lock)?;
 
     std::fs::create_dir_all(&o.output).map_err(io(&o.output))?;
     let staging =

@@ -147,11 +147,15 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
     };
     if let Some(cmd) = &o.test {
         let engine = connect(&mut engine)?;
-        let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(&o.cache.dir))?;
-        for b in built.iter_mut() {
-            test::test_wheel(engine, &reference, o, &b.wheel, &b.python_path, cmd)?;
-            b.tested = true;
-        }
+        let scratch = crate::cache::scratch_dir(&o.cache.dir);
+        let reference = match &o.test_image {
+            Some(t) => t.loaded(engine, &scratch)?,
+            None => o.image.in_engine(engine, &image, &scratch)?,
+        };
+        // The tests pin what they install in the lock (`[[test]]`).
+        let mut lock = lock::BuildLock::read(&parts.lock_path).map_err(BuildError::Lock)?;
+        let mut cx = test::TestContext { cache: &cache, lock: &mut lock, lock_path: &parts.lock_path };
+        test::test_all(engine, o, &reference, cmd, &mut built, &mut cx)?;
     }
     Ok(built)
 }

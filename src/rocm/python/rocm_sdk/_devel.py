@@ -12,6 +12,10 @@ means: `_rocm_sdk_devel/__init__.py` exists and the tar is gone.
 
 Device wheels list their files in `.devel_links/<target>.json`; each is
 hardlinked into the devel tree and recorded in that device wheel's RECORD.
+
+The one public entry is the reference's: `get_devel_root()`, which expands
+on first use and returns the tree as a pathlib.Path (ModuleNotFoundError
+when rocm-sdk-devel is not installed). Everything else is private.
 """
 
 import csv
@@ -27,7 +31,7 @@ from . import _dist_info
 KEEP_SYMLINKS = ("amdclang", "amdclang++", "amdclang-cl", "amdclang-cpp", "amdflang", "amdlld", "amdllvm")
 
 
-class DevelError(RuntimeError):
+class _DevelError(ImportError):
     pass
 
 
@@ -36,11 +40,14 @@ def _pure_dir():
 
     spec = importlib.util.find_spec("rocm_sdk_devel")
     if spec is None or not spec.submodule_search_locations:
-        raise DevelError("the devel package is not installed: pip install 'rocm[devel]'")
+        raise ModuleNotFoundError(
+            "rocm_sdk_devel module for the ROCm SDK development package is not installed. "
+            "This can typically be obtained by installing `rocm[devel]` from your package manager"
+        )
     return list(spec.submodule_search_locations)[0]
 
 
-def devel_dir():
+def _devel_dir():
     """Where the devel tree is (or will be) expanded."""
     return os.path.join(os.path.dirname(_pure_dir()), _dist_info.PACKAGES["devel"])
 
@@ -53,10 +60,10 @@ def _tar_path():
     return None
 
 
-def is_expanded():
+def _is_expanded():
     try:
-        return os.path.exists(os.path.join(devel_dir(), "__init__.py")) and _tar_path() is None
-    except DevelError:
+        return os.path.exists(os.path.join(_devel_dir(), "__init__.py")) and _tar_path() is None
+    except ImportError:
         return False
 
 
@@ -73,20 +80,28 @@ def _recorded(record):
 def _safe(site, name):
     parts = name.split("/")
     if name.startswith("/") or ".." in parts or parts[0] != _dist_info.PACKAGES["devel"]:
-        raise DevelError("refusing devel tar member %r: it would land outside %s" % (name, _dist_info.PACKAGES["devel"]))
+        raise _DevelError("refusing devel tar member %r: it would land outside %s" % (name, _dist_info.PACKAGES["devel"]))
     return os.path.join(site, *[p for p in parts if p not in ("", ".")])
 
 
-def expand():
+def get_devel_root():
+    """The expanded devel tree (a pathlib.Path), expanding it on first use
+    and linking installed device packages' files into it every time."""
+    import pathlib
+
+    return pathlib.Path(_expand())
+
+
+def _expand():
     """Expand the devel tree once; returns its directory."""
-    target = devel_dir()
+    target = _devel_dir()
     site = os.path.dirname(target)
-    if is_expanded():
-        reconcile_device_links()
+    if _is_expanded():
+        _reconcile_device_links()
         return target
     record = _record_of(site, "rocm_sdk_devel")
     if record is None:
-        raise DevelError("rocm-sdk-devel has no RECORD in %s: reinstall it with pip" % site)
+        raise _DevelError("rocm-sdk-devel has no RECORD in %s: reinstall it with pip" % site)
     with open(record, "a", newline="") as rec:
         fcntl.lockf(rec, fcntl.LOCK_EX)
         try:
@@ -97,8 +112,8 @@ def expand():
         finally:
             fcntl.lockf(rec, fcntl.LOCK_UN)
     if not os.path.exists(os.path.join(target, "__init__.py")):
-        raise DevelError("expanding %s gave no package; reinstall rocm-sdk-devel" % target)
-    reconcile_device_links()
+        raise _DevelError("expanding %s gave no package; reinstall rocm-sdk-devel" % target)
+    _reconcile_device_links()
     return target
 
 
@@ -155,9 +170,9 @@ def _extract(site, tar_path, record, rec):
         os.replace(tmp, dest)
 
 
-def reconcile_device_links():
+def _reconcile_device_links():
     """Hardlink every installed device package's files into the devel tree."""
-    target = devel_dir()
+    target = _devel_dir()
     site = os.path.dirname(target)
     for record in sorted(glob.glob(os.path.join(site, "rocm_sdk_device_*.dist-info", "RECORD"))):
         names = [row[0] for row in csv.reader(open(record, newline="")) if row]

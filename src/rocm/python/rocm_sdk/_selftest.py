@@ -33,11 +33,16 @@ def run(out=sys.stdout):
         results.append(ok)
         out.write("%s  %s%s\n" % ("PASS" if ok else "FAIL", name, (": " + detail) if detail else ""))
 
-    installed = rocm_sdk._installed_version()
+    try:
+        from importlib.metadata import version
+
+        installed = version("rocm-sdk-core")
+    except Exception:  # not installed by pip: nothing to compare
+        installed = rocm_sdk.__version__
     check("version", installed == rocm_sdk.__version__, "rocm_sdk %s, rocm-sdk-core %s" % (rocm_sdk.__version__, installed))
-    core = rocm_sdk.package_dir("core")
+    core = rocm_sdk._package_dir("core")
     check("core package installed", core is not None and os.path.isdir(core), str(core))
-    libs = rocm_sdk.package_dir("libraries")
+    libs = rocm_sdk._package_dir("libraries")
     dirs = [d for d in (core, libs) if d]
     for d in dirs:
         for so in _shared_objects(d):
@@ -48,7 +53,7 @@ def run(out=sys.stdout):
             check("loads " + os.path.relpath(so, os.path.dirname(d)), p.returncode == 0, p.stderr.strip()[-300:])
     for short in sorted(_dist_info.LIBRARIES):
         kind, rel = _dist_info.LIBRARIES[short]
-        if rel is None or kind == "devel" or rocm_sdk.package_dir(kind) is None:
+        if rel is None or kind == "devel" or rocm_sdk._package_dir(kind) is None:
             continue
         try:
             rocm_sdk.find_libraries(short)
@@ -65,8 +70,8 @@ def run(out=sys.stdout):
         from . import _devel
 
         try:
-            root = _devel.expand()
-            check("devel expanded", _devel.is_expanded() and os.path.isdir(os.path.join(root, "include")), root)
+            root = str(_devel.get_devel_root())
+            check("devel expanded", _devel._is_expanded() and os.path.isdir(os.path.join(root, "include")), root)
         except Exception as e:
             check("devel expanded", False, str(e))
     gpu = os.path.exists("/dev/kfd")

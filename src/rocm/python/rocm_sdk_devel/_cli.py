@@ -1,13 +1,15 @@
-"""rocm-sdk-devel: expand the devel tree (`python -m rocm_sdk_devel._cli`)."""
+"""rocm-sdk-devel: expand the devel tree (`python -m rocm_sdk_devel._cli`).
 
+Ships in the devel wheel, which must work under either `rocm` selector: it
+runs the command both define, `python -m rocm_sdk init`, rather than any
+`rocm_sdk` function."""
+
+import subprocess
 import sys
 
 
 def main():
-    from rocm_sdk import _devel
-
-    print(_devel.expand())
-    return 0
+    return subprocess.call([sys.executable, "-m", "rocm_sdk", "init"])
 
 
 if __name__ == "__main__":
