@@ -27,7 +27,7 @@ pub struct KeyInputs<'a> {
     /// Which patchelf repairs (`pinned 0.19.3`, or a user's program by sha256).
     pub patchelf: &'a str,
     pub isolation: bool,
-    /// The lock of build requirements, as bytes (None: no lock, or no isolation).
+    /// The lock's pins of build requirements, as bytes (None: no lock, or no isolation).
     pub lock: Option<&'a [u8]>,
     pub find_links: Option<&'a Key>,
     pub network: bool,

@@ -116,6 +116,13 @@ pub struct BuildLock {
 }
 
 impl BuildLock {
+    /// What of the lock a build depends on, as bytes: the build
+    /// requirements' pins (`[[target]]`), not what tests install. None when
+    /// it pins nothing.
+    pub fn build_pins(&self) -> Option<Vec<u8>> {
+        (!self.targets.is_empty()).then(|| serde_json::to_vec(&self.targets).expect("pins serialize"))
+    }
+
     pub fn read(path: &Path) -> Result<BuildLock, String> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,

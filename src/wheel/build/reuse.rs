@@ -29,10 +29,6 @@ fn patchelf_identity(p: &ContainerPatchelf) -> Result<String, BuildError> {
     })
 }
 
-fn read_lock(path: &Path) -> Option<Vec<u8>> {
-    std::fs::read(path).ok()
-}
-
 /// What a build's key is made of, except the lock (read before and after).
 struct KeyParts {
     image: crate::oci::Digest,
@@ -79,13 +75,13 @@ impl KeyParts {
         })
     }
 
-    /// The lock's bytes now (None without isolation, which has no lock).
+    /// The lock's build pins now (None without isolation, which has no
+    /// lock; or when the lock is missing, unreadable or pins nothing).
     fn lock(&self, o: &BuildOptions) -> Option<Vec<u8>> {
-        if o.isolation {
-            read_lock(&self.lock_path)
-        } else {
-            None
+        if !o.isolation {
+            return None;
         }
+        lock::BuildLock::read(&self.lock_path).ok()?.build_pins()
     }
 
     /// The key a lookup uses, when one can be made before building: an
