@@ -17,6 +17,7 @@ pub mod epoch;
 pub mod export;
 pub mod kernel;
 pub mod layer;
+pub mod matrix;
 pub mod oci;
 pub mod plan;
 pub mod progress;

@@ -15,6 +15,7 @@ mod inspect;
 mod kernel;
 mod load;
 mod lock;
+mod matrix;
 mod plan;
 mod pull;
 mod push;
@@ -79,6 +80,9 @@ enum Command {
     /// The local cache: size per bucket, pruning
     #[command(subcommand)]
     Cache(cache::Command),
+    /// Build matrices: plan cells, run one, emit a scheduler's job description, collect products
+    #[command(subcommand)]
+    Matrix(matrix::Command),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -104,6 +108,7 @@ pub fn main() -> i32 {
         Command::CodeObjects(a) => code_objects::run(a),
         Command::Kernel(c) => kernel::run(c),
         Command::Cache(c) => cache::run(c),
+        Command::Matrix(c) => matrix::run(c),
     };
     match result {
         Ok(code) => code,

@@ -168,7 +168,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
                 &mut engine,
                 &image,
                 skip,
-                &outputs,
+                outputs,
                 &staged.files(),
                 restored.as_ref().map(|h| h.value.files()),
                 &staged_cc.files(),

@@ -160,6 +160,10 @@ pub struct Built {
     pub sha256: String,
     /// Seconds the container build took.
     pub seconds: f64,
+    /// Seconds the build's container ran, for every wheel of the build
+    /// (environments made, every job, copies in and out); 0 from the cache.
+    #[serde(default)]
+    pub session_seconds: f64,
     /// Built in an isolated environment of its build requirements.
     pub isolated: bool,
     pub repaired: bool,
@@ -344,6 +348,7 @@ pub(super) fn run_builds(
     let mut jobs: Vec<Job> = Vec::new();
     let lock_before = lock.clone();
     let mut cc_stats = None;
+    let session = Instant::now();
     engine
         .guarded(async |s| {
             let id = s.start_idle(&run_opts, copy_in.clone()).await?;
@@ -421,7 +426,11 @@ pub(super) fn run_builds(
         })
         .map_err(BuildError::Engine)?;
 
-    let built = output::finish(engine, image, o, &jobs, &labels, &raw, staging.path(), epoch)?;
+    let session_seconds = session.elapsed().as_secs_f64();
+    let mut built = output::finish(engine, image, o, &jobs, &labels, &raw, staging.path(), epoch)?;
+    for b in &mut built {
+        b.session_seconds = session_seconds;
+    }
     drop(staging);
     Ok(Ran { built, compiler_cache: cc_stats })
 }

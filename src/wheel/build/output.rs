@@ -83,6 +83,7 @@ pub(super) fn finish(
             python: job.python.tag.clone(),
             axes: job.axes.clone(),
             seconds: job.seconds,
+            session_seconds: 0.0,
             isolated: o.isolation,
             repaired,
             tested: false,

@@ -204,6 +204,7 @@ fn from_entry(entry: &Entry, output: &Path, tier: Tier) -> Result<Vec<Built>, Bu
         b.cached = true;
         b.tier = Some(tier);
         b.seconds = 0.0;
+        b.session_seconds = 0.0;
         b.tested = false;
         out.push(b);
     }

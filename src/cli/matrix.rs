@@ -1,0 +1,291 @@
+//! `quarry matrix plan|run|emit|collect FILE`: build matrices run by the
+//! schedulers users already have (see `crate::matrix`).
+
+use crate::cli::{cache_args::CacheArgs, image_arg};
+use crate::matrix::emit::{EmitOptions, Format};
+use crate::matrix::plan::{MatrixPlan, Shared};
+use crate::matrix::scheduler::{self, Selector};
+use crate::matrix::{self, Matrix};
+use crate::progress::Progress;
+use clap::ValueEnum;
+use std::path::PathBuf;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// The cells: id, index, needs, key, and whether the registry holds each one's product
+    Plan(PlanArgs),
+    /// Run one cell (--cell, --index, or the index its scheduler sets) and push its product
+    Run(RunArgs),
+    /// Write the scheduler's job description for the cells not done yet
+    Emit(EmitArgs),
+    /// Fetch every cell's product into a wheelhouse with a PEP 503 index; name what is missing
+    Collect(CollectArgs),
+}
+
+#[derive(clap::Args)]
+pub struct Common {
+    /// The matrix file (TOML)
+    file: PathBuf,
+    /// Set a parameter of the job's image definition: --set NAME=VALUE (repeatable)
+    #[arg(long = "set", value_name = "K=V")]
+    sets: Vec<String>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print JSON: matrix, file, kind, registry, cells[] ({id, index, values, needs, key, done}), to_run
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The cell, by id
+    #[arg(long, conflicts_with = "index")]
+    cell: Option<String>,
+    /// The cell, by index (in QUARRY_MATRIX_CELLS when set, else in the matrix)
+    #[arg(long)]
+    index: Option<usize>,
+    /// Where the cell's products and report go (DIR/<cell id>/, DIR/<cell id>.json)
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR", default_value = "matrix-out")]
+    out: PathBuf,
+    /// Print the cell's report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Slurm,
+    Kubernetes,
+    Github,
+}
+
+#[derive(clap::Args)]
+pub struct EmitArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The scheduler
+    #[arg(long, value_enum)]
+    format: FormatArg,
+    /// At most this many cells at once (Slurm's %P, the Job's parallelism, max-parallel)
+    #[arg(long)]
+    parallel: Option<usize>,
+    /// The quarry command on the scheduler's machines
+    #[arg(long, default_value = "quarry")]
+    quarry: String,
+    /// The matrix file as the tasks see it [default: its absolute path; Kubernetes mounts it]
+    #[arg(long, value_name = "PATH")]
+    matrix_path: Option<String>,
+    /// Where each task writes its products and report
+    #[arg(long, value_name = "DIR", default_value = "matrix-out")]
+    task_output: String,
+    /// Slurm: where task logs go
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    log_dir: String,
+    /// Kubernetes: the image the pods run (quarry in it)
+    #[arg(long, value_name = "IMAGE", default_value = "quarry:latest")]
+    runner_image: String,
+    /// Kubernetes: the docker-config secret with the registry's credentials
+    #[arg(long, value_name = "NAME", default_value = "quarry-registry")]
+    registry_secret: String,
+    /// GitHub: the runner label of cells without GPUs
+    #[arg(long, value_name = "LABEL", default_value = "ubuntu-latest")]
+    runs_on: String,
+    /// GitHub: the runner label of cells with GPUs
+    #[arg(long, value_name = "LABEL", default_value = "self-hosted")]
+    gpu_runs_on: String,
+    /// Every cell, without asking the registry which are done
+    #[arg(long)]
+    all: bool,
+    /// Write to FILE instead of stdout
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct CollectArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The wheelhouse (wheels, simple/, report.json; other products under <cell id>/)
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+    out: PathBuf,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(c: Command) -> anyhow::Result<i32> {
+    match c {
+        Command::Plan(a) => plan(a),
+        Command::Run(a) => run_one(a),
+        Command::Emit(a) => emit(a),
+        Command::Collect(a) => collect(a),
+    }
+}
+
+/// The matrix, what every cell shares, and the registry products go to.
+fn load(c: &Common, json: bool) -> anyhow::Result<(Matrix, Option<crate::engine::build_image::BuildImage>, String)> {
+    let m = Matrix::load(&c.file)?;
+    let registry = matrix::registry_of(&m, c.cache.cache_registry.as_deref().filter(|r| !r.trim().is_empty()))?;
+    let image = match m.job.kind {
+        matrix::definition::JobKind::Image => None,
+        _ => {
+            Some(image_arg::build_image(&m.job.image, &c.sets, &cache_config(c, &registry), Progress::new(json, true))?)
+        }
+    };
+    Ok((m, image, registry))
+}
+
+/// The cache, with the registry tier the matrix uses.
+fn cache_config(c: &Common, registry: &str) -> crate::cache::CacheConfig {
+    let mut args = c.cache.clone();
+    args.cache_registry = Some(registry.to_string());
+    args.config()
+}
+
+fn shared<'a>(
+    m: &'a Matrix,
+    c: &Common,
+    image: Option<crate::engine::build_image::BuildImage>,
+    registry: &str,
+    out: PathBuf,
+) -> anyhow::Result<Shared<'a>> {
+    Ok(Shared { matrix: m, cache: cache_config(c, registry), image, out, gpus: scheduler::slurm_gpus()? })
+}
+
+fn print_plan(p: &MatrixPlan) {
+    println!("{:<5} {:<44} {:<12} {:<7} needs", "index", "cell", "key", "state");
+    for c in &p.cells {
+        let key = c.key.as_deref().map(|k| &k[..12]).unwrap_or("(unknown)");
+        let state = if c.done { "done" } else { "to run" };
+        let n = &c.needs;
+        println!("{:<5} {:<44} {key:<12} {state:<7} gpus {} cpus {} mem {}", c.index, c.id, n.gpus, n.cpus, n.memory);
+    }
+    println!("{} of {} cells to run ({})", p.to_run, p.cells.len(), p.registry);
+}
+
+fn plan(a: PlanArgs) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
+    let out = PathBuf::from("matrix-out");
+    let (m, image, registry) = load(&a.common, a.json)?;
+    let s = shared(&m, &a.common, image, &registry, out)?;
+    let p = matrix::plan::plan(&s, &registry)?;
+    if a.json {
+        super::print_json(&p)?;
+    } else {
+        print_plan(&p);
+    }
+    Ok(0)
+}
+
+fn run_one(a: RunArgs) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
+    let (m, image, registry) = load(&a.common, a.json)?;
+    let all = matrix::cells::cells(&m);
+    matrix::check_ids(&m, &all)?;
+    let selector = match (&a.cell, a.index) {
+        (Some(id), _) => Selector::Id(id.clone()),
+        (None, Some(i)) => Selector::Index(i),
+        (None, None) => scheduler::selector_from_env()?.ok_or(scheduler::SchedulerError::NoCell)?,
+    };
+    let cell = scheduler::pick(&all, &selector)?.clone();
+    let s = shared(&m, &a.common, image, &registry, a.out.clone())?;
+    let (report, failed) = matrix::run::run_cell(&s, &registry, &cell)?;
+    if a.json {
+        super::print_json(&report)?;
+    } else {
+        let how = if report.cached { "from the cache" } else { "built" };
+        println!(
+            "{} {}: {} product(s) {how} in {:.1} s (build {:.1} s), pushed as {}",
+            m.name,
+            cell.id,
+            report.products.len(),
+            report.seconds,
+            report.build_seconds,
+            report.artifact.map(|d| d.to_string()).unwrap_or_default()
+        );
+    }
+    match failed {
+        Some(e) => {
+            eprintln!("quarry: error: cell {}: {e}", cell.id);
+            Ok(e.exit_code())
+        }
+        None => Ok(0),
+    }
+}
+
+fn emit(a: EmitArgs) -> anyhow::Result<i32> {
+    super::set_output_mode(false, true);
+    let out = PathBuf::from(&a.task_output);
+    let (m, image, registry) = load(&a.common, true)?;
+    let s = shared(&m, &a.common, image, &registry, out)?;
+    let p = if a.all { matrix::plan::every_cell(&m, &registry)? } else { matrix::plan::plan(&s, &registry)? };
+    let matrix_path = match a.matrix_path {
+        Some(p) => p,
+        None => std::path::absolute(&a.common.file)?.display().to_string(),
+    };
+    let o = EmitOptions {
+        quarry: a.quarry,
+        parallel: a.parallel,
+        matrix_path,
+        out: a.task_output,
+        log_dir: a.log_dir,
+        runner_image: a.runner_image,
+        registry_secret: a.registry_secret,
+        runs_on: a.runs_on,
+        gpu_runs_on: a.gpu_runs_on,
+    };
+    let format = match a.format {
+        FormatArg::Slurm => Format::Slurm,
+        FormatArg::Kubernetes => Format::Kubernetes,
+        FormatArg::Github => Format::Github,
+    };
+    let text = matrix::emit::emit(&m, &p, format, &o);
+    match a.output {
+        Some(f) => std::fs::write(&f, text).map_err(|e| anyhow::anyhow!("cannot write `{}`: {e}", f.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(0)
+}
+
+fn collect(a: CollectArgs) -> anyhow::Result<i32> {
+    super::set_output_mode(a.json, false);
+    let (m, image, registry) = load(&a.common, a.json)?;
+    let s = shared(&m, &a.common, image, &registry, a.out.join(".cells"))?;
+    let r = matrix::collect::collect(&s, &registry, &a.out)?;
+    if a.json {
+        super::print_json(&r)?;
+    } else {
+        println!("{:<44} {:<8} {:>8} {:<20} {:>10}", "cell", "status", "time", "digest", "size");
+        for c in &r.cells {
+            let status = serde_json::to_value(c.status)?.as_str().unwrap_or("").to_string();
+            let time = c.seconds.map(|t| format!("{t:.1} s")).unwrap_or_else(|| "-".into());
+            let digest = c.digest.as_deref().map(super::short_digest).unwrap_or_else(|| "-".into());
+            println!("{:<44} {status:<8} {time:>8} {digest:<20} {:>10}", c.id, super::human_size(c.size));
+            if let Some(e) = &c.error {
+                println!("    {e}");
+            }
+        }
+        println!(
+            "{}: {} cells, report in {}",
+            r.output.display(),
+            r.cells.len(),
+            r.output.join("report.json").display()
+        );
+    }
+    if !r.incomplete.is_empty() {
+        eprintln!(
+            "quarry: error: cells failed or missing: {}; run them again (quarry matrix run --cell ID)",
+            r.incomplete.join(", ")
+        );
+        return Ok(1);
+    }
+    Ok(0)
+}

@@ -1,0 +1,178 @@
+//! `quarry matrix collect`: every cell's product, fetched from the registry
+//! and checked, into one directory: wheels side by side with a PEP 503
+//! `simple/` index (`pip install --index-url file://DIR/simple NAME`), other
+//! products under `<cell id>/`; and a report of every cell (JSON, and a
+//! table on stdout). A cell that failed or never ran is named; the others
+//! are kept.
+
+use super::cells::cells;
+use super::definition::JobKind;
+use super::plan::{key_of, Shared};
+use super::product::{Products, Status};
+use super::MatrixError;
+use crate::oci::Digest;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellStatus {
+    Ok,
+    Failed,
+    /// No product and no failure: the cell never ran (or its key is unknown).
+    Missing,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CollectedCell {
+    pub id: String,
+    pub status: CellStatus,
+    /// The cell's run, as its report says.
+    pub seconds: Option<f64>,
+    /// Its product artifact's digest.
+    pub digest: Option<String>,
+    /// Bytes of its products.
+    pub size: u64,
+    pub products: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Collected {
+    pub matrix: String,
+    pub output: PathBuf,
+    pub cells: Vec<CollectedCell>,
+    /// Cells that failed or never ran: `collect` exits non-zero when any.
+    pub incomplete: Vec<String>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> MatrixError + '_ {
+    move |err| MatrixError::Io { path: path.to_path_buf(), err }
+}
+
+pub fn collect(shared: &Shared, registry: &str, dir: &Path) -> Result<Collected, MatrixError> {
+    let m = shared.matrix;
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let scratch = tempfile::Builder::new().prefix(".quarry-collect-").tempdir_in(dir).map_err(io(dir))?;
+    let mut products = Products::open(registry)?;
+    let mut out = Vec::new();
+    for cell in cells(m) {
+        let mut c = CollectedCell {
+            id: cell.id.clone(),
+            status: CellStatus::Missing,
+            seconds: None,
+            digest: None,
+            size: 0,
+            products: Vec::new(),
+            error: None,
+        };
+        let key = match key_of(shared, &cell)? {
+            Some(k) => k,
+            None => {
+                c.error = Some("its key is known only once it is built (no lock yet): run it".into());
+                out.push(c);
+                continue;
+            }
+        };
+        let Some((report, layers, artifact)) = products.report(&key, scratch.path())? else {
+            c.error = Some("no product in the registry: it did not run, or did not finish".into());
+            out.push(c);
+            continue;
+        };
+        c.seconds = Some(report.seconds);
+        c.digest = Some(artifact.to_string());
+        if report.status == Status::Failed {
+            c.status = CellStatus::Failed;
+            c.error = report.error.clone().or_else(|| Some(format!("exit code {}", report.exit_code)));
+            out.push(c);
+            continue;
+        }
+        let place = |name: &str| -> PathBuf {
+            if m.job.kind == JobKind::Wheel {
+                dir.join(name)
+            } else {
+                dir.join(&cell.id).join(name)
+            }
+        };
+        for layer in &layers {
+            let name = layer.title().unwrap_or_default().to_string();
+            let safe =
+                !name.is_empty() && !name.starts_with('/') && !name.split('/').any(|p| p == ".." || p.is_empty());
+            if !safe {
+                return Err(MatrixError::Input(format!("cell {}: a product named `{name}` is refused", cell.id)));
+            }
+            let digest = Digest::parse(&layer.digest).map_err(|e| MatrixError::Input(e.to_string()))?;
+            let got = products.download(&digest, layer.size, &format!("{name} of cell {}", cell.id), scratch.path())?;
+            let dest = place(&name);
+            if let Some(p) = dest.parent() {
+                std::fs::create_dir_all(p).map_err(io(p))?;
+            }
+            std::fs::rename(&got, &dest).map_err(io(&dest))?;
+            c.size += layer.size;
+            c.products.push(name);
+        }
+        if let Some(image) = &report.image {
+            c.products.push(image.clone());
+        }
+        c.status = CellStatus::Ok;
+        out.push(c);
+    }
+    if m.job.kind == JobKind::Wheel {
+        write_index(dir)?;
+    }
+    let incomplete = out.iter().filter(|c| c.status != CellStatus::Ok).map(|c| c.id.clone()).collect();
+    let collected = Collected { matrix: m.name.clone(), output: dir.to_path_buf(), cells: out, incomplete };
+    let report = dir.join("report.json");
+    let text = serde_json::to_vec_pretty(&collected).map_err(|e| MatrixError::Input(e.to_string()))?;
+    std::fs::write(&report, text).map_err(io(&report))?;
+    Ok(collected)
+}
+
+/// A PEP 503 simple index of the wheels in `dir`, at `dir/simple/`.
+fn write_index(dir: &Path) -> Result<(), MatrixError> {
+    let mut projects: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for e in std::fs::read_dir(dir).map_err(io(dir))? {
+        let p = e.map_err(io(dir))?.path();
+        let file = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let Ok(name) = crate::wheel::name::WheelName::parse(&file) else { continue };
+        let sha = crate::oci::digest::sha256_file(&p).map_err(io(&p))?;
+        projects.entry(crate::wheel::name::normalize_name(&name.name)).or_default().push((file, sha));
+    }
+    let simple = dir.join("simple");
+    let _ = std::fs::remove_dir_all(&simple);
+    let page = |title: &str, links: String| {
+        format!("<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\"><title>{title}</title></head><body>\n{links}</body></html>\n")
+    };
+    let mut root = String::new();
+    for (project, files) in projects.iter_mut() {
+        files.sort();
+        root.push_str(&format!("<a href=\"{project}/\">{project}</a>\n"));
+        let links: String =
+            files.iter().map(|(f, sha)| format!("<a href=\"../../{f}#sha256={sha}\">{f}</a>\n")).collect();
+        let d = simple.join(project);
+        std::fs::create_dir_all(&d).map_err(io(&d))?;
+        std::fs::write(d.join("index.html"), page(&format!("Links for {project}"), links)).map_err(io(&d))?;
+    }
+    std::fs::create_dir_all(&simple).map_err(io(&simple))?;
+    std::fs::write(simple.join("index.html"), page("Simple index", root)).map_err(io(&simple))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_links_every_wheel_by_project_with_its_hash() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("Foo_Bar-1.0+o2-cp313-cp313-linux_x86_64.whl"), "a").unwrap();
+        std::fs::write(d.path().join("foo_bar-1.0+o3-cp313-cp313-linux_x86_64.whl"), "b").unwrap();
+        std::fs::write(d.path().join("report.json"), "{}").unwrap();
+        write_index(d.path()).unwrap();
+        let root = std::fs::read_to_string(d.path().join("simple/index.html")).unwrap();
+        assert!(root.contains("href=\"foo-bar/\""), "{root}");
+        let page = std::fs::read_to_string(d.path().join("simple/foo-bar/index.html")).unwrap();
+        assert_eq!(page.matches("<a href=\"../../").count(), 2, "{page}");
+        assert!(page.contains(&format!("#sha256={}", crate::oci::digest::sha256_hex(b"a"))), "{page}");
+    }
+}

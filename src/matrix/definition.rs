@@ -1,0 +1,405 @@
+//! A matrix file (TOML): one job, described once, over axes of values.
+//!
+//! ```toml
+//! name = "msgpack"                       # default: the file's stem
+//! [job]
+//! kind = "wheel"                         # wheel | kernel | image
+//! source = { pypi = "msgpack==1.1.0", sha256 = "..." }   # or "path/to/project" (or an sdist)
+//! image = "../../images/hip-builder-debian13.toml"       # a definition, an OCI layout or an engine image
+//! local_version = "o{opt}"              # wheels: a PEP 440 local label from axis values
+//! lock = "msgpack.lock"                 # wheels: the build requirements' lock, shared by every cell
+//! repair = false                        # wheels
+//! command = ["make"]                    # kernels: the build command
+//! outputs = ["build/libk.so"]           # kernels: what it writes (default build/ and /out)
+//! [job.env]                             # the build's environment, filled from axis values
+//! CFLAGS = "-O{opt}"
+//! [axes]                                # every combination of these values is a cell
+//! python = ["cp313"]                    # special: the Python (wheels)
+//! targets = ["gfx90a,gfx942"]           # special: the GPU targets
+//! opt = ["2", "3"]
+//! [[exclude]]                           # cells matching every key are left out
+//! opt = "3"
+//! [[include]]                           # cells added as written (every axis named)
+//! python = "cp313"
+//! opt = "s"
+//! needs = { gpus = 1 }                  # an included cell may need more
+//! [needs]                               # what each cell asks its scheduler for
+//! gpus = 0
+//! cpus = 2
+//! memory = "4G"
+//! [cache]
+//! registry = "127.0.0.1:5000/quarry-cache"   # the shared cache and where products go
+//! ```
+//! Axes are taken in name order (TOML tables are unordered). Paths are
+//! relative to the matrix file. Every error names the file and the field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {field}: {message}")]
+pub struct DefinitionError {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+/// What each cell builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    Wheel,
+    Kernel,
+    Image,
+}
+
+/// Where a wheel or kernel job's project comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobSource {
+    /// A directory or an sdist on this machine.
+    Path(PathBuf),
+    /// An sdist from the package index, pinned by sha256.
+    Pypi { requirement: String, sha256: String },
+}
+
+/// What a cell asks its scheduler for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Needs {
+    #[serde(default)]
+    pub gpus: u32,
+    #[serde(default = "default_cpus")]
+    pub cpus: u32,
+    /// Slurm's and Kubernetes' spelling: `4G`, `512M`.
+    #[serde(default = "default_memory")]
+    pub memory: String,
+}
+
+fn default_cpus() -> u32 {
+    2
+}
+
+fn default_memory() -> String {
+    "4G".into()
+}
+
+impl Default for Needs {
+    fn default() -> Needs {
+        Needs { gpus: 0, cpus: default_cpus(), memory: default_memory() }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub kind: JobKind,
+    pub source: Option<JobSource>,
+    /// A definition (.toml), an OCI layout, or an engine image (as `--image` takes it).
+    pub image: String,
+    pub local_version: Option<String>,
+    pub lock: Option<PathBuf>,
+    pub repair: bool,
+    pub exclude: Vec<String>,
+    pub test: Option<String>,
+    pub isolation: bool,
+    pub command: Vec<String>,
+    pub outputs: Vec<String>,
+    /// `NAME = "template with {axis}"`.
+    pub env: BTreeMap<String, String>,
+    /// Image jobs: `--set NAME=template`.
+    pub set: BTreeMap<String, String>,
+}
+
+/// A parsed, checked matrix file.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub file: PathBuf,
+    pub name: String,
+    pub job: Job,
+    /// Axis name -> values, in name order.
+    pub axes: BTreeMap<String, Vec<String>>,
+    pub exclude: Vec<BTreeMap<String, String>>,
+    pub include: Vec<(BTreeMap<String, String>, Option<Needs>)>,
+    pub needs: Needs,
+    pub registry: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: Option<String>,
+    job: RawJob,
+    #[serde(default)]
+    axes: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    exclude: Vec<BTreeMap<String, String>>,
+    #[serde(default)]
+    include: Vec<RawInclude>,
+    #[serde(default)]
+    needs: Option<Needs>,
+    #[serde(default)]
+    cache: Option<RawCache>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    registry: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawInclude {
+    needs: Option<Needs>,
+    #[serde(flatten)]
+    values: BTreeMap<String, String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum RawSource {
+    Path(String),
+    Pypi { pypi: String, sha256: String },
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    kind: JobKind,
+    source: Option<RawSource>,
+    image: String,
+    local_version: Option<String>,
+    lock: Option<String>,
+    #[serde(default)]
+    repair: bool,
+    #[serde(default)]
+    exclude: Vec<String>,
+    test: Option<String>,
+    #[serde(default = "yes")]
+    isolation: bool,
+    #[serde(default)]
+    command: Vec<String>,
+    #[serde(default)]
+    outputs: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    set: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An axis name: what `{name}` templates and cell ids use.
+fn valid_axis(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+impl Matrix {
+    pub fn load(file: &Path) -> Result<Matrix, DefinitionError> {
+        let err = |field: &str, message: String| DefinitionError {
+            file: file.display().to_string(),
+            field: field.to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            err("(file)", format!("cannot read it: {e}; give a matrix file (see the README's Build matrices)"))
+        })?;
+        let raw: Raw = toml::from_str(&text).map_err(|e| err("(syntax)", e.message().to_string()))?;
+        let dir = file.parent().unwrap_or(Path::new("."));
+        let name = match raw.name {
+            Some(n) => n,
+            None => file.file_stem().unwrap_or_default().to_string_lossy().into_owned(),
+        };
+        let name_ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !name_ok {
+            return Err(err("name", format!("`{name}`: use letters, digits, `-`, `_` and `.`")));
+        }
+        for (axis, values) in &raw.axes {
+            if !valid_axis(axis) {
+                return Err(err(
+                    &format!("axes.{axis}"),
+                    "an axis name is lowercase letters, digits and `_`, starting with a letter".into(),
+                ));
+            }
+            if values.is_empty() {
+                return Err(err(&format!("axes.{axis}"), "give at least one value".into()));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(v) = values.iter().find(|v| !seen.insert(v.as_str())) {
+                return Err(err(&format!("axes.{axis}"), format!("`{v}` is listed twice")));
+            }
+        }
+        let known = |field: &str, m: &BTreeMap<String, String>| -> Result<(), DefinitionError> {
+            match m.keys().find(|k| !raw.axes.contains_key(*k)) {
+                Some(k) => Err(err(field, format!("`{k}` is no axis (axes: {})", axis_list(&raw.axes)))),
+                None => Ok(()),
+            }
+        };
+        for (i, e) in raw.exclude.iter().enumerate() {
+            known(&format!("exclude[{i}]"), e)?;
+        }
+        for (i, inc) in raw.include.iter().enumerate() {
+            known(&format!("include[{i}]"), &inc.values)?;
+            if let Some(missing) = raw.axes.keys().find(|a| !inc.values.contains_key(*a)) {
+                return Err(err(&format!("include[{i}]"), format!("name every axis: `{missing}` is missing")));
+            }
+        }
+        let j = raw.job;
+        let source = match j.source {
+            None => None,
+            Some(RawSource::Path(p)) => Some(JobSource::Path(dir.join(p))),
+            Some(RawSource::Pypi { pypi, sha256 }) => {
+                let hex_ok = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
+                if !hex_ok {
+                    return Err(err(
+                        "job.source.sha256",
+                        "64 hex digits: the sdist's sha256 (pip hash shows it)".into(),
+                    ));
+                }
+                Some(JobSource::Pypi { requirement: pypi, sha256: sha256.to_ascii_lowercase() })
+            }
+        };
+        match (j.kind, &source) {
+            (JobKind::Wheel | JobKind::Kernel, None) => {
+                return Err(err(
+                    "job.source",
+                    "wheel and kernel jobs build a project: give its path or { pypi, sha256 }".into(),
+                ))
+            }
+            (JobKind::Kernel, Some(JobSource::Pypi { .. })) => {
+                return Err(err("job.source", "a kernel job builds a project directory".into()))
+            }
+            _ => {}
+        }
+        if j.kind == JobKind::Kernel && j.command.is_empty() {
+            return Err(err("job.command", "a kernel job needs its build command, e.g. [\"make\"]".into()));
+        }
+        // The image is a path when it names a file or directory beside the matrix.
+        let image = if dir.join(&j.image).exists() { dir.join(&j.image).display().to_string() } else { j.image };
+        let job = Job {
+            kind: j.kind,
+            source,
+            image,
+            local_version: j.local_version,
+            lock: j.lock.map(|l| dir.join(l)),
+            repair: j.repair,
+            exclude: j.exclude,
+            test: j.test,
+            isolation: j.isolation,
+            command: j.command,
+            outputs: j.outputs,
+            env: j.env,
+            set: j.set,
+        };
+        let m = Matrix {
+            file: file.to_path_buf(),
+            name,
+            job,
+            axes: raw.axes,
+            exclude: raw.exclude,
+            include: raw.include.into_iter().map(|i| (i.values, i.needs)).collect(),
+            needs: raw.needs.unwrap_or_default(),
+            registry: raw.cache.and_then(|c| c.registry),
+        };
+        m.check_templates().map_err(|(field, message)| err(&field, message))?;
+        Ok(m)
+    }
+
+    /// Every `{axis}` in a template names an axis.
+    fn check_templates(&self) -> Result<(), (String, String)> {
+        let mut templates: Vec<(String, &str)> = Vec::new();
+        if let Some(t) = &self.job.local_version {
+            templates.push(("job.local_version".into(), t));
+        }
+        templates.extend(self.job.env.iter().map(|(k, v)| (format!("job.env.{k}"), v.as_str())));
+        templates.extend(self.job.set.iter().map(|(k, v)| (format!("job.set.{k}"), v.as_str())));
+        for (field, t) in templates {
+            for name in placeholders(t) {
+                if !self.axes.contains_key(&name) {
+                    return Err((field, format!("`{{{name}}}` is no axis (axes: {})", axis_list(&self.axes))));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn axis_list(axes: &BTreeMap<String, Vec<String>>) -> String {
+    if axes.is_empty() {
+        "none".into()
+    } else {
+        axes.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The `{name}`s of a template.
+pub fn placeholders(t: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = t;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) => {
+                out.push(after[..close].to_string());
+                rest = &after[close + 1..];
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// A template with each `{axis}` replaced by the cell's value.
+pub fn fill(t: &str, values: &BTreeMap<String, String>) -> String {
+    let mut out = t.to_string();
+    for (k, v) in values {
+        out = out.replace(&format!("{{{k}}}"), v);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Matrix, DefinitionError> {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("m.toml");
+        std::fs::write(&f, text).unwrap();
+        Matrix::load(&f)
+    }
+
+    const BASE: &str = "[job]\nkind = \"wheel\"\nsource = \"proj\"\nimage = \"img:1\"\n";
+
+    #[test]
+    fn parses_and_names_what_is_wrong() {
+        let m = load(&format!("{BASE}local_version = \"o{{opt}}\"\n[axes]\nopt = [\"2\", \"3\"]\n[needs]\ngpus = 1\n"))
+            .unwrap();
+        assert_eq!(m.name, "m");
+        assert_eq!(m.axes["opt"], ["2", "3"]);
+        assert_eq!(m.needs, Needs { gpus: 1, cpus: 2, memory: "4G".into() });
+        for (text, field) in [
+            (format!("{BASE}local_version = \"{{nope}}\"\n[axes]\nopt = [\"2\"]\n"), "job.local_version"),
+            (format!("{BASE}[axes]\nOpt = [\"2\"]\n"), "axes.Opt"),
+            (format!("{BASE}[axes]\nopt = [\"2\", \"2\"]\n"), "axes.opt"),
+            (format!("{BASE}[axes]\nopt = [\"2\"]\n[[exclude]]\nopz = \"2\"\n"), "exclude[0]"),
+            (format!("{BASE}[axes]\nopt = [\"2\"]\npy = [\"cp311\"]\n[[include]]\nopt = \"3\"\n"), "include[0]"),
+            ("[job]\nkind = \"kernel\"\nsource = \"p\"\nimage = \"i\"\n".to_string(), "job.command"),
+            ("[job]\nkind = \"wheel\"\nimage = \"i\"\n".to_string(), "job.source"),
+        ] {
+            let e = load(&text).unwrap_err();
+            assert_eq!(e.field, field, "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn templates_fill_from_axis_values() {
+        let values: BTreeMap<String, String> =
+            [("rocm".to_string(), "6.2".to_string()), ("torch".to_string(), "2.5".to_string())].into();
+        assert_eq!(fill("rocm{rocm}torch{torch}", &values), "rocm6.2torch2.5");
+        assert_eq!(placeholders("a{x}b{y}"), ["x", "y"]);
+    }
+}

@@ -1,0 +1,84 @@
+//! `quarry matrix emit`: the scheduler's own job description for the cells
+//! not done yet, ready to submit. quarry schedules nothing: each task runs
+//! `quarry matrix run` for the cell its scheduler's index or matrix value
+//! names (`QUARRY_MATRIX_CELLS` lists the emitted cells' ids in index
+//! order, so an index means the same cell whatever is done meanwhile).
+//! Cells with different needs (GPUs, CPUs, memory) go to separate arrays,
+//! Jobs or workflow jobs.
+
+mod github;
+mod kubernetes;
+mod slurm;
+
+use super::definition::{Matrix, Needs};
+use super::plan::MatrixPlan;
+use std::collections::BTreeMap;
+
+/// The schedulers quarry writes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Slurm,
+    Kubernetes,
+    Github,
+}
+
+/// How the emitted description runs quarry.
+#[derive(Debug, Clone)]
+pub struct EmitOptions {
+    /// The quarry command on the scheduler's machines.
+    pub quarry: String,
+    /// How many cells run at once (None: as many as the scheduler likes).
+    pub parallel: Option<usize>,
+    /// The matrix file as the tasks see it.
+    pub matrix_path: String,
+    /// Where each task puts its products and report.
+    pub out: String,
+    /// Slurm: where task logs go.
+    pub log_dir: String,
+    /// Kubernetes: the image with quarry in it, and the secret with the
+    /// registry's credentials (a `kubernetes.io/dockerconfigjson` secret).
+    pub runner_image: String,
+    pub registry_secret: String,
+    /// GitHub: the runners for cells without and with GPUs.
+    pub runs_on: String,
+    pub gpu_runs_on: String,
+}
+
+/// The emitted cells, grouped by what they need (ids in index order).
+pub(crate) fn groups(plan: &MatrixPlan) -> Vec<(Needs, Vec<String>)> {
+    let mut g: BTreeMap<Needs, Vec<String>> = BTreeMap::new();
+    for c in plan.cells.iter().filter(|c| !c.done) {
+        g.entry(c.needs.clone()).or_default().push(c.id.clone());
+    }
+    g.into_iter().collect()
+}
+
+/// A string as a single-quoted shell word.
+pub(crate) fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// A string as a double-quoted YAML scalar (JSON's escaping is YAML's).
+pub(crate) fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialize")
+}
+
+/// The description for `format`.
+pub fn emit(m: &Matrix, plan: &MatrixPlan, format: Format, o: &EmitOptions) -> String {
+    match format {
+        Format::Slurm => slurm::script(m, plan, o),
+        Format::Kubernetes => kubernetes::manifest(m, plan, o),
+        Format::Github => github::workflow(m, plan, o),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("a'b c"), "'a'\\''b c'");
+        assert_eq!(yaml_str("x: \"y\""), "\"x: \\\"y\\\"\"");
+    }
+}

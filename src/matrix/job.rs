@@ -1,0 +1,246 @@
+//! A cell as a build: the options of its wheel, kernel or image build, its
+//! cache key, and running it. Axis values reach the build as the job says:
+//! `python` is the Python to build for (wheels), `targets` the GPU target
+//! list; every other axis is an environment variable of the build named
+//! after it in capitals (`torch` -> `TORCH=2.5`), and `[job.env]` adds
+//! variables made from templates. The local version label and image
+//! parameters (`[job.set]`) are templates filled the same way.
+
+use super::cells::Cell;
+use super::definition::{fill, JobKind, JobSource, Matrix};
+use super::product::{files_of, ProductFile};
+use super::MatrixError;
+use crate::cache::{CacheConfig, Key, KeyEncoder};
+use crate::elf::patchelf::ContainerPatchelf;
+use crate::engine::build_image::BuildImage;
+use crate::engine::gpu::{self, GpuMode, GpuPlan, TargetList};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Axes with a meaning of their own.
+const PYTHON_AXIS: &str = "python";
+const TARGETS_AXIS: &str = "targets";
+
+/// What a cell needs besides the matrix.
+pub struct CellContext<'a> {
+    pub matrix: &'a Matrix,
+    /// The cache, with the registry tier the products go to.
+    pub cache: CacheConfig,
+    /// Wheel and kernel jobs: the build image (a definition already built).
+    pub image: Option<BuildImage>,
+    /// Where the cell's products go.
+    pub out: PathBuf,
+    /// GPUs the scheduler gave (device names); None: not said.
+    pub gpus: Option<Vec<String>>,
+}
+
+/// A cell's build, ready to run.
+pub enum CellBuild {
+    Wheel(Box<crate::wheel::build::BuildOptions>),
+    Kernel(Box<crate::kernel::KernelOptions>),
+    Image { definition: PathBuf, opts: Box<crate::build::BuildOptions> },
+}
+
+/// What running a cell's build gave.
+pub struct Outcome {
+    /// Taken from the cache: nothing was built.
+    pub cached: bool,
+    /// Seconds the build itself took (0 from the cache).
+    pub build_seconds: f64,
+    pub files: Vec<(ProductFile, PathBuf)>,
+    /// Image jobs: the layout written.
+    pub layout: Option<PathBuf>,
+}
+
+/// The build's environment from the cell's values.
+fn env_of(m: &Matrix, cell: &Cell) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for (axis, value) in &cell.values {
+        if axis != PYTHON_AXIS && axis != TARGETS_AXIS {
+            env.insert(axis.to_uppercase(), value.clone());
+        }
+    }
+    for (name, template) in &m.job.env {
+        env.insert(name.clone(), fill(template, &cell.values));
+    }
+    env.into_iter().collect()
+}
+
+fn targets_of(cell: &Cell) -> TargetList {
+    match cell.values.get(TARGETS_AXIS) {
+        Some(t) => TargetList {
+            targets: t.split([',', ';', ' ']).filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            source: "the matrix".into(),
+        },
+        None => gpu::build_targets(&[]),
+    }
+}
+
+fn gpu_of(cx: &CellContext, cell: &Cell) -> Result<GpuPlan, MatrixError> {
+    if cell.needs.gpus == 0 {
+        return Ok(gpu::plan(GpuMode::None, &[])?);
+    }
+    Ok(gpu::plan(GpuMode::Amd, cx.gpus.as_deref().unwrap_or_default())?)
+}
+
+fn image_of(cx: &CellContext) -> Result<BuildImage, MatrixError> {
+    cx.image
+        .clone()
+        .ok_or_else(|| MatrixError::Input(format!("{}: job.image: no build image", cx.matrix.file.display())))
+}
+
+/// The project a wheel or kernel job builds: a path, or the pinned sdist
+/// fetched into the cache with the user's pip.
+fn source_of(cx: &CellContext) -> Result<PathBuf, MatrixError> {
+    match &cx.matrix.job.source {
+        Some(JobSource::Path(p)) => Ok(p.clone()),
+        Some(JobSource::Pypi { requirement, sha256 }) => {
+            let cache = crate::cache::Cache::open_with(&cx.cache)?;
+            let req = crate::definition::PypiRequest {
+                requirement: requirement.clone(),
+                format: crate::definition::PypiFormat::Sdist,
+                platform: None,
+                python: None,
+            };
+            Ok(crate::pypi::fetch(&cache, &req, Some(sha256))?.path)
+        }
+        None => Err(MatrixError::Input(format!("{}: job.source: none given", cx.matrix.file.display()))),
+    }
+}
+
+/// The cell's build options.
+pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> {
+    let m = cx.matrix;
+    let env = env_of(m, cell);
+    Ok(match m.job.kind {
+        JobKind::Wheel => {
+            let label = m.job.local_version.as_ref().map(|t| fill(t, &cell.values));
+            let cache_dir = cx.cache.dir.clone();
+            if m.job.repair {
+                if let Some(arch) = crate::elf::patchelf::pinned::host_arch() {
+                    crate::elf::patchelf::pinned::fetch(&cache_dir, arch)?;
+                }
+            }
+            let lock = m.job.lock.clone().unwrap_or_else(|| m.file.with_extension("lock"));
+            CellBuild::Wheel(Box::new(crate::wheel::build::BuildOptions {
+                source: source_of(cx)?,
+                image: image_of(cx)?,
+                output: cx.out.clone(),
+                pythons: cell.values.get(PYTHON_AXIS).map(|p| vec![p.clone()]),
+                axes: env.into_iter().map(|(k, v)| (k, vec![v])).collect(),
+                local_version: label,
+                repair: m.job.repair,
+                patchelf: ContainerPatchelf::Pinned { cache_dir },
+                exclude: m.job.exclude.clone(),
+                test: m.job.test.clone(),
+                test_image: None,
+                test_requires: Vec::new(),
+                find_links: None,
+                gpu: gpu_of(cx, cell)?,
+                targets: targets_of(cell),
+                isolation: m.job.isolation,
+                network: false,
+                lock: Some(lock),
+                cache: cx.cache.clone(),
+                compiler_cache: crate::engine::compiler_cache::Mode::Auto,
+                no_cache: false,
+            }))
+        }
+        JobKind::Kernel => CellBuild::Kernel(Box::new(crate::kernel::KernelOptions {
+            source: source_of(cx)?,
+            image: image_of(cx)?,
+            output: cx.out.clone(),
+            cmd: m.job.command.clone(),
+            targets: targets_of(cell),
+            jobs: None,
+            gpu: gpu_of(cx, cell)?,
+            env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            outputs: m.job.outputs.clone(),
+            network: false,
+            allow_missing_targets: false,
+            cache: cx.cache.clone(),
+            compiler_cache: crate::engine::compiler_cache::Mode::Auto,
+            no_cache: false,
+        })),
+        JobKind::Image => {
+            let sets: BTreeMap<String, String> =
+                m.job.set.iter().map(|(k, t)| (k.clone(), fill(t, &cell.values))).collect();
+            let mut opts =
+                crate::build::BuildOptions::defaults(sets, cx.cache.clone(), crate::progress::Progress::hidden())?;
+            opts.output = Some(cx.out.clone());
+            CellBuild::Image { definition: PathBuf::from(&m.job.image), opts: Box::new(opts) }
+        }
+    })
+}
+
+impl CellBuild {
+    /// The build's own cache key, when it can be known before building.
+    pub fn build_key(&self) -> Result<Option<Key>, MatrixError> {
+        Ok(match self {
+            CellBuild::Wheel(o) => crate::wheel::build::cache_key(o, &mut None)?,
+            CellBuild::Kernel(o) => Some(crate::kernel::cache_key(o)?),
+            CellBuild::Image { definition, opts } => image_key(definition, opts)?,
+        })
+    }
+
+    /// Run the build (or take it from the cache).
+    pub fn run(&self, out: &Path) -> Result<Outcome, MatrixError> {
+        let io = |e: std::io::Error| MatrixError::Io { path: out.to_path_buf(), err: e };
+        Ok(match self {
+            CellBuild::Wheel(o) => {
+                let built = crate::wheel::build::build(o)?;
+                let mut files = Vec::new();
+                for b in &built {
+                    let name = b.wheel.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                    let (digest, size) = crate::oci::digest::digest_file(&b.wheel).map_err(io)?;
+                    files.push((ProductFile { name, digest, size }, b.wheel.clone()));
+                }
+                Outcome {
+                    cached: built.iter().all(|b| b.cached),
+                    build_seconds: built.iter().map(|b| b.session_seconds).fold(0.0, f64::max),
+                    files,
+                    layout: None,
+                }
+            }
+            CellBuild::Kernel(o) => {
+                let r = crate::kernel::build(o)?;
+                Outcome {
+                    cached: r.cached,
+                    build_seconds: if r.cached { 0.0 } else { r.seconds },
+                    files: files_of(out).map_err(io)?,
+                    layout: None,
+                }
+            }
+            CellBuild::Image { definition, opts } => {
+                let started = std::time::Instant::now();
+                let r = crate::build::build(definition, opts)?;
+                let cached = r.layers.iter().all(|l| l.cached);
+                let build_seconds = if cached { 0.0 } else { started.elapsed().as_secs_f64() };
+                Outcome { cached, build_seconds, files: Vec::new(), layout: Some(r.output) }
+            }
+        })
+    }
+}
+
+/// An image job's key: its last layer's chained key and its config, when
+/// every key is known without building.
+fn image_key(definition: &Path, opts: &crate::build::BuildOptions) -> Result<Option<Key>, MatrixError> {
+    let image = crate::definition::load_image(definition, &opts.sets)?;
+    let cache = crate::cache::Cache::open_with(&opts.cache)?;
+    let plan = crate::plan::make(&image, &opts.plan_options(&cache, crate::plan::PinMode::Locked))?;
+    let keys: Option<Vec<Key>> = plan.layers.iter().map(|n| n.key).collect();
+    let Some(keys) = keys else { return Ok(None) };
+    let mut k = KeyEncoder::new("matrix-image", 1);
+    for key in &keys {
+        k.key("layer", key);
+    }
+    k.key("config", &crate::plan::keys::config(&plan.top().image.config));
+    Ok(Some(k.finish()))
+}
+
+/// A cell's key: its kind, its id and its build's key.
+pub fn cell_key(kind: JobKind, id: &str, build: &Key) -> Key {
+    let mut k = KeyEncoder::new("matrix-cell", 1);
+    k.str("kind", &format!("{kind:?}")).str("id", id).key("build", build);
+    k.finish()
+}
