@@ -129,6 +129,22 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path) -> Result<Collected,
     Ok(collected)
 }
 
+/// A project's name as PEP 503 normalizes it (what pip asks the index for):
+/// lowercase, each run of `-`, `_` and `.` one `-`.
+fn pep503_name(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
 /// A PEP 503 simple index of the wheels in `dir`, at `dir/simple/`.
 fn write_index(dir: &Path) -> Result<(), MatrixError> {
     let mut projects: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -137,7 +153,7 @@ fn write_index(dir: &Path) -> Result<(), MatrixError> {
         let file = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
         let Ok(name) = crate::wheel::name::WheelName::parse(&file) else { continue };
         let sha = crate::oci::digest::sha256_file(&p).map_err(io(&p))?;
-        projects.entry(crate::wheel::name::normalize_name(&name.name)).or_default().push((file, sha));
+        projects.entry(pep503_name(&name.name)).or_default().push((file, sha));
     }
     let simple = dir.join("simple");
     let _ = std::fs::remove_dir_all(&simple);
