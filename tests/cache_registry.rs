@@ -343,30 +343,6 @@ fn a_killed_push_leaves_no_entry_and_the_next_run_completes_it() {
     assert_eq!(b["manifest_digest"], v["manifest_digest"]);
 }
 
-/// 200 MB of random bytes, made once in the fixtures (shared with tests/registry.rs).
-fn random_200m() -> PathBuf {
-    let out = fixtures_dir().join("random-200M.bin");
-    with_lock("random-200M", || {
-        if !out.exists() {
-            let mut tmp = tempfile::NamedTempFile::new_in(fixtures_dir()).unwrap();
-            let n = std::io::copy(&mut std::fs::File::open("/dev/urandom").unwrap().take(200 << 20), &mut tmp).unwrap();
-            assert_eq!(n, 200 << 20);
-            tmp.persist_noclobber(&out).ok();
-        }
-    });
-    out
-}
-
-fn largest_upload(reg: &Registry) -> u64 {
-    walkdir::WalkDir::new(reg.storage().join("repositories"))
-        .into_iter()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name() == "data" && e.path().to_string_lossy().contains("/_uploads/"))
-        .filter_map(|e| e.metadata().ok().map(|m| m.len()))
-        .max()
-        .unwrap_or(0)
-}
-
 #[test]
 fn two_machines_pushing_one_key_at_once_both_succeed() {
     if !have_registry() {

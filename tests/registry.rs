@@ -170,29 +170,6 @@ fn push_then_build_on_it_by_digest() {
     assert_eq!(b2.manifest_digest, b.manifest_digest);
 }
 
-/// 200 MB of random bytes, made once in the fixtures.
-fn random_fixture() -> PathBuf {
-    let out = fixtures_dir().join("random-200M.bin");
-    if !out.exists() {
-        let mut tmp = tempfile::NamedTempFile::new_in(fixtures_dir()).unwrap();
-        let n = std::io::copy(&mut std::fs::File::open("/dev/urandom").unwrap().take(200 << 20), &mut tmp).unwrap();
-        assert_eq!(n, 200 << 20);
-        tmp.flush().unwrap();
-        tmp.persist_noclobber(&out).ok();
-    }
-    out
-}
-
-fn largest_upload(reg: &Registry) -> u64 {
-    walkdir::WalkDir::new(reg.storage().join("repositories"))
-        .into_iter()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name() == "data" && e.path().to_string_lossy().contains("/_uploads/"))
-        .filter_map(|e| e.metadata().ok().map(|m| m.len()))
-        .max()
-        .unwrap_or(0)
-}
-
 #[test]
 fn killed_push_completes_when_run_again() {
     if !have_registry() {
@@ -201,7 +178,7 @@ fn killed_push_completes_when_run_again() {
     let reg = Registry::start("");
     let work = tempfile::Builder::new().prefix("quarry-test-reg-").tempdir().unwrap();
     let w = work.path();
-    let big = random_fixture();
+    let big = random_200m();
     write(
         &w.join("big/image.toml"),
         &format!(

@@ -9,10 +9,15 @@ use crate::distro::pins::{PackagePins, PinnedPackage};
 
 fn plan_of(text: &str) -> Plan {
     let d = tempfile::tempdir().unwrap();
-    let f = d.path().join("image.toml");
+    plan_in(d.path(), text)
+}
+
+/// The plan of the definition `text` written in `dir`.
+fn plan_in(dir: &std::path::Path, text: &str) -> Plan {
+    let f = dir.join("image.toml");
     std::fs::write(&f, text).unwrap();
     let image = load_image(&f, &Default::default()).unwrap();
-    let cache = Cache::open(&d.path().join("cache")).unwrap();
+    let cache = Cache::open(&dir.join("cache")).unwrap();
     let opts = PlanOptions {
         cache,
         codec: LayerCodec::default(),
@@ -32,24 +37,9 @@ fn keys_do_not_depend_on_where_the_sources_are() {
         std::fs::create_dir_all(root.join("tree/sub")).unwrap();
         std::fs::write(root.join("tree/sub/a.txt"), "a").unwrap();
         std::fs::write(root.join("file.txt"), content).unwrap();
-        let f = root.join("image.toml");
-        std::fs::write(
-            &f,
-            "name = \"g\"\nbase = \"scratch\"\n[[layer]]\nname = \"files\"\n\
-             [[layer.source]]\ndir = \"tree\"\ndest = \"/t\"\n[[layer.source]]\nfile = \"file.txt\"\ndest = \"/f\"\n",
-        )
-        .unwrap();
-        let image = load_image(&f, &Default::default()).unwrap();
-        let cache = Cache::open(&root.join("cache")).unwrap();
-        let opts = PlanOptions {
-            cache,
-            codec: LayerCodec::default(),
-            source_date_epoch: 0,
-            verify: false,
-            pins: PinMode::Locked,
-            key_hashing: crate::plan::KeyHashing::Upfront,
-        };
-        make(&image, &opts).unwrap().layers.iter().map(|n| n.key.unwrap()).collect::<Vec<_>>()
+        let text = "name = \"g\"\nbase = \"scratch\"\n[[layer]]\nname = \"files\"\n\
+             [[layer.source]]\ndir = \"tree\"\ndest = \"/t\"\n[[layer.source]]\nfile = \"file.txt\"\ndest = \"/f\"\n";
+        plan_in(root, text).layers.iter().map(|n| n.key.unwrap()).collect::<Vec<_>>()
     };
     let d = tempfile::tempdir().unwrap();
     let here = layer_keys(&d.path().join("checkout-one"), "x");

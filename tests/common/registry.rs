@@ -20,6 +20,33 @@ pub fn have_registry() -> bool {
     ok && have_tool("skopeo")
 }
 
+/// 200 MB of random bytes, made once in the fixtures (pushes big enough to
+/// be killed half-way).
+pub fn random_200m() -> PathBuf {
+    let out = super::fixtures_dir().join("random-200M.bin");
+    super::with_lock("random-200M", || {
+        if !out.exists() {
+            let mut tmp = tempfile::NamedTempFile::new_in(super::fixtures_dir()).unwrap();
+            let n = std::io::copy(&mut std::fs::File::open("/dev/urandom").unwrap().take(200 << 20), &mut tmp).unwrap();
+            assert_eq!(n, 200 << 20);
+            tmp.flush().unwrap();
+            tmp.persist_noclobber(&out).ok();
+        }
+    });
+    out
+}
+
+/// The largest upload in progress in the registry's storage (bytes).
+pub fn largest_upload(reg: &Registry) -> u64 {
+    walkdir::WalkDir::new(reg.storage().join("repositories"))
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name() == "data" && e.path().to_string_lossy().contains("/_uploads/"))
+        .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+        .max()
+        .unwrap_or(0)
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
