@@ -157,7 +157,14 @@ fn shared<'a>(
     registry: &str,
     out: PathBuf,
 ) -> anyhow::Result<Shared<'a>> {
-    Ok(Shared { matrix: m, cache: cache_config(c, registry), image, out, gpus: scheduler::slurm_gpus()? })
+    Ok(Shared {
+        matrix: m,
+        cache: cache_config(c, registry),
+        image,
+        out,
+        gpus: scheduler::slurm_gpus()?,
+        running: false,
+    })
 }
 
 fn print_plan(p: &MatrixPlan) {
@@ -196,7 +203,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
         (None, None) => scheduler::selector_from_env()?.ok_or(scheduler::SchedulerError::NoCell)?,
     };
     let cell = scheduler::pick(&all, &selector)?.clone();
-    let s = shared(&m, &a.common, image, &registry, a.out.clone())?;
+    let s = Shared { running: true, ..shared(&m, &a.common, image, &registry, a.out.clone())? };
     let (report, failed) = matrix::run::run_cell(&s, &registry, &cell)?;
     if a.json {
         super::print_json(&report)?;

@@ -32,6 +32,8 @@ pub struct CellContext<'a> {
     pub out: PathBuf,
     /// GPUs the scheduler gave (device names); None: not said.
     pub gpus: Option<Vec<String>>,
+    /// The cell runs here: its GPUs are looked up (planning needs none).
+    pub running: bool,
 }
 
 /// A cell's build, ready to run.
@@ -77,7 +79,7 @@ fn targets_of(cell: &Cell) -> TargetList {
 }
 
 fn gpu_of(cx: &CellContext, cell: &Cell) -> Result<GpuPlan, MatrixError> {
-    if cell.needs.gpus == 0 {
+    if cell.needs.gpus == 0 || !cx.running {
         return Ok(gpu::plan(GpuMode::None, &[])?);
     }
     Ok(gpu::plan(GpuMode::Amd, cx.gpus.as_deref().unwrap_or_default())?)

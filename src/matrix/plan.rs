@@ -44,6 +44,8 @@ pub struct Shared<'a> {
     /// Each cell's products go to `<out>/<cell id>`.
     pub out: PathBuf,
     pub gpus: Option<Vec<String>>,
+    /// Cells run here (`matrix run`): their GPUs are looked up.
+    pub running: bool,
 }
 
 impl Shared<'_> {
@@ -54,6 +56,7 @@ impl Shared<'_> {
             image: self.image.clone(),
             out: cell_out(&self.out, cell),
             gpus: self.gpus.clone(),
+            running: self.running,
         }
     }
 }

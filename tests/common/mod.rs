@@ -5,6 +5,7 @@
 
 pub mod registry;
 pub mod rocm_rules;
+pub mod slurm;
 pub mod venv;
 
 use std::path::{Path, PathBuf};

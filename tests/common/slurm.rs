@@ -129,10 +129,12 @@ PartitionName=quarry Nodes=localhost Default=YES MaxTime=INFINITE State=UP
                 .unwrap_or_else(|e| panic!("start {daemon}: {e}"));
             s.daemons.push(child);
         }
-        let ok = || s.cmd("sinfo").args(["-h", "-o", "%T"]).output().is_ok_and(|o| {
-            let t = String::from_utf8_lossy(&o.stdout);
-            o.status.success() && t.trim() == "idle"
-        });
+        let ok = || {
+            s.cmd("sinfo").args(["-h", "-o", "%T"]).output().is_ok_and(|o| {
+                let t = String::from_utf8_lossy(&o.stdout);
+                o.status.success() && t.trim() == "idle"
+            })
+        };
         s.wait_for(ok, "the node to be idle");
         s
     }
@@ -192,7 +194,8 @@ PartitionName=quarry Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 
     pub fn logs(&self) -> String {
         let read = |f: &str| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
-        let tail = |t: String| t.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+        let tail =
+            |t: String| t.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
         format!("slurmctld:\n{}\nslurmd:\n{}", tail(read("log/slurmctld.log")), tail(read("log/slurmd.log")))
     }
 }

@@ -1,0 +1,250 @@
+//! End-to-end: build matrices on a real scheduler. A one-node Slurm from
+//! Debian (munged, slurmctld, slurmd; two simulated AMD GPUs as gres) runs
+//! the cells of examples/matrix/matrix.toml (msgpack's sdist as PyPI serves
+//! it, four wheels on two axes) as a job array that `quarry matrix emit`
+//! wrote; each task is a real `quarry matrix run` building a real wheel in
+//! hip-builder-debian13 through the Docker Engine, pushing to Debian's
+//! docker-registry. `collect` gathers an index pip installs from offline.
+
+mod common;
+
+use common::registry::*;
+use common::slurm::*;
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The example matrix in `dir`, its image and lock beside it (the test
+/// writes nothing in the repository).
+fn example(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("examples/matrix/matrix.toml")).unwrap();
+    let image = repo().join("images/hip-builder-debian13.toml");
+    let text =
+        text.replace("\"../../images/hip-builder-debian13.toml\"", &format!("{:?}", image.display().to_string()));
+    write(&dir.join("matrix.toml"), &text);
+    std::fs::copy(repo().join("examples/matrix/msgpack.lock"), dir.join("msgpack.lock")).unwrap();
+    dir.join("matrix.toml")
+}
+
+fn quarry_matrix(args: &[&str], matrix: &Path, registry: &str, code: i32) -> std::process::Output {
+    run_expect(
+        quarry()
+            .arg("matrix")
+            .args(args)
+            .arg(matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", registry]),
+        code,
+    )
+}
+
+/// `quarry matrix emit --format slurm` of the cells not done, the tasks
+/// writing to `out` and their logs to `logs`.
+fn emit_slurm(matrix: &Path, registry: &str, out: &Path, logs: &Path) -> String {
+    let o = run_expect(
+        quarry()
+            .args(["matrix", "emit", "--format", "slurm", "--parallel", "2", "--quarry", env!("CARGO_BIN_EXE_quarry")])
+            .arg("--task-output")
+            .arg(out)
+            .arg("--log-dir")
+            .arg(logs)
+            .arg(matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", registry]),
+        0,
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn a_wheel_matrix_on_slurm_is_collected_into_an_index_pip_installs_from() {
+    if !have_registry() || !have_docker() || !have_tool("gpgv") || !have_slurm() {
+        return;
+    }
+    let (_, builder) = debian13_rocm_images();
+    let reg = Registry::start("");
+    let slurm = Slurm::start();
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let matrix = example(&w.join("m"));
+    let registry = format!("{}/quarry-matrix", reg.addr());
+    let out = w.join("cells");
+
+    // The plan: four cells, keys known (the lock is there), none done.
+    let plan = stdout_json(&quarry_matrix(&["plan", "--json"], &matrix, &registry, 0));
+    let ids: Vec<&str> = plan["cells"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["debug-0_opt-2", "debug-0_opt-3", "debug-1_opt-2", "debug-1_opt-3"], "{plan:#}");
+    assert_eq!(plan["to_run"], 4);
+
+    // Emitted as an array of four, two at a time; the last task is
+    // cancelled before it starts: one cell made to fail.
+    let script = emit_slurm(&matrix, &registry, &out, w);
+    assert!(script.contains("#SBATCH --array=0-3%2") && !script.contains("--gres"), "{script}");
+    write(&w.join("cells.sbatch"), &script);
+    let cache = packages_cache();
+    let job = slurm.submit(&w.join("cells.sbatch"), &[("QUARRY_CACHE", &cache)]);
+    let st = slurm.run("scancel", &[&format!("{job}_3")]);
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    slurm.wait(&job, Duration::from_secs(900));
+
+    // collect names the missing cell, exits non-zero, keeps the other three.
+    let house = w.join("wheelhouse");
+    let c = run_expect(
+        quarry()
+            .args(["matrix", "collect", "--json", "-o"])
+            .arg(&house)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry]),
+        1,
+    );
+    let report = stdout_json(&c);
+    assert_eq!(report["incomplete"], serde_json::json!(["debug-1_opt-3"]), "{report:#}\n{}", slurm.logs());
+    let wheels = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".whl"))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(wheels(&house).len(), 3, "{report:#}");
+    assert!(String::from_utf8_lossy(&c.stderr).contains("debug-1_opt-3"));
+
+    // Emitted again: only that cell; it completes the matrix.
+    let again = emit_slurm(&matrix, &registry, &out, w);
+    assert!(again.contains("#SBATCH --array=0-0") && again.contains("debug-1_opt-3"), "{again}");
+    write(&w.join("rest.sbatch"), &again);
+    let job = slurm.submit(&w.join("rest.sbatch"), &[("QUARRY_CACHE", &cache)]);
+    slurm.wait(&job, Duration::from_secs(600));
+    let c = run_expect(
+        quarry()
+            .args(["matrix", "collect", "--json", "-o"])
+            .arg(&house)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry]),
+        0,
+    );
+    let report = stdout_json(&c);
+    let names = wheels(&house);
+    assert_eq!(
+        names,
+        [
+            "msgpack-1.1.0+o2g0-cp313-cp313-linux_x86_64.whl",
+            "msgpack-1.1.0+o2g1-cp313-cp313-linux_x86_64.whl",
+            "msgpack-1.1.0+o3g0-cp313-cp313-linux_x86_64.whl",
+            "msgpack-1.1.0+o3g1-cp313-cp313-linux_x86_64.whl",
+        ],
+        "{report:#}"
+    );
+    for cell in report["cells"].as_array().unwrap() {
+        assert_eq!(cell["status"], "ok", "{cell}");
+        assert!(cell["digest"].as_str().unwrap().starts_with("sha256:"), "{cell}");
+    }
+
+    // pip installs from the index with the network off (in Debian 13, the wheels' Python).
+    let script = "python3 -m pip install --break-system-packages -q --index-url file:///w/simple 'msgpack==1.1.0+o3g1' \
+                  && python3 -c 'import msgpack, sys; assert msgpack.unpackb(msgpack.packb([1, 2])) == [1, 2]; print(\"IMPORTED\", msgpack.version)'";
+    let o = run_expect(
+        quarry()
+            .arg("run")
+            .arg(&builder)
+            .args(["--gpu", "none", "--network", "none", "--user", "root", "--copy-in"])
+            .arg(format!("{}:/w", house.display()))
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--", "sh", "-c", script]),
+        0,
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("IMPORTED (1, 1, 0)"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    // Every cell done: nothing left to emit, and a second submission builds nothing.
+    let plan = stdout_json(&quarry_matrix(&["plan", "--json"], &matrix, &registry, 0));
+    assert_eq!(plan["to_run"], 0, "{plan:#}");
+    assert!(emit_slurm(&matrix, &registry, &out, w).contains("every cell is done"));
+    let job = slurm.submit(&w.join("cells.sbatch"), &[("QUARRY_CACHE", &cache)]);
+    slurm.wait(&job, Duration::from_secs(600));
+    for id in ids {
+        let r: Value = serde_json::from_slice(&std::fs::read(out.join(format!("{id}.json"))).unwrap()).unwrap();
+        assert_eq!((r["status"].as_str(), r["cached"].as_bool()), (Some("ok"), Some(true)), "{r:#}");
+        // quarry's own time around a build it took from the cache.
+        assert!(r["seconds"].as_f64().unwrap() < 30.0, "{r:#}");
+    }
+    assert_eq!(common::leaked_quarry_containers(), Vec::<String>::new());
+}
+
+#[test]
+fn a_gpu_cell_under_slurm_sees_only_the_gpu_slurm_gave_it() {
+    if !have_registry() || !have_docker() || !have_tool("gpgv") || !have_slurm() {
+        return;
+    }
+    let (_, builder) = debian13_rocm_images();
+    let reg = Registry::start("");
+    let slurm = Slurm::start();
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    // A kernel job whose "build" records the GPU nodes and groups it sees.
+    write(
+        &w.join("probe/Makefile"),
+        "all:\n\tmkdir -p build && ls -ln /dev/dri > build/dri.txt && id -G > build/groups.txt && test -c /dev/kfd\n",
+    );
+    write(
+        &w.join("gpu.toml"),
+        &format!(
+            "name = \"gpu-probe\"\n[job]\nkind = \"kernel\"\nsource = \"probe\"\nimage = {:?}\ncommand = [\"make\"]\n\
+             [axes]\ncell = [\"a\", \"b\"]\n[needs]\ngpus = 1\ncpus = 1\nmemory = \"1G\"\n",
+            builder.display().to_string()
+        ),
+    );
+    let matrix = w.join("gpu.toml");
+    let registry = format!("{}/quarry-gpu", reg.addr());
+    let out = w.join("cells");
+    let o = run_expect(
+        quarry()
+            .args(["matrix", "emit", "--format", "slurm", "--parallel", "2", "--quarry", env!("CARGO_BIN_EXE_quarry")])
+            .arg("--task-output")
+            .arg(&out)
+            .arg("--log-dir")
+            .arg(w)
+            .arg(&matrix)
+            .args(["--cache-registry", &registry]),
+        0,
+    );
+    let script = String::from_utf8(o.stdout).unwrap();
+    assert!(script.contains("#SBATCH --gres=gpu:1"), "{script}");
+    write(&w.join("gpu.sbatch"), &script);
+    let job = slurm.submit(&w.join("gpu.sbatch"), &[("QUARRY_DEV_ROOT", &slurm.dev)]);
+    slurm.wait(&job, Duration::from_secs(600));
+    let mut seen = Vec::new();
+    for id in ["cell-a", "cell-b"] {
+        let dri = std::fs::read_to_string(out.join(id).join("dri.txt")).unwrap_or_else(|e| {
+            panic!(
+                "{id}: {e}\n{}",
+                std::fs::read_to_string(w.join(format!("quarry-gpu-probe-{job}_0.out"))).unwrap_or_default()
+            )
+        });
+        let nodes: Vec<&str> =
+            dri.lines().filter_map(|l| l.split_whitespace().last()).filter(|n| n.starts_with("renderD")).collect();
+        assert_eq!(nodes.len(), 1, "{id}: one render node, the one Slurm gave: {dri}");
+        // The node's gid, numeric, as on the host; the container's user has it.
+        let gid = if nodes[0] == "renderD128" { "4242" } else { "4243" };
+        assert!(dri.contains(&format!(" {gid} ")), "{id}: {dri}");
+        let groups = std::fs::read_to_string(out.join(id).join("groups.txt")).unwrap();
+        assert!(groups.split_whitespace().any(|g| g == gid), "{id}: groups {groups}");
+        seen.push(nodes[0].to_string());
+    }
+    seen.sort();
+    // Run side by side, the two cells were given the two GPUs.
+    assert_eq!(seen, ["renderD128", "renderD129"]);
+}
