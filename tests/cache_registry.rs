@@ -446,6 +446,12 @@ fn kernel_and_wheel_builds_are_shared_and_one_edited_kernel_is_all_that_compiles
     let cc = &edited["compiler_cache"];
     assert_eq!((cc["misses"].as_u64(), cc["hits"].as_u64()), (Some(1), Some(3)), "{edited:#}");
     assert_eq!(cc["restored_from"], "local");
+    // The engine's CPU count of the build container is the compile work:
+    // one file of four (plus three cache hits and the link) is well under
+    // the cold build's, however busy the machine (CPU time, not wall).
+    let cpu =
+        |v: &Value| v["container_cpu_seconds"].as_f64().unwrap_or_else(|| panic!("no container_cpu_seconds: {v:#}"));
+    assert!(cpu(&a) > 0.0 && cpu(&edited) < 0.6 * cpu(&a), "cold {} s, edited {} s", cpu(&a), cpu(&edited));
     // Machine C, cold, edits another kernel: the outputs are new, the
     // compiler cache comes from the registry (A pushed it), one compile.
     let k4 = std::fs::read_to_string(src.join("k4.hip")).unwrap().replace("* 4.0f", "* 4.5f");

@@ -104,7 +104,11 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     if !a.json {
         eprintln!("targets ({}): {}", opts.targets.source, opts.targets.joined());
     }
-    let report = match kernel::build(&opts) {
+    let built = kernel::build(&opts);
+    for line in crate::trace::summary() {
+        eprintln!("quarry trace: {line}");
+    }
+    let report = match built {
         Ok(r) => r,
         Err(e @ KernelError::Failed { .. })
         | Err(e @ KernelError::Engine(crate::engine::EngineError::Interrupted(_))) => {
@@ -130,8 +134,10 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
             report.seconds
         );
     } else {
+        let cpu =
+            report.container_cpu_seconds.map(|c| format!(" ({c:.1} s of CPU in the container)")).unwrap_or_default();
         println!(
-            "built with {} jobs in {:.1} s, outputs in {}",
+            "built with {} jobs in {:.1} s{cpu}, outputs in {}",
             report.jobs.unwrap_or(0),
             report.seconds,
             report.output_dir.display()

@@ -93,7 +93,17 @@ impl Session<'_> {
             return Ok(false);
         }
         let sh = |s: String| vec!["sh".to_string(), "-c".to_string(), s];
-        let (code, _) = self.exec(id, sh("command -v ccache".into()), vec![], None, ExecOutput::Capture).await?;
+        // Two execs, each a round trip to the engine: the image's user (and
+        // whether it has ccache), then as root an empty-stats cache it owns.
+        let (code, user) = self
+            .exec(
+                id,
+                sh("command -v ccache >/dev/null && echo $(id -u):$(id -g)".into()),
+                vec![],
+                None,
+                ExecOutput::Capture,
+            )
+            .await?;
         if code != 0 {
             if mode == Mode::On {
                 return Err(EngineError::Invalid(
@@ -102,13 +112,10 @@ impl Session<'_> {
             }
             return Ok(false);
         }
-        let (_, user) = self.exec(id, sh("echo $(id -u):$(id -g)".into()), vec![], None, ExecOutput::Capture).await?;
         let user = String::from_utf8_lossy(&user).trim().to_string();
-        let own = format!("mkdir -p {CCACHE_DIR} && chown -R {user} {CCACHE_DIR}");
-        let (code, _) = self.exec_as(id, Some("0"), sh(own), vec![], None, ExecOutput::Capture).await?;
-        let env = env("/");
-        let (zeroed, _) = self.exec(id, vec!["ccache".into(), "-z".into()], env, None, ExecOutput::Capture).await?;
-        if code != 0 || zeroed != 0 {
+        let own = format!("mkdir -p {CCACHE_DIR} && ccache -z >/dev/null && chown -R {user} {CCACHE_DIR}");
+        let (code, _) = self.exec_as(id, Some("0"), sh(own), env("/"), None, ExecOutput::Capture).await?;
+        if code != 0 {
             log::warn!("could not prepare the compiler cache in the build container; building without it");
             return Ok(false);
         }

@@ -19,6 +19,7 @@ pub mod gc;
 pub mod gpu;
 pub mod load;
 pub mod run;
+mod stats;
 pub mod step;
 mod stream;
 

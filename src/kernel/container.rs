@@ -63,6 +63,8 @@ pub enum Ran {
         copied: usize,
         /// What ccache did (None: the build did not use it); its directory is in `save_into`.
         compiler_cache: Option<Stats>,
+        /// CPU seconds the container used (None: the engine did not say).
+        cpu_seconds: Option<f64>,
     },
     Failed {
         code: i32,
@@ -72,7 +74,10 @@ pub enum Ran {
 /// Run the job; the outputs land in `job.into` when the command succeeds.
 pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
     engine.guarded(async |s| {
+        let starting = crate::trace::span("kernel container: start, copy in");
         let id = s.start_idle(&job.opts, job.copy_in.clone()).await?;
+        drop(starting);
+        let _preparing = crate::trace::span("kernel container: prepare (owner, jobs, ccache)");
         let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
         // The copied source and /out belong to the image's user, who runs
         // the command; the target list file is written beside the source.
@@ -109,7 +114,12 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
         if ccache {
             env.extend(compiler_cache::env(SRC_DIR));
         }
+        drop(_preparing);
+        let command = crate::trace::span("kernel container: the command");
         let (code, _) = s.exec(&id, job.cmd.clone(), env, Some(SRC_DIR), ExecOutput::Stderr).await?;
+        drop(command);
+        let cpu_seconds = s.cpu_seconds(&id).await;
+        let _after = crate::trace::span("kernel container: ccache stats and copy out, outputs copy out");
         if code != 0 {
             return Ok(Ran::Failed { code: i32::try_from(code).unwrap_or(1) });
         }
@@ -143,7 +153,7 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
                 move_tree(&part, job.into).map_err(|e| EngineError::io("cannot move outputs into", job.into, e))?;
         }
         let _ = std::fs::remove_dir_all(&parts);
-        Ok(Ran::Built { jobs, resources, copied, compiler_cache: stats })
+        Ok(Ran::Built { jobs, resources, copied, compiler_cache: stats, cpu_seconds })
     })
 }
 

@@ -79,6 +79,11 @@ pub struct Report {
     pub jobs: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<jobs::Resources>,
+    /// CPU seconds the build container used: the compile work, which a busy
+    /// machine does not inflate as it does `seconds` (absent on a cache hit,
+    /// or when the engine does not report it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_cpu_seconds: Option<f64>,
     pub outputs: Vec<OutputFile>,
     /// Requested targets an output lacks (only with --allow-missing-targets).
     pub missing: Vec<Missing>,
@@ -142,7 +147,9 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     }
     let cache = Cache::open_with(&o.cache)?;
     let mut engine = None;
+    let reading = crate::trace::span("kernel: read inputs (source, image)");
     let read = inputs::Inputs::read(o, &mut engine)?;
+    drop(reading);
     let (image, outputs, out_paths) = (read.image, &read.outputs, &read.out_paths);
     let skip: Vec<&str> = read.skip.iter().map(String::as_str).collect();
     let skip = skip.as_slice();
@@ -163,6 +170,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
             };
             let staged = cache.stage()?;
             let staged_cc = cache.stage()?;
+            let _running = crate::trace::span("kernel: container (start, copy in, command, copy out)");
             ran = run_in_container(
                 o,
                 &mut engine,
@@ -183,6 +191,8 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
                     out_paths.join(" and ")
                 )));
             }
+            drop(_running);
+            let _committing = crate::trace::span("kernel: commit (compiler cache, outputs)");
             if let Ran::Built { compiler_cache: Some(stats), .. } = &ran {
                 // A build that compiled nothing new leaves the project's cache as it was.
                 if stats.misses > 0 || restored.is_none() {
@@ -194,10 +204,12 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
             (cache.commit(Bucket::Kernels, &key.hex(), staged, &sharing)?, None)
         }
     };
+    let checking = crate::trace::span("kernel: copy outputs, check targets");
     let files = entry
         .copy_files_to(&o.output)
         .map_err(|e| KernelError::Input(format!("copying the outputs to `{}`: {e}", o.output.display())))?;
     let reports = check::inspect(&o.output, &files).map_err(KernelError::Input)?;
+    drop(checking);
     let missing = check::missing(&reports, &o.targets.targets);
     if !missing.is_empty() {
         if !o.allow_missing_targets {
@@ -207,9 +219,9 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
             log::warn!("{m} (--allow-missing-targets)");
         }
     }
-    let (jobs, resources) = match ran {
-        Ran::Built { jobs, resources, .. } => (Some(jobs), resources),
-        Ran::Failed { .. } => (None, None),
+    let (jobs, resources, container_cpu_seconds) = match ran {
+        Ran::Built { jobs, resources, cpu_seconds, .. } => (Some(jobs), resources, cpu_seconds),
+        Ran::Failed { .. } => (None, None, None),
     };
     Ok(Report {
         output_dir: o.output.clone(),
@@ -222,6 +234,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
         targets_source: o.targets.source.clone(),
         jobs,
         resources,
+        container_cpu_seconds,
         outputs: reports,
         missing,
         compiler_cache: project_cc,
@@ -243,7 +256,9 @@ fn run_in_container(
     cc_into: &Path,
 ) -> Result<Ran, KernelError> {
     let engine = crate::engine::build_image::connect(engine)?;
+    let loading = crate::trace::span("kernel: image in the engine");
     let reference = o.image.in_engine(engine, image, &crate::cache::scratch_dir(&o.cache.dir))?;
+    drop(loading);
     let mut env = targets::env(&o.targets.targets);
     env.extend(o.env.iter().cloned());
     let mut copy_in = inputs::source_copies(&o.source, skip)?;
