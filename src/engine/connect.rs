@@ -41,8 +41,12 @@ pub struct Engine {
     pub(crate) signals: std::cell::RefCell<Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>>,
     /// Container limits the engine refused, and what replaced them.
     pub(crate) limits: LimitFallbacks,
+    /// A local engine process's limits (read through its socket's peer).
+    pub process_limits: Option<super::limits::EngineProcessLimits>,
     /// Whether the engine resolves CDI names (asked once, when needed).
     pub(crate) cdi: std::cell::OnceCell<super::devices::CdiSupport>,
+    /// Whether the engine runs rootless (asked once, when needed).
+    pub(crate) rootless: std::cell::OnceCell<bool>,
 }
 
 /// The engine address quarry uses, for messages when it cannot connect.
@@ -123,6 +127,10 @@ impl Engine {
         })?;
         let podman = version.components.iter().flatten().any(|c| c.name.contains("Podman"));
         let api_version = docker.client_version().to_string();
+        let process_limits = match &endpoint.transport {
+            Transport::Unix(socket) => super::limits::engine_process(socket),
+            _ => None,
+        };
         Ok(Engine {
             rt,
             docker,
@@ -132,8 +140,10 @@ impl Engine {
             version: version.version.unwrap_or_else(|| "unknown".into()),
             api_version,
             signals: Default::default(),
-            limits: Default::default(),
+            limits: LimitFallbacks::new(process_limits.as_ref()),
+            process_limits,
             cdi: Default::default(),
+            rootless: Default::default(),
         })
     }
 

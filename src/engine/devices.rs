@@ -1,7 +1,8 @@
 //! How GPU devices reach the engine: CDI names for an engine that
 //! resolves them (Podman 4.1+; Docker 25+ with CDI enabled, API 1.44+),
-//! else the same nodes as plain device mappings; and engine errors about
-//! devices, said plainly.
+//! else the same nodes as plain device mappings; a word when the groups
+//! that give access to them cannot work (rootless Podman); and engine
+//! errors about devices, said plainly.
 
 use super::cdi::KIND;
 use super::{Engine, EngineError, EngineKind};
@@ -27,6 +28,13 @@ fn cdi_names(body: &ContainerCreateBody) -> Vec<String> {
 fn version_at_least(version: &str, want: (u64, u64)) -> bool {
     let mut it = version.split(['.', '-', '+', '~']).map(|p| p.parse::<u64>().unwrap_or(0));
     (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= want
+}
+
+/// The devices of the engine's "unresolvable CDI devices NAME,..." error.
+fn unresolvable_devices(message: &str) -> Option<&str> {
+    let at = message.find("unresolvable CDI devices")?;
+    let rest = message[at + "unresolvable CDI devices".len()..].trim_start();
+    Some(rest.split(" (").next().unwrap_or(rest).trim())
 }
 
 impl Engine {
@@ -74,9 +82,38 @@ impl Engine {
         self.rt.block_on(self.cdi_support_async())
     }
 
+    /// [`Engine::rootless_async`] for synchronous callers.
+    pub fn rootless(&self) -> bool {
+        self.rt.block_on(self.rootless_async())
+    }
+
+    /// Whether the engine runs rootless (asked once, when needed).
+    pub async fn rootless_async(&self) -> bool {
+        if let Some(r) = self.rootless.get() {
+            return *r;
+        }
+        // A local engine's user says it; Docker's info says it too, Podman's Docker-compatible info does not.
+        let r = match &self.process_limits {
+            Some(p) => p.uid != 0,
+            None => {
+                let info = self.docker.info().await.ok();
+                info.and_then(|i| i.security_options).unwrap_or_default().iter().any(|o| o.contains("rootless"))
+            }
+        };
+        let _ = self.rootless.set(r);
+        r
+    }
+
     /// Keep either the CDI names or their device-node fallback in `body`,
     /// as the engine can take them.
     pub(crate) async fn adapt_gpu_devices(&self, body: &mut ContainerCreateBody) -> Result<(), EngineError> {
+        let groups = body.host_config.as_ref().and_then(|h| h.group_add.clone()).unwrap_or_default();
+        if self.kind == EngineKind::Podman && !groups.is_empty() && self.rootless_async().await {
+            log::warn!(
+                "rootless Podman maps no host gid into its containers: the GPU nodes' groups ({}) will not give access there; Podman's answer, keeping the service user's own groups (`podman run --group-add keep-groups`, crun only), cannot be asked for through its API: use a rootful Podman service (or Docker) for GPU work",
+                groups.join(", ")
+            );
+        }
         let names = cdi_names(body);
         if names.is_empty() {
             return Ok(());
@@ -109,12 +146,9 @@ impl Engine {
     /// An error creating or starting a container, with what to do when the
     /// engine's message says what went wrong.
     pub(crate) fn explain_start_error(&self, what: &str, message: String) -> EngineError {
-        if let Some(at) = message.find("unresolvable CDI devices") {
-            let devices = message[at + "unresolvable CDI devices".len()..]
-                .trim()
-                .trim_end_matches(|c: char| !c.is_alphanumeric());
+        if let Some(devices) = unresolvable_devices(&message) {
             return EngineError::Invalid(format!(
-                "CDI device {devices} does not exist on the engine at {}: no CDI spec there names it; write one on the engine's host with `quarry cdi generate -o /etc/cdi/amd.json` (or `amd-ctk cdi generate`), or ask for a device it lists ({KIND}=0, {KIND}=all)",
+                "CDI device {devices} does not exist on the engine at {}: no CDI spec in its host's /etc/cdi or /var/run/cdi names it (or two specs name it, and the engine drops both); write one there with `quarry cdi generate -o /etc/cdi/amd.json` (or `amd-ctk cdi generate`), or ask for a device it lists ({KIND}=0, {KIND}=all)",
                 self.endpoint.url
             ));
         }
@@ -124,6 +158,13 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unresolvable_devices_from_engine_messages() {
+        let podman = "preparing container 08f9 for attach: setting up CDI devices: unresolvable CDI devices amd.com/gpu=1 (HTTP 409)";
+        assert_eq!(super::unresolvable_devices(podman), Some("amd.com/gpu=1"));
+        assert_eq!(super::unresolvable_devices("no such image"), None);
+    }
+
     #[test]
     fn versions() {
         assert!(super::version_at_least("4.3.1", (4, 1)));

@@ -6,7 +6,6 @@
 //! space, and the patchelf wheel repairs use (quarry's own is fetched if
 //! needed).
 
-use super::endpoint::Transport;
 use super::gpu::{self, DeviceNode, GpuInfo, TargetList};
 use super::limits::EngineProcessLimits;
 use super::{CdiSupport, Engine, EngineKind};
@@ -39,17 +38,12 @@ pub struct EngineStatus {
 
 fn engine_status(e: &Engine) -> EngineStatus {
     let info = e.rt.block_on(e.docker.info());
-    let (driver, rootless, problem) = match info {
-        Ok(i) => {
-            let rootless = i.security_options.iter().flatten().any(|o| o.contains("rootless"));
-            (Some(i.driver.unwrap_or_else(|| "unknown".into())), Some(rootless), None)
-        }
-        Err(err) => (None, None, Some(super::EngineError::api("reading the engine's info", err).to_string())),
+    let (driver, problem) = match info {
+        Ok(i) => (Some(i.driver.unwrap_or_else(|| "unknown".into())), None),
+        Err(err) => (None, Some(super::EngineError::api("reading the engine's info", err).to_string())),
     };
-    let process_limits = match &e.endpoint.transport {
-        Transport::Unix(socket) => super::limits::engine_process(socket),
-        _ => None,
-    };
+    let rootless = Some(e.rootless());
+    let process_limits = e.process_limits.clone();
     let mut status = EngineStatus {
         host: e.host.clone(),
         chosen_by: e.endpoint.reason.clone(),
@@ -81,7 +75,7 @@ fn differences(e: &Engine, s: &EngineStatus) -> Vec<String> {
             "zstd layers are loaded as they are: Podman's storage reads zstd whatever API version it reports".into(),
         );
         if s.rootless == Some(true) {
-            out.push("rootless: only groups the user namespace maps can be added; GPU node gids from the host need `--group-add keep-groups` with Podman's CLI and the user in those groups".into());
+            out.push("rootless: host gids are not mapped into containers, so the GPU nodes' groups give no access there (Podman's keep-groups needs crun and cannot be asked for through its API): use a rootful service for GPU work; limits stop at the service user's own, and without /dev/mqueue on the host --ipc host becomes a private IPC namespace with an 8 GiB /dev/shm".into());
         }
     } else if e.api() < (1, 42) {
         out.push(format!("Docker {} reads no zstd layers: quarry recompresses them to gzip when loading", e.version));

@@ -1,5 +1,5 @@
-//! Resource limits (ulimits) of containers, and what quarry does when the
-//! engine's runtime cannot apply them.
+//! Resource limits (ulimits) and the shared IPC namespace of containers,
+//! and what quarry does when the engine's runtime cannot apply them.
 //!
 //! Where the engine runs without CAP_SYS_RESOURCE (rootless engines, some
 //! sandboxes), runc cannot raise a limit above the engine's own hard limit
@@ -10,10 +10,15 @@
 //! this process's own limit (soft:hard), then soft:soft, then 1024:1024 for
 //! nofile and nproc; it remembers what worked for the rest of the command
 //! and says so once per limit.
+//!
+//! The GPU profile shares the host's IPC namespace (`--ipc host`, for RCCL
+//! and PyTorch's shared memory). A rootless engine on a host without
+//! `/dev/mqueue` cannot: the container then gets its own namespace with an
+//! 8 GiB `/dev/shm`, and quarry says so.
 
 use bollard::models::{ContainerCreateBody, ResourcesUlimits};
 use rustix::process::Resource;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 /// rlimit numbers as runc reports them (Linux, all architectures quarry
@@ -47,9 +52,13 @@ fn own_limit(name: &str) -> Option<(i64, i64)> {
     Some((v(l.current), v(l.maximum)))
 }
 
-/// The limits to try for `name`, most generous first.
-fn ladder(name: &str) -> Vec<(i64, i64)> {
+/// The limits to try for `name`, most generous first: a local engine's
+/// own hard limit when known, this process's, then 1024 for nofile/nproc.
+fn ladder(name: &str, engine_hard: Option<i64>) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
+    if let Some(h) = engine_hard {
+        out.push((h, h));
+    }
     if let Some((soft, hard)) = own_limit(name) {
         out.push((soft, hard));
         out.push((soft, soft));
@@ -71,11 +80,33 @@ fn describe(name: &str, (soft, hard): (i64, i64)) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct LimitFallbacks {
     chosen: RefCell<BTreeMap<&'static str, (i64, i64)>>,
+    /// A local engine process's hard limits, the best first guess.
+    engine_hard: BTreeMap<String, i64>,
+    /// The host's IPC namespace was refused: containers get their own.
+    private_ipc: Cell<bool>,
 }
 
+/// /dev/shm of a container that cannot share the host's IPC namespace.
+const SHM_SIZE: i64 = 8 << 30;
+
 impl LimitFallbacks {
+    pub fn new(engine: Option<&EngineProcessLimits>) -> LimitFallbacks {
+        LimitFallbacks {
+            chosen: Default::default(),
+            engine_hard: engine.map(|e| e.hard.clone()).unwrap_or_default(),
+            private_ipc: Cell::new(false),
+        }
+    }
+
     /// Put the learned limits into a container's definition.
     pub fn apply(&self, body: &mut ContainerCreateBody) {
+        if self.private_ipc.get() {
+            let host = body.host_config.get_or_insert_with(Default::default);
+            if host.ipc_mode.as_deref() == Some("host") {
+                host.ipc_mode = None;
+                host.shm_size = Some(SHM_SIZE);
+            }
+        }
         let chosen = self.chosen.borrow();
         if chosen.is_empty() {
             return;
@@ -97,7 +128,7 @@ impl LimitFallbacks {
             .and_then(|h| h.ulimits.as_ref())
             .and_then(|u| u.iter().find(|u| u.name.as_deref() == Some(name)))
             .map(|u| (u.soft.unwrap_or(-1), u.hard.unwrap_or(-1)));
-        let steps = ladder(name);
+        let steps = ladder(name, self.engine_hard.get(name).copied());
         let next = match asked.and_then(|a| steps.iter().position(|s| *s == a)) {
             Some(i) => steps.get(i + 1).copied(),
             None => steps.first().copied(),
@@ -115,9 +146,33 @@ impl LimitFallbacks {
             Some(a) => describe(name, a),
             None => format!("its default {name} limit"),
         };
-        let own = if own_limit(name) == Some(next) { " (this process's own limit)" } else { "" };
+        let own = if self.engine_hard.get(name).is_some_and(|h| (*h, *h) == next) {
+            " (the engine process's own limit)"
+        } else if own_limit(name) == Some(next) {
+            " (this process's own limit)"
+        } else {
+            ""
+        };
         log::warn!("the engine cannot apply {what} ({why}); containers get {}{own} instead", describe(name, next));
         self.chosen.borrow_mut().insert(name, next);
+        true
+    }
+}
+
+impl LimitFallbacks {
+    /// After the engine refused the host's IPC namespace for `body`: use a
+    /// private one from now on (true), unless that was already so.
+    pub fn step_down_ipc(&self, body: &ContainerCreateBody, engine_error: &str) -> bool {
+        let wants_host = body.host_config.as_ref().and_then(|h| h.ipc_mode.as_deref()) == Some("host");
+        if !wants_host || !engine_error.contains("mqueue") || self.private_ipc.get() {
+            return false;
+        }
+        log::warn!(
+            "the engine cannot share the host's IPC namespace ({}); containers get their own with a {} GiB /dev/shm instead",
+            engine_error.trim(),
+            SHM_SIZE >> 30
+        );
+        self.private_ipc.set(true);
         true
     }
 }
@@ -128,6 +183,8 @@ impl LimitFallbacks {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EngineProcessLimits {
     pub pid: i32,
+    /// The engine's user: not 0 means a rootless engine.
+    pub uid: u32,
     /// CAP_SYS_RESOURCE: limits above the hard ones can be given.
     pub can_raise: bool,
     /// Hard limits by ulimit name (`nofile`, `nproc`, `memlock`); -1 is unlimited.
@@ -139,7 +196,8 @@ pub struct EngineProcessLimits {
 /// unavailable (another user's process, no /proc).
 pub fn engine_process(socket: &std::path::Path) -> Option<EngineProcessLimits> {
     let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
-    let pid = rustix::net::sockopt::socket_peercred(&stream).ok()?.pid.as_raw_nonzero().get();
+    let peer = rustix::net::sockopt::socket_peercred(&stream).ok()?;
+    let (pid, uid) = (peer.pid.as_raw_nonzero().get(), peer.uid.as_raw());
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let cap_eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).map(str::trim)?;
@@ -152,7 +210,7 @@ pub fn engine_process(socket: &std::path::Path) -> Option<EngineProcessLimits> {
         let value = fields.get(1).map(|v| if *v == "unlimited" { -1 } else { v.parse().unwrap_or(-1) })?;
         hard.insert(name.to_string(), value);
     }
-    Some(EngineProcessLimits { pid, can_raise, hard })
+    Some(EngineProcessLimits { pid, uid, can_raise, hard })
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ use bollard::query_parameters::CreateContainerOptionsBuilder;
 use bollard::Docker;
 use serde_json::{json, Map, Value};
 
+const LIBPOD_CREATE: &str = "/v4.0.0/libpod/containers/create";
+
 /// Podman's `SpecGenerator` for the container `body` describes (the fields
 /// quarry's containers use).
 fn spec_generator(name: &str, body: &ContainerCreateBody) -> Value {
@@ -78,7 +80,11 @@ fn spec_generator(name: &str, body: &ContainerCreateBody) -> Value {
         .ulimits
         .iter()
         .flatten()
-        .map(|u| json!({ "type": u.name, "soft": u.soft.unwrap_or(-1), "hard": u.hard.unwrap_or(-1) }))
+        // Podman's limits are unsigned: unlimited is RLIM_INFINITY, not -1.
+        .map(|u| {
+            let n = |v: Option<i64>| v.filter(|v| *v >= 0).map(|v| v as u64).unwrap_or(u64::MAX);
+            json!({ "type": u.name, "soft": n(u.soft), "hard": n(u.hard) })
+        })
         .collect();
     if !rlimits.is_empty() {
         put("r_limits", json!(rlimits));
@@ -112,12 +118,12 @@ pub(crate) async fn create(
 ) -> Result<ContainerCreateResponse, bollard::errors::Error> {
     let payload = bytes::Bytes::from(spec_generator(name, body).to_string());
     let redirected = docker.clone().with_request_modifier(move |mut req| {
-        let uri = req.uri().to_string();
-        if let Some(at) = uri.find("/containers/create") {
-            // `/v1.41/containers/create?name=...` -> `/v1.41/libpod/containers/create`
-            let target = format!("{}/libpod/containers/create", &uri[..at]);
-            if let Ok(u) = target.parse() {
-                *req.uri_mut() = u;
+        if req.uri().path().ends_with("/containers/create") {
+            // Libpod's routes need a version prefix of their own API (4.0.0, Podman 4's first).
+            let mut parts = req.uri().clone().into_parts();
+            parts.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static(LIBPOD_CREATE));
+            if let Ok(uri) = hyper::Uri::from_parts(parts) {
+                *req.uri_mut() = uri;
                 req.headers_mut().remove(hyper::header::CONTENT_LENGTH);
                 *req.body_mut() = bollard::body_full(payload.clone());
             }
@@ -172,6 +178,10 @@ mod tests {
         assert_eq!(s["ipcns"]["nsmode"], "host");
         assert_eq!(s["seccomp_profile_path"], "unconfined");
         assert_eq!(s["r_limits"], json!([{"type": "nofile", "soft": 1024, "hard": 2048}]));
+        let unlimited = ResourcesUlimits { name: Some("memlock".into()), soft: Some(-1), hard: Some(-1) };
+        let mut b = body.clone();
+        b.host_config.as_mut().unwrap().ulimits = Some(vec![unlimited]);
+        assert_eq!(spec_generator("q", &b)["r_limits"][0]["soft"], json!(u64::MAX));
         assert_eq!(s["mounts"][0]["options"], json!(["rbind", "ro"]));
     }
 }

@@ -162,7 +162,11 @@ impl Session<'_> {
         loop {
             let mut attempt = body.clone();
             self.engine.limits.apply(&mut attempt);
-            let id = self.create(&attempt).await?;
+            let id = match self.create(&attempt).await {
+                Ok(id) => id,
+                Err(EngineError::Api { detail, .. }) if self.engine.limits.step_down_ipc(&attempt, &detail) => continue,
+                Err(e) => return Err(e),
+            };
             copy::copy_in(d, &id, copy_in.to_vec(), stamp).await?;
             // Attached before the start, streams only: the engine subscribes
             // to the output before it answers, so nothing is missed. With
@@ -210,13 +214,16 @@ impl Session<'_> {
         what: &str,
     ) -> Result<(), EngineError> {
         let msg = describe(&err);
-        match super::limits::refused(&msg) {
-            Some(name) if self.engine.limits.step_down(name, body, &msg) => {
-                self.remove_container(id).await;
-                Ok(())
-            }
-            _ => Err(self.engine.explain_start_error(what, msg)),
+        let limits = &self.engine.limits;
+        let retry = match super::limits::refused(&msg) {
+            Some(name) => limits.step_down(name, body, &msg),
+            None => limits.step_down_ipc(body, &msg),
+        };
+        if !retry {
+            return Err(self.engine.explain_start_error(what, msg));
         }
+        self.remove_container(id).await;
+        Ok(())
     }
 
     /// Create a container from `body` (tracked for removal).
