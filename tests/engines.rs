@@ -19,12 +19,14 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// quarry on `ep`, with no simulated GPU or target settings from outside.
+/// quarry on `ep`, with no simulated GPU or target settings from outside,
+/// and a cache under target/ unless a call names another.
 fn q(ep: &Endpoint) -> Command {
     let mut c = quarry();
-    for k in ["QUARRY_DEV_ROOT", "QUARRY_SYSFS_ROOT", "PYTORCH_ROCM_ARCH", "GPU_ARCHS", "QUARRY_CACHE"] {
+    for k in ["QUARRY_DEV_ROOT", "QUARRY_SYSFS_ROOT", "PYTORCH_ROCM_ARCH", "GPU_ARCHS"] {
         c.env_remove(k);
     }
+    c.env("QUARRY_CACHE", fixtures_dir().join("engines-cache"));
     ep.apply(&mut c);
     c
 }
@@ -115,6 +117,26 @@ impl Drop for Tag<'_> {
     }
 }
 
+/// `wheel build` of tests/fixtures/hip/pyext (hipcc, one target) in the
+/// builder, repaired with the image's libraries (as `wheel repair --image`
+/// does, in a container); the wheel's sha256.
+fn build_wheel(ep: &Endpoint, builder: &Path, out: &Path) -> String {
+    let mut c = q(ep);
+    c.args(["wheel", "build"])
+        .arg(repo().join("tests/fixtures/hip/pyext"))
+        .arg("--image")
+        .arg(builder)
+        .arg("-o")
+        .arg(out);
+    c.args(["--axis", "PYTORCH_ROCM_ARCH=gfx90a", "--gpu", "none", "--repair", "--exclude", "libamdhip64.so*"]);
+    c.arg("--json").arg("--cache-dir").arg(repo().join("target/packages-cache"));
+    let j = stdout_json(&run_expect(&mut c, 0));
+    let wheels = j.as_array().cloned().unwrap_or_else(|| j["wheels"].as_array().cloned().unwrap());
+    assert_eq!(wheels.len(), 1, "{}: {wheels:#?}", ep.name);
+    assert_eq!(wheels[0]["repaired"], true, "{}: {wheels:#?}", ep.name);
+    wheels[0]["sha256"].as_str().unwrap().to_string()
+}
+
 struct Results {
     step_digest: String,
     wheel_sha256: String,
@@ -122,6 +144,13 @@ struct Results {
 
 /// The end-to-end subset on one endpoint.
 fn subset(ep: &Endpoint) -> Results {
+    // Each phase's time, in the test's output (for the suite's time budget).
+    let started = std::time::Instant::now();
+    let mut last = started;
+    let mut phase = |what: &str| {
+        eprintln!("{}: {what} {:.1} s", ep.name, last.elapsed().as_secs_f64());
+        last = std::time::Instant::now();
+    };
     let work = tempfile::tempdir().unwrap();
     let name = unique(&format!("{}-step", ep.name));
 
@@ -133,11 +162,13 @@ fn subset(ep: &Endpoint) -> Results {
     assert_eq!(e["remote"], ep.remote, "{doc:#}");
     assert!(e["chosen_by"].as_str().unwrap().contains(&ep.chosen_by), "{doc:#}");
 
+    phase("doctor");
     // A build with a step layer: the step runs in this engine.
     let def = step_definition(work.path(), &name);
     let layout = work.path().join("oci");
     let step_digest = build_step(ep, &def, &fresh_cache(work.path()), &layout);
 
+    phase("build with a step layer");
     // Load, twice: the second time every layer is in the engine already.
     let tag = Tag(ep, format!("{name}:1"));
     let first = stdout_json(&run_expect(q(ep).arg("load").arg(&layout).args(["--tag", &tag.1, "--json"]), 0));
@@ -145,6 +176,7 @@ fn subset(ep: &Endpoint) -> Results {
     assert_eq!(again["layers_sent"], 0, "{}: {again:#}", ep.name);
     assert_eq!(again["image_id"], first["image_id"]);
 
+    phase("load twice");
     // Run with simulated GPUs: the nodes, the host gids, access through them;
     // a subset; the exit code; copies through the API both ways.
     let dev = simulated_dev_root();
@@ -182,6 +214,7 @@ fn subset(ep: &Endpoint) -> Results {
     assert_eq!(copied, "payload\nbuilt in a step\nlo\n", "{}", ep.name);
     assert_eq!(std::fs::read_to_string(out_dir.join("up.txt")).unwrap(), "up\n");
 
+    phase("three runs (GPUs, subset, copies)");
     // A kernel build and a wheel build with hipcc in the Debian 13 builder
     // (the layout is loaded into the engine on first use).
     let (_, builder) = debian13_rocm_images();
@@ -207,21 +240,9 @@ fn subset(ep: &Endpoint) -> Results {
     let lib =
         kernel["outputs"].as_array().unwrap().iter().find(|o| o["file"] == "libvops.so").cloned().expect("libvops.so");
     assert_eq!(lib["targets"], serde_json::json!(["gfx90a"]), "{}: {kernel:#}", ep.name);
-    let wheels = stdout_json(&run_expect(
-        q(ep)
-            .args(["wheel", "build"])
-            .arg(repo().join("tests/fixtures/hip/pyext"))
-            .arg("--image")
-            .arg(&builder)
-            .arg("-o")
-            .arg(work.path().join("wheels"))
-            .args(["--axis", "PYTORCH_ROCM_ARCH=gfx90a", "--gpu", "none", "--json", "--cache-dir"])
-            .arg(repo().join("target/packages-cache")),
-        0,
-    ));
-    let wheels = wheels.as_array().cloned().unwrap_or_else(|| wheels["wheels"].as_array().cloned().unwrap());
-    assert_eq!(wheels.len(), 1, "{}: {wheels:#?}", ep.name);
-    let wheel_sha256 = wheels[0]["sha256"].as_str().unwrap().to_string();
+    phase("kernel build");
+    let wheel_sha256 = build_wheel(ep, &builder, &work.path().join("wheels"));
+    phase("wheel build and repair");
 
     // gc: a container as a killed quarry leaves it goes; a live one's stays.
     let dead = "2147483600";
@@ -239,6 +260,8 @@ fn subset(ep: &Endpoint) -> Results {
     let removed: Vec<&str> = gc["containers_removed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(removed.iter().any(|r| left.starts_with(r) || r.starts_with(&left)), "{}: {gc:#}", ep.name);
     assert!(ep.leaked_containers().is_empty(), "{}: leaked {:?}", ep.name, ep.leaked_containers());
+    phase("gc");
+    eprintln!("{}: the subset took {:.1} s", ep.name, started.elapsed().as_secs_f64());
     Results { step_digest, wheel_sha256 }
 }
 
@@ -272,24 +295,8 @@ fn subset_on_podman_matches_docker() {
     let on_docker = build_step(&docker, &def, &fresh_cache(work.path()), &work.path().join("oci"));
     assert_eq!(on_podman.step_digest, on_docker, "a step's layer differs between Podman and Docker");
     let (_, builder) = debian13_rocm_images();
-    let wheels = stdout_json(&run_expect(
-        q(&docker)
-            .args(["wheel", "build"])
-            .arg(repo().join("tests/fixtures/hip/pyext"))
-            .arg("--image")
-            .arg(&builder)
-            .arg("-o")
-            .arg(work.path().join("wheels"))
-            .args(["--axis", "PYTORCH_ROCM_ARCH=gfx90a", "--gpu", "none", "--json", "--cache-dir"])
-            .arg(repo().join("target/packages-cache")),
-        0,
-    ));
-    let wheels = wheels.as_array().cloned().unwrap_or_else(|| wheels["wheels"].as_array().cloned().unwrap());
-    assert_eq!(
-        wheels[0]["sha256"].as_str().unwrap(),
-        on_podman.wheel_sha256,
-        "the wheel differs between Podman and Docker"
-    );
+    let on_docker = build_wheel(&docker, &builder, &work.path().join("wheels"));
+    assert_eq!(on_docker, on_podman.wheel_sha256, "the wheel differs between Podman and Docker");
 }
 
 #[test]
@@ -391,6 +398,7 @@ fn docker_contexts_choose_the_endpoint() {
     let ssh_path = ssh.endpoint.env.iter().find(|(k, _)| k == "PATH").unwrap().1.clone();
     let doctor = |env: &[(&str, &str)], args: &[&str]| {
         let mut cmd = quarry();
+        cmd.env("QUARRY_CACHE", fixtures_dir().join("engines-cache"));
         for k in ["DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "QUARRY_ENGINE"] {
             cmd.env_remove(k);
         }
@@ -422,7 +430,8 @@ fn docker_contexts_choose_the_endpoint() {
     assert_eq!(e["chosen_by"], "DOCKER_HOST", "{e:#}");
     // The human report says the same.
     let mut cmd = quarry();
-    cmd.env("DOCKER_CONFIG", config.path())
+    cmd.env("QUARRY_CACHE", fixtures_dir().join("engines-cache"))
+        .env("DOCKER_CONFIG", config.path())
         .env("PATH", &ssh_path)
         .env_remove("DOCKER_HOST")
         .env("DOCKER_CONTEXT", "lab-tls");
