@@ -244,21 +244,28 @@ fn subset(ep: &Endpoint) -> Results {
     let wheel_sha256 = build_wheel(ep, &builder, &work.path().join("wheels"));
     phase("wheel build and repair");
 
-    // gc: a container as a killed quarry leaves it goes; a live one's stays.
+    // gc: a container as a killed quarry leaves it goes; one that quarry on
+    // another machine made stays (its process cannot be seen from here).
     let dead = "2147483600";
-    let left = ep.cli_out(&[
-        "create",
-        "--label",
-        "io.quarry.managed=true",
-        "--label",
-        &format!("io.quarry.pid={dead}"),
-        &tag.1,
-        "true",
-    ]);
-    let left = left.trim().to_string();
+    let leftover = |host: &str| {
+        let labels =
+            ["io.quarry.managed=true".to_string(), format!("io.quarry.pid={dead}"), format!("io.quarry.host={host}")];
+        let mut args = vec!["create"];
+        for l in &labels {
+            args.extend(["--label", l.as_str()]);
+        }
+        args.extend([tag.1.as_str(), "true"]);
+        ep.cli_out(&args).trim().to_string()
+    };
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let (left, elsewhere) = (leftover(&here), leftover("another-machine"));
     let gc = stdout_json(&run_expect(q(ep).args(["gc", "--json"]), 0));
     let removed: Vec<&str> = gc["containers_removed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(removed.iter().any(|r| left.starts_with(r) || r.starts_with(&left)), "{}: {gc:#}", ep.name);
+    let same = |a: &str, b: &str| a.starts_with(b) || b.starts_with(a);
+    assert!(removed.iter().any(|r| same(r, &left)), "{}: {gc:#}", ep.name);
+    assert!(!removed.iter().any(|r| same(r, &elsewhere)), "{}: {gc:#}", ep.name);
+    assert!(gc["kept_other_hosts"].as_u64().unwrap() >= 1, "{gc:#}");
+    ep.cli_out(&["rm", &elsewhere]);
     assert!(ep.leaked_containers().is_empty(), "{}: leaked {:?}", ep.name, ep.leaked_containers());
     phase("gc");
     eprintln!("{}: the subset took {:.1} s", ep.name, started.elapsed().as_secs_f64());

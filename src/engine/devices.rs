@@ -115,7 +115,14 @@ impl Engine {
             );
         }
         let names = cdi_names(body);
+        let mapped = body.host_config.as_ref().and_then(|h| h.devices.as_ref()).is_some_and(|d| !d.is_empty());
         if names.is_empty() {
+            if mapped && self.endpoint.is_remote() {
+                log::info!(
+                    "the engine at {} is remote: the GPU nodes passed and their gids were read on this machine; if its host differs, name its GPUs by CDI (--gpu-devices amd.com/gpu=all) or use --gpu none",
+                    self.endpoint.url
+                );
+            }
             return Ok(());
         }
         let support = self.cdi_support_async().await;

@@ -7,7 +7,8 @@
 //! cleaning up after killed runs, and the health report of `doctor`.
 //!
 //! Every container and temporary image quarry creates carries the label
-//! [`LABEL_MANAGED`] and the creating process id ([`LABEL_PID`]); they are
+//! [`LABEL_MANAGED`], the creating process id ([`LABEL_PID`]) and the host
+//! it runs on ([`LABEL_HOST`]: a remote engine serves many); they are
 //! removed on success, failure and SIGINT/SIGTERM, and `quarry gc` removes
 //! what a killed process left.
 
@@ -47,6 +48,13 @@ pub enum EngineKind {
 pub const LABEL_MANAGED: &str = "io.quarry.managed";
 /// The pid of the quarry process that created the object.
 pub const LABEL_PID: &str = "io.quarry.pid";
+/// The host name of the machine the quarry process runs on.
+pub const LABEL_HOST: &str = "io.quarry.host";
+
+/// This machine's name, for [`LABEL_HOST`].
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

@@ -6,7 +6,7 @@
 use super::copy::{self, CopyIn, Stamp};
 use super::gpu::GpuPlan;
 pub(crate) use super::session::{unique_suffix, Memlock, Output, Session};
-use super::{Engine, EngineError, LABEL_MANAGED, LABEL_PID};
+use super::{Engine, EngineError, LABEL_HOST, LABEL_MANAGED, LABEL_PID};
 use bollard::models::{ContainerCreateBody, DeviceMapping, DeviceRequest, HostConfig, ResourcesUlimits};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -120,6 +120,7 @@ pub(crate) fn labels() -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
+        (LABEL_HOST.to_string(), super::host_name()),
     ])
 }
 
