@@ -70,6 +70,9 @@ fn spec_generator(name: &str, body: &ContainerCreateBody) -> Value {
     if let Some(ipc) = &host.ipc_mode {
         put("ipcns", ns(ipc));
     }
+    if let Some(size) = host.shm_size {
+        put("shm_size", json!(size));
+    }
     if host.security_opt.iter().flatten().any(|o| o == "seccomp=unconfined") {
         put("seccomp_profile_path", json!("unconfined"));
     }
