@@ -5,6 +5,7 @@
 
 pub mod engines;
 pub mod registry;
+pub mod remote;
 pub mod rocm_rules;
 pub mod slurm;
 pub mod venv;
