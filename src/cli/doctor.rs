@@ -21,16 +21,33 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let e = &r.engine;
     if e.reachable {
+        let product = match e.kind {
+            Some(crate::engine::EngineKind::Podman) => "Podman",
+            _ => "Docker",
+        };
         println!(
-            "engine      ok: Docker {} at {} (API {}), storage driver {}, zstd layers: {}",
+            "engine      ok: {product} {} at {} (API {}), storage driver {}{}, zstd layers: {}",
             e.version.as_deref().unwrap_or("?"),
             e.host,
             e.api_version.as_deref().unwrap_or("?"),
             e.storage_driver.as_deref().unwrap_or("?"),
+            if e.rootless == Some(true) { ", rootless" } else { "" },
             if e.reads_zstd == Some(true) { "yes" } else { "no (quarry recompresses them to gzip on load)" }
         );
     } else {
         println!("engine      PROBLEM: {}", e.problem.as_deref().unwrap_or("unreachable"));
+    }
+    println!(
+        "endpoint    {} chosen by {}{}",
+        e.host,
+        e.chosen_by,
+        if e.remote { " (remote: no host paths)" } else { "" }
+    );
+    if let Some(c) = &e.cdi {
+        println!("cdi         {}: {}", if c.supported { "yes" } else { "no (device mapping instead)" }, c.why);
+    }
+    for d in &e.differences {
+        println!("differs     {d}");
     }
     if r.gpu_nodes.is_empty() {
         println!("gpu nodes   none under {} (runs use --gpu none)", r.dev_root.display());

@@ -17,15 +17,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         super::print_json(&r)?;
     } else {
+        let mut kept = Vec::new();
+        if r.kept_live > 0 {
+            kept.push(format!("{} belonging to running quarry processes", r.kept_live));
+        }
+        if r.kept_other_hosts > 0 {
+            kept.push(format!("{} made by quarry on other machines", r.kept_other_hosts));
+        }
         println!(
             "removed {} container(s) and {} temporary image(s){}",
             r.containers_removed.len(),
             r.images_removed.len(),
-            if r.kept_live > 0 {
-                format!("; kept {} belonging to running quarry processes (--all removes them)", r.kept_live)
-            } else {
-                String::new()
-            }
+            if kept.is_empty() { String::new() } else { format!("; kept {} (--all removes them)", kept.join(" and ")) }
         );
     }
     Ok(0)

@@ -4,6 +4,7 @@
 mod build;
 mod cache;
 mod cache_args;
+mod cdi;
 mod code_objects;
 mod dockerfile;
 mod doctor;
@@ -35,6 +36,9 @@ use clap::{Parser, Subcommand};
     about = "Hermetic, reproducible OCI images and GPU-ready containers for ROCm builds"
 )]
 struct Cli {
+    /// The engine for commands that run containers: a docker context name, or unix:///PATH, tcp://HOST:PORT, ssh://[USER@]HOST[:PORT] [default: DOCKER_HOST, DOCKER_CONTEXT, the docker config's current context, the default socket]
+    #[arg(long, global = true, env = "QUARRY_ENGINE", value_name = "CONTEXT|ADDRESS")]
+    engine: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,6 +65,9 @@ enum Command {
     Gpus(gpus::Args),
     /// Check the engine, GPU nodes and cache
     Doctor(doctor::Args),
+    /// CDI (Container Device Interface) specs for this machine's AMD GPUs
+    #[command(subcommand)]
+    Cdi(cdi::Command),
     /// Push an OCI layout's image to a registry (OCI distribution API)
     Push(push::Args),
     /// Pull an image from a registry into an OCI layout
@@ -89,6 +96,7 @@ enum Command {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     crate::diagnostics::install(crate::diagnostics::Mode::Human);
+    crate::engine::endpoint::select(cli.engine);
     let result = match cli.command {
         Command::Build(a) => build::run(a),
         Command::Inspect(a) => inspect::run(a),
@@ -100,6 +108,7 @@ pub fn main() -> i32 {
         Command::Gc(a) => gc::run(a),
         Command::Gpus(a) => gpus::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Cdi(c) => cdi::run(c),
         Command::Push(a) => push::run(a),
         Command::Pull(a) => pull::run(a),
         Command::Wheel(c) => wheel::run(c),

@@ -1,6 +1,7 @@
 use crate::cli::image_arg::{self, ImageArg};
-use crate::engine::gpu::{self, GpuMode};
+use crate::engine::gpu::GpuMode;
 use crate::engine::run::{parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions};
+use crate::engine::{cdi, endpoint};
 use crate::engine::{Engine, EngineError};
 use crate::progress::Progress;
 
@@ -11,7 +12,7 @@ pub struct Args {
     /// GPUs: `auto` passes AMD GPUs when /dev/kfd exists
     #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
     gpu: GpuMode,
-    /// Only these GPUs: render nodes (renderD128), their paths, or indexes (0,1); comma-separated
+    /// Only these GPUs: render nodes (renderD128), their paths, indexes (0,1), or CDI names (amd.com/gpu=0, amd.com/gpu=all); comma-separated
     #[arg(long = "gpu-devices", value_delimiter = ',')]
     gpu_devices: Vec<String>,
     /// Bind-mount a host path: SRC:DST[:ro] (repeatable)
@@ -57,7 +58,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         workdir: a.workdir.clone(),
         user: a.user.clone(),
         network: a.network,
-        gpu: gpu::plan(a.gpu, &a.gpu_devices)?,
+        // A CDI name this machine lacks is an error unless the engine is elsewhere.
+        gpu: cdi::plan(a.gpu, &a.gpu_devices, endpoint::resolve().map(|e| !e.is_remote()).unwrap_or(true))?,
     };
     let arg = image_arg::classify(&a.image)?;
     if a.print_docker {

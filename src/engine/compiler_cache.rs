@@ -13,7 +13,7 @@
 //! source) hits too.
 
 use super::exec::ExecOutput;
-use super::run::Session;
+use super::session::Session;
 use super::EngineError;
 use std::path::Path;
 

@@ -1,71 +1,158 @@
-//! Connecting to the Docker Engine: `DOCKER_HOST` or the default socket,
-//! the API version negotiated down to what the engine speaks (Docker 20.10
-//! speaks 1.41; bollard 0.21 would otherwise ask for 1.53 and be refused).
+//! Connecting to the engine the endpoint rules choose (see `endpoint`):
+//! a unix socket, TCP, TCP with TLS (the docker CLI's client certificate
+//! and CA) or ssh (see `ssh`); the API version negotiated down to what the
+//! engine speaks (Docker 20.10 and Podman 4 speak 1.41; bollard 0.21 would
+//! otherwise ask for 1.53 and be refused); and what kind of engine
+//! answered, Docker or Podman (whose service speaks the same API with the
+//! differences quarry copes with: see `podman`).
 //!
 //! The [`Engine`] owns a small tokio runtime and offers blocking methods,
 //! so the synchronous parts of quarry (builds, the CLI) can call it.
 
-use super::{describe, EngineError};
+use super::endpoint::{self, Endpoint, Transport};
+use super::limits::LimitFallbacks;
+use super::ssh::SshStderr;
+use super::{describe, EngineError, EngineKind};
 use bollard::Docker;
 use std::time::Duration;
 
-const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// bollard's timeout covers a request until the response headers arrive;
 /// the engine answers `/images/load` or `/wait` only when done, which may
 /// take far longer than bollard's 120 s default. Long operations are
 /// bounded by the user (Ctrl-C), not by a timer.
 const LONG_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How long the first ping may take before the engine counts as unreachable.
-const PING_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the first ping may take before the engine counts as unreachable
+/// (an ssh endpoint's first connection includes the ssh handshake).
+const PING_TIMEOUT: Duration = Duration::from_secs(40);
 
 pub struct Engine {
     pub(crate) rt: tokio::runtime::Runtime,
     pub(crate) docker: Docker,
+    /// The endpoint and why it was chosen.
+    pub endpoint: Endpoint,
     /// The address used, for messages.
     pub host: String,
-    /// The engine's version (`20.10.24`...).
+    pub kind: EngineKind,
+    /// The engine's version (`20.10.24`, Podman's `4.3.1`...).
     pub version: String,
     /// The API version both sides use after negotiation (`1.41`...).
     pub api_version: String,
     /// SIGINT and SIGTERM listeners, made by the first guarded operation.
     pub(crate) signals: std::cell::RefCell<Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>>,
+    /// Container limits the engine refused, and what replaced them.
+    pub(crate) limits: LimitFallbacks,
+    /// A local engine process's limits (read through its socket's peer).
+    pub process_limits: Option<super::limits::EngineProcessLimits>,
+    /// Whether the engine resolves CDI names (asked once, when needed).
+    pub(crate) cdi: std::cell::OnceCell<super::devices::CdiSupport>,
+    /// Whether the engine runs rootless (asked once, when needed).
+    pub(crate) rootless: std::cell::OnceCell<bool>,
 }
 
-/// The engine address quarry uses: `DOCKER_HOST`, else the default socket.
+/// The engine address quarry uses, for messages when it cannot connect.
 pub fn engine_host() -> String {
-    std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| DEFAULT_HOST.to_string())
+    endpoint::resolve().map(|e| e.url).unwrap_or_else(|e| e.to_string())
+}
+
+fn unreachable(e: &Endpoint, detail: String) -> EngineError {
+    let hint = match &e.transport {
+        Transport::Unix(_) | Transport::Tcp(_) => "is dockerd running? (or a Podman service: `podman system service`); set DOCKER_HOST, a docker context or --engine to reach another engine".to_string(),
+        Transport::Tls { certs, .. } => format!(
+            "check the TLS material in {}: ca.pem must have signed the engine's certificate, and cert.pem/key.pem must be a client certificate the engine trusts",
+            certs.dir.display()
+        ),
+        Transport::Ssh(_) => "quarry runs `ssh HOST docker system dial-stdio` as the docker CLI does: check the host, port and user, your ssh config and agent, and that `docker` is installed there".to_string(),
+    };
+    EngineError::Unreachable(Box::new(super::Unreachable {
+        host: e.url.clone(),
+        reason: e.reason.clone(),
+        detail,
+        hint,
+    }))
 }
 
 impl Engine {
-    /// Connect and negotiate the API version; fails with a clear message
-    /// when nothing answers.
+    /// Connect to the chosen endpoint and negotiate the API version; fails
+    /// with a clear message, naming the endpoint, when nothing answers.
     pub fn connect() -> Result<Engine, EngineError> {
-        let host = engine_host();
-        let unreachable = |detail: String| EngineError::Unreachable { host: host.clone(), detail };
+        let endpoint = endpoint::resolve().map_err(|e| EngineError::Invalid(e.to_string()))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| unreachable(format!("cannot start the I/O runtime: {e}")))?;
-        // A bare path is accepted too, as the docker CLI does with `unix://`.
-        let url = if host.starts_with('/') { format!("unix://{host}") } else { host.clone() };
-        let docker = Docker::connect_with_host(&url).map_err(|e| unreachable(describe(&e)))?.with_timeout(LONG_TIMEOUT);
+            .map_err(|e| unreachable(&endpoint, format!("cannot start the I/O runtime: {e}")))?;
+        let secs = LONG_TIMEOUT.as_secs();
+        let v = bollard::API_DEFAULT_VERSION;
+        let mut ssh_stderr: Option<SshStderr> = None;
+        let docker = match &endpoint.transport {
+            Transport::Unix(path) => Docker::connect_with_unix(&path.display().to_string(), secs, v),
+            Transport::Tcp(addr) => Docker::connect_with_http(addr, secs, v),
+            Transport::Tls { addr, certs } => {
+                for f in [&certs.ca, &certs.cert, &certs.key] {
+                    if !f.is_file() {
+                        return Err(unreachable(&endpoint, format!("`{}` does not exist", f.display())));
+                    }
+                }
+                Docker::connect_with_ssl(addr, &certs.key, &certs.cert, &certs.ca, secs, v)
+            }
+            Transport::Ssh(target) => {
+                // bollard's custom transports spawn on the runtime: enter it.
+                let _guard = rt.enter();
+                super::ssh::connect(target, secs).map(|(d, err)| {
+                    ssh_stderr = Some(err);
+                    d
+                })
+            }
+        }
+        .map_err(|e| unreachable(&endpoint, describe(&e)))?
+        .with_timeout(LONG_TIMEOUT);
+        let said = |detail: String| match ssh_stderr.as_ref().map(SshStderr::text).filter(|t| !t.is_empty()) {
+            Some(ssh) => format!("ssh said: {ssh}"),
+            None => detail,
+        };
         let (docker, version) = rt.block_on(async {
-            let negotiated = tokio::time::timeout(PING_TIMEOUT, docker.negotiate_version())
-                .await
-                .map_err(|_| unreachable(format!("no answer within {} s", PING_TIMEOUT.as_secs())))?
-                .map_err(|e| unreachable(describe(&e)))?;
-            let v = negotiated.version().await.map_err(|e| unreachable(describe(&e)))?;
-            Ok::<_, EngineError>((negotiated, v))
+            let asked = async {
+                let negotiated = docker.negotiate_version().await?;
+                let version = negotiated.version().await?;
+                Ok::<_, bollard::errors::Error>((negotiated, version))
+            };
+            match tokio::time::timeout(PING_TIMEOUT, asked).await {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(e)) => {
+                    // What ssh said arrives on its own pipe, maybe just after the failure.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Err(unreachable(&endpoint, said(describe(&e))))
+                }
+                Err(_) => Err(unreachable(&endpoint, said(format!("no answer within {} s", PING_TIMEOUT.as_secs())))),
+            }
         })?;
+        let podman = version.components.iter().flatten().any(|c| c.name.contains("Podman"));
         let api_version = docker.client_version().to_string();
+        let process_limits = match &endpoint.transport {
+            Transport::Unix(socket) => super::limits::engine_process(socket),
+            _ => None,
+        };
         Ok(Engine {
             rt,
             docker,
-            host,
+            host: endpoint.url.clone(),
+            endpoint,
+            kind: if podman { EngineKind::Podman } else { EngineKind::Docker },
             version: version.version.unwrap_or_else(|| "unknown".into()),
             api_version,
             signals: Default::default(),
+            limits: LimitFallbacks::new(process_limits.as_ref()),
+            process_limits,
+            cdi: Default::default(),
+            rootless: Default::default(),
         })
+    }
+
+    /// `Docker` or `Podman`, for messages.
+    pub fn product(&self) -> &'static str {
+        match self.kind {
+            EngineKind::Docker => "Docker",
+            EngineKind::Podman => "Podman",
+        }
     }
 
     /// The negotiated API version as (major, minor).
@@ -74,9 +161,10 @@ impl Engine {
         (it.next().unwrap_or(1), it.next().unwrap_or(0))
     }
 
-    /// Docker 23 (API 1.42) was the first to read zstd layers.
+    /// Docker 23 (API 1.42) was the first Docker to read zstd layers;
+    /// Podman's storage reads them whatever API version it speaks.
     pub fn reads_zstd(&self) -> bool {
-        self.api() >= (1, 42)
+        self.kind == EngineKind::Podman || self.api() >= (1, 42)
     }
 
     /// The engine's storage driver (`overlay2`, `fuse-overlayfs`...).
@@ -93,5 +181,17 @@ impl Engine {
             Err(e) if super::is_not_found(&e) => Ok(false),
             Err(e) => Err(EngineError::api(format!("inspecting image `{reference}`"), e)),
         }
+    }
+
+    /// Refuse a host path on an engine that may not share this machine's
+    /// file system.
+    pub fn check_host_paths(&self, what: &str) -> Result<(), EngineError> {
+        if self.endpoint.is_remote() {
+            return Err(EngineError::Invalid(format!(
+                "{what} bind-mounts a path of this machine, but the engine at {} ({}) may be on another host; use --copy-in/--copy-out, which go through the engine's API",
+                self.endpoint.url, self.endpoint.reason
+            )));
+        }
+        Ok(())
     }
 }

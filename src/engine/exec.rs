@@ -8,7 +8,6 @@ use super::run::{Memlock, RunOptions, Session};
 use super::EngineError;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::query_parameters::CreateContainerOptionsBuilder;
 use futures_util::StreamExt;
 use std::io::Write;
 use std::path::Path;
@@ -29,19 +28,7 @@ impl Session<'_> {
         self.require_image(&opts.image).await?;
         let mut opts = opts.clone();
         opts.cmd = vec!["sleep".into(), "infinity".into()];
-        let d = &self.engine.docker;
-        let name = format!("quarry-{}-{}", std::process::id(), super::run::unique_suffix());
-        let created = d
-            .create_container(
-                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                opts.body(Memlock::Unset),
-            )
-            .await
-            .map_err(|e| EngineError::api(format!("creating a container from `{}`", opts.image), e))?;
-        self.track_container(&created.id);
-        copy::copy_in(d, &created.id, copy_in, Stamp::default()).await?;
-        d.start_container(&created.id, None).await.map_err(|e| EngineError::api("starting the container", e))?;
-        Ok(created.id)
+        self.start(opts.body(Memlock::Unset), &copy_in, Stamp::default(), None).await
     }
 
     /// Run `cmd` in the running container `id`; returns its exit code and,

@@ -1,9 +1,11 @@
 //! `quarry gc`: remove what killed quarry processes left in the engine:
 //! containers labelled [`LABEL_MANAGED`], committed step images (they carry
 //! the same label) and partial step images (tagged `quarry-step-PID-...`).
-//! Objects of a quarry process that is still running are kept unless `all`.
+//! Objects of a quarry process that is still running are kept unless `all`;
+//! so are those made by quarry on another machine (an engine reached over
+//! TCP or ssh serves several), whose processes cannot be seen from here.
 
-use super::{describe, Engine, EngineError, LABEL_MANAGED, LABEL_PID};
+use super::{describe, Engine, EngineError, LABEL_HOST, LABEL_MANAGED, LABEL_PID};
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
 };
@@ -15,6 +17,25 @@ pub struct GcReport {
     pub images_removed: Vec<String>,
     /// Objects kept because the quarry process that made them still runs.
     pub kept_live: usize,
+    /// Objects kept because quarry on another machine made them.
+    pub kept_other_hosts: usize,
+}
+
+/// Why an object stays: its process runs, or it belongs to another host.
+fn keep(labels: Option<&HashMap<String, String>>, pid: &str, all: bool, report: &mut GcReport) -> bool {
+    if all {
+        return false;
+    }
+    let host = labels.and_then(|l| l.get(LABEL_HOST)).map(String::as_str).unwrap_or_default();
+    if !host.is_empty() && host != super::host_name() {
+        report.kept_other_hosts += 1;
+        return true;
+    }
+    if alive(pid) {
+        report.kept_live += 1;
+        return true;
+    }
+    false
 }
 
 fn alive(pid: &str) -> bool {
@@ -45,8 +66,7 @@ impl Engine {
             for c in containers {
                 let id = c.id.unwrap_or_default();
                 let pid = c.labels.as_ref().and_then(|l| l.get(LABEL_PID)).cloned().unwrap_or_default();
-                if !all && alive(&pid) {
-                    report.kept_live += 1;
+                if keep(c.labels.as_ref(), &pid, all, &mut report) {
                     continue;
                 }
                 let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
@@ -62,6 +82,7 @@ impl Engine {
             for img in images {
                 // A labelled (committed) image is removed by id; a partial one by its tags.
                 let mut targets: Vec<(String, String)> = Vec::new();
+                let labels = Some(&img.labels);
                 if img.labels.get(LABEL_MANAGED).map(|v| v == "true").unwrap_or(false) {
                     let pid = img.labels.get(LABEL_PID).cloned().unwrap_or_default();
                     if img.repo_tags.iter().all(|t| t == "<none>:<none>" || step_tag_pid(t).is_some()) {
@@ -74,8 +95,7 @@ impl Engine {
                     }
                 }
                 for (target, pid) in targets {
-                    if !all && alive(&pid) {
-                        report.kept_live += 1;
+                    if keep(labels, &pid, all, &mut report) {
                         continue;
                     }
                     let opts = RemoveImageOptionsBuilder::default().force(false).build();

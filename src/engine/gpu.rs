@@ -114,8 +114,11 @@ pub struct GpuPlan {
     pub ipc_host: bool,
     pub seccomp_unconfined: bool,
     pub cap_add: Vec<String>,
-    /// Ask for `memlock=-1:-1` (the engine may refuse; see `run`).
+    /// Ask for `memlock=-1:-1` (the engine may refuse; see `limits`).
     pub memlock_unlimited: bool,
+    /// CDI device names (`amd.com/gpu=0`) for engines that resolve them;
+    /// `devices` then holds the same nodes for engines that do not.
+    pub cdi: Vec<String>,
 }
 
 /// The GPU settings for `mode`, restricted to `subset` (render node names
@@ -142,6 +145,11 @@ pub fn plan(mode: GpuMode, subset: &[String]) -> Result<GpuPlan, GpuError> {
     }
     let all = device_nodes();
     let devices = if subset.is_empty() { all } else { select_subset(&all, subset)? };
+    Ok(amd_profile(devices))
+}
+
+/// The `amd` profile passing `devices`, with the numeric gids owning them.
+pub fn amd_profile(devices: Vec<DeviceNode>) -> GpuPlan {
     let mut group_add: Vec<u32> = devices.iter().map(|d| d.gid).filter(|g| *g != 0).collect();
     group_add.sort_unstable();
     group_add.dedup();
@@ -149,7 +157,7 @@ pub fn plan(mode: GpuMode, subset: &[String]) -> Result<GpuPlan, GpuError> {
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
         .collect();
-    Ok(GpuPlan {
+    GpuPlan {
         profile: "amd".into(),
         devices,
         group_add,
@@ -158,7 +166,8 @@ pub fn plan(mode: GpuMode, subset: &[String]) -> Result<GpuPlan, GpuError> {
         seccomp_unconfined: true,
         cap_add: vec!["SYS_PTRACE".into()],
         memlock_unlimited: true,
-    })
+        cdi: Vec::new(),
+    }
 }
 
 /// `kfd`, the chosen render nodes, and the card nodes of the same GPUs
@@ -191,18 +200,28 @@ fn select_subset(all: &[DeviceNode], subset: &[String]) -> Result<Vec<DeviceNode
         if !chosen.contains(r) {
             chosen.push(r.clone());
         }
-        let sys = sysfs_root();
-        if let Ok(gpu) = std::fs::canonicalize(sys.join("class/drm").join(name_of(r)).join("device")) {
-            for card in all.iter().filter(|d| d.container_path.starts_with("/dev/dri/card")) {
-                let same = std::fs::canonicalize(sys.join("class/drm").join(name_of(card)).join("device")).ok()
-                    == Some(gpu.clone());
-                if same && !chosen.contains(card) {
-                    chosen.push(card.clone());
-                }
+        for card in cards_of(r, all) {
+            if !chosen.contains(&card) {
+                chosen.push(card);
             }
         }
     }
     Ok(chosen)
+}
+
+/// The `card*` nodes of the GPU whose render node is `render` (matched
+/// through sysfs; none when sysfs cannot tell).
+pub fn cards_of(render: &DeviceNode, all: &[DeviceNode]) -> Vec<DeviceNode> {
+    let sys = sysfs_root().join("class/drm");
+    let name = |d: &DeviceNode| d.container_path.trim_start_matches("/dev/dri/").to_string();
+    let Ok(gpu) = std::fs::canonicalize(sys.join(name(render)).join("device")) else {
+        return Vec::new();
+    };
+    all.iter()
+        .filter(|d| d.container_path.starts_with("/dev/dri/card"))
+        .filter(|card| std::fs::canonicalize(sys.join(name(card)).join("device")).ok().as_ref() == Some(&gpu))
+        .cloned()
+        .collect()
 }
 
 /// `gfx_target_version` (e.g. 90402) as a target name (`gfx942`): major =

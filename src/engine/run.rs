@@ -1,22 +1,14 @@
-//! Running containers: the options of `quarry run`, their `docker run`
-//! equivalent, and the container lifecycle shared with step layers
-//! (create -> copy in -> attach -> start -> stream output -> wait -> copy
-//! out -> remove), guarded so that errors, SIGINT and SIGTERM still remove
-//! every container and temporary image created on the way.
+//! Running containers: the options of `quarry run`, the container they
+//! make, their `docker run` equivalent, and the run itself (the lifecycle
+//! is `session`'s: create -> copy in -> attach -> start -> stream output ->
+//! wait -> copy out -> remove, guarded against errors and signals).
 
 use super::copy::{self, CopyIn, Stamp};
 use super::gpu::GpuPlan;
-use super::{describe, is_not_found, Engine, EngineError, LABEL_MANAGED, LABEL_PID};
-use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, DeviceMapping, HostConfig, ResourcesUlimits};
-use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveImageOptionsBuilder, WaitContainerOptionsBuilder,
-};
-use futures_util::StreamExt;
-use std::cell::RefCell;
+pub(crate) use super::session::{unique_suffix, Memlock, Output, Session};
+use super::{Engine, EngineError, LABEL_HOST, LABEL_MANAGED, LABEL_PID};
+use bollard::models::{ContainerCreateBody, DeviceMapping, DeviceRequest, HostConfig, ResourcesUlimits};
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::PathBuf;
 
 /// `--network none|bridge|host`.
@@ -123,26 +115,12 @@ pub struct RunOptions {
     pub gpu: GpuPlan,
 }
 
-/// The memlock limit asked of the engine.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Memlock {
-    Unset,
-    Unlimited,
-    Limit(i64, i64),
-}
-
-/// The host's own RLIMIT_MEMLOCK (soft, hard), -1 for unlimited.
-fn host_memlock() -> Memlock {
-    let l = rustix::process::getrlimit(rustix::process::Resource::Memlock);
-    let v = |x: Option<u64>| x.map(|n| i64::try_from(n).unwrap_or(-1)).unwrap_or(-1);
-    Memlock::Limit(v(l.current), v(l.maximum))
-}
-
 /// The labels every quarry container carries.
 pub(crate) fn labels() -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
+        (LABEL_HOST.to_string(), super::host_name()),
     ])
 }
 
@@ -164,15 +142,8 @@ impl RunOptions {
         let g = &self.gpu;
         let mut env = g.env.clone();
         env.extend(self.env.iter().cloned());
-        let ulimits = match memlock {
-            Memlock::Unset => None,
-            Memlock::Unlimited => {
-                Some(vec![ResourcesUlimits { name: Some("memlock".into()), soft: Some(-1), hard: Some(-1) }])
-            }
-            Memlock::Limit(s, h) => {
-                Some(vec![ResourcesUlimits { name: Some("memlock".into()), soft: Some(s), hard: Some(h) }])
-            }
-        };
+        let ulimits = (memlock == Memlock::Unlimited)
+            .then(|| vec![ResourcesUlimits { name: Some("memlock".into()), soft: Some(-1), hard: Some(-1) }]);
         let host = HostConfig {
             devices: (!g.devices.is_empty()).then(|| {
                 g.devices
@@ -183,6 +154,15 @@ impl RunOptions {
                         cgroup_permissions: Some("rwm".into()),
                     })
                     .collect()
+            }),
+            // CDI names for engines that resolve them (the device nodes
+            // above are their fallback: see `Engine::adapt_gpu_devices`).
+            device_requests: (!g.cdi.is_empty()).then(|| {
+                vec![DeviceRequest {
+                    driver: Some("cdi".into()),
+                    device_ids: Some(g.cdi.clone()),
+                    ..Default::default()
+                }]
             }),
             group_add: (!g.group_add.is_empty()).then(|| g.group_add.iter().map(|x| x.to_string()).collect()),
             ipc_mode: g.ipc_host.then(|| "host".to_string()),
@@ -221,7 +201,10 @@ impl RunOptions {
         // theirs, and `quarry gc` must never take it for a leftover of a
         // quarry process (whose pid, here, would be one that has exited).
         push("--network", self.network.mode().into());
-        for d in &g.devices {
+        for name in &g.cdi {
+            push("--device", name.clone());
+        }
+        for d in g.devices.iter().filter(|_| g.cdi.is_empty()) {
             let host = d.host_path.display().to_string();
             push("--device", if host == d.container_path { host } else { format!("{host}:{}", d.container_path) });
         }
@@ -290,247 +273,26 @@ pub(crate) fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Where a container's output goes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Output {
-    /// stdout to stdout, stderr to stderr.
-    Passthrough,
-    /// Both to stderr (build steps: stdout is for `--json`).
-    Stderr,
-}
-
-/// Containers and images created while a guarded operation runs; all are
-/// removed when it ends, however it ends.
-pub(crate) struct Session<'e> {
-    pub engine: &'e Engine,
-    containers: RefCell<Vec<String>>,
-    images: RefCell<Vec<String>>,
-}
-
 impl Engine {
-    /// Run `work` with SIGINT/SIGTERM caught; afterwards (success, error or
-    /// signal) remove what it created.
-    pub(crate) fn guarded<T>(
-        &self,
-        work: impl AsyncFnOnce(&Session) -> Result<T, EngineError>,
-    ) -> Result<T, EngineError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        self.rt.block_on(async {
-            // The listeners live as long as the engine: once installed, the
-            // handlers replace the default action for good, so a signal that
-            // arrives between two guarded operations (a build's steps) stays
-            // pending here and stops the next one at once.
-            let (mut int, mut term) = match self.signals.take() {
-                Some(s) => s,
-                None => {
-                    let sig_err = |e| EngineError::Invalid(format!("cannot watch for signals: {e}"));
-                    (
-                        signal(SignalKind::interrupt()).map_err(sig_err)?,
-                        signal(SignalKind::terminate()).map_err(sig_err)?,
-                    )
-                }
-            };
-            let session =
-                Session { engine: self, containers: RefCell::new(Vec::new()), images: RefCell::new(Vec::new()) };
-            let r = tokio::select! {
-                biased;
-                _ = int.recv() => Err(EngineError::Interrupted("SIGINT")),
-                _ = term.recv() => Err(EngineError::Interrupted("SIGTERM")),
-                r = work(&session) => r,
-            };
-            session.cleanup().await;
-            self.signals.replace(Some((int, term)));
-            r
-        })
-    }
-
     /// Run a container as `quarry run` does; returns its exit code.
     pub fn run(&self, opts: &RunOptions) -> Result<i32, EngineError> {
-        self.guarded(async |s| s.run(opts).await)
+        if !opts.mounts.is_empty() {
+            self.check_host_paths("--mount")?;
+        }
+        self.guarded(async |s| run_in(s, opts).await)
     }
 }
 
-impl Session<'_> {
-    /// Remove this container when the session ends.
-    pub fn track_container(&self, id: &str) {
-        self.containers.borrow_mut().push(id.to_string());
+async fn run_in(s: &Session<'_>, opts: &RunOptions) -> Result<i32, EngineError> {
+    s.require_image(&opts.image).await?;
+    let memlock = if opts.gpu.memlock_unlimited { Memlock::Unlimited } else { Memlock::Unset };
+    let (id, code) =
+        s.launch(&|m| opts.body(m), memlock, &opts.copy_in, opts.copy_stamp(), Output::Passthrough).await?;
+    for (src, dst) in &opts.copy_out {
+        copy::copy_out(&s.engine.docker, &id, src, dst).await?;
     }
-
-    pub fn track_image(&self, id: &str) {
-        self.images.borrow_mut().push(id.to_string());
-    }
-
-    /// Remove a container now (and stop tracking it).
-    pub async fn remove_container(&self, id: &str) {
-        let d = &self.engine.docker;
-        let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        match d.remove_container(id, Some(opts)).await {
-            Ok(()) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => {
-                log::warn!("could not remove container {}: {}", &id[..id.len().min(12)], describe(&e))
-            }
-        }
-        self.containers.borrow_mut().retain(|c| c != id);
-    }
-
-    async fn cleanup(&self) {
-        let containers: Vec<String> = self.containers.borrow().clone();
-        for id in containers {
-            self.remove_container(&id).await;
-        }
-        let images: Vec<String> = std::mem::take(&mut *self.images.borrow_mut());
-        for id in images.into_iter().rev() {
-            let opts = RemoveImageOptionsBuilder::default().force(false).noprune(false).build();
-            match self.engine.docker.remove_image(&id, Some(opts), None).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => log::warn!("could not remove temporary image {id}: {}", describe(&e)),
-            }
-        }
-    }
-
-    pub async fn require_image(&self, image: &str) -> Result<(), EngineError> {
-        match self.engine.docker.inspect_image(image).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(EngineError::NoSuchImage(image.to_string())),
-            Err(e) => Err(EngineError::api(format!("inspecting image `{image}`"), e)),
-        }
-    }
-
-    /// Create, copy in, attach, start (retrying once without unlimited
-    /// memlock when the engine cannot raise it), stream the output and wait.
-    /// Returns the container id (still present) and its exit code.
-    pub async fn launch(
-        &self,
-        body: &dyn Fn(Memlock) -> ContainerCreateBody,
-        mut memlock: Memlock,
-        copy_in: &[CopyIn],
-        stamp: Stamp,
-        output: Output,
-    ) -> Result<(String, i32), EngineError> {
-        let d = &self.engine.docker;
-        let id = loop {
-            let name = format!("quarry-{}-{}", std::process::id(), unique_suffix());
-            let created = d
-                .create_container(Some(CreateContainerOptionsBuilder::default().name(&name).build()), body(memlock))
-                .await
-                .map_err(|e| {
-                    let image = body(memlock).image.unwrap_or_default();
-                    if is_not_found(&e) {
-                        EngineError::NoSuchImage(image)
-                    } else {
-                        EngineError::api(format!("creating a container from `{image}`"), e)
-                    }
-                })?;
-            let id = created.id;
-            self.containers.borrow_mut().push(id.clone());
-            copy::copy_in(d, &id, copy_in.to_vec(), stamp).await?;
-            // Attached before the start, streams only: the engine subscribes
-            // to the output before it answers, so nothing is missed. With
-            // `logs` it would also replay the log file after answering, and
-            // output written between the start and that read would arrive
-            // twice (once from the log, once from the stream).
-            let attach = d
-                .attach_container(
-                    &id,
-                    Some(
-                        AttachContainerOptionsBuilder::default()
-                            .stream(true)
-                            .stdout(true)
-                            .stderr(true)
-                            .logs(false)
-                            .build(),
-                    ),
-                )
-                .await
-                .map_err(|e| EngineError::api("attaching to the container", e))?;
-            match d.start_container(&id, None).await {
-                Ok(()) => {
-                    forward(attach.output, output).await;
-                    break id;
-                }
-                Err(e) if memlock == Memlock::Unlimited && describe(&e).contains("rlimit") => {
-                    let host = host_memlock();
-                    let Memlock::Limit(s, h) = host else { unreachable!() };
-                    log::warn!(
-                        "the engine cannot raise RLIMIT_MEMLOCK (memlock=-1:-1 refused); using the host's limit {} instead",
-                        if s < 0 { "unlimited".to_string() } else { format!("{s}:{h} bytes") }
-                    );
-                    self.remove_container(&id).await;
-                    memlock = host;
-                }
-                Err(e) => return Err(EngineError::api("starting the container", e)),
-            }
-        };
-        let code = self.wait(&id).await?;
-        Ok((id, code))
-    }
-
-    async fn wait(&self, id: &str) -> Result<i32, EngineError> {
-        let mut w = self
-            .engine
-            .docker
-            .wait_container(id, Some(WaitContainerOptionsBuilder::default().condition("not-running").build()));
-        match w.next().await {
-            Some(Ok(r)) => Ok(r.status_code as i32),
-            // bollard reports a non-zero exit as an error carrying the code.
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code as i32),
-            Some(Err(e)) => Err(EngineError::api("waiting for the container", e)),
-            None => Err(EngineError::Invalid("the engine closed the wait request without an exit code".into())),
-        }
-    }
-
-    async fn run(&self, opts: &RunOptions) -> Result<i32, EngineError> {
-        self.require_image(&opts.image).await?;
-        let memlock = if opts.gpu.memlock_unlimited { Memlock::Unlimited } else { Memlock::Unset };
-        let (id, code) =
-            self.launch(&|m| opts.body(m), memlock, &opts.copy_in, opts.copy_stamp(), Output::Passthrough).await?;
-        for (src, dst) in &opts.copy_out {
-            copy::copy_out(&self.engine.docker, &id, src, dst).await?;
-        }
-        self.remove_container(&id).await;
-        Ok(code)
-    }
-}
-
-/// Write the container's output as it arrives.
-async fn forward(
-    mut stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
-    output: Output,
-) {
-    while let Some(item) = stream.next().await {
-        let item = match item {
-            Ok(item) => item,
-            // Say so rather than cut the output short in silence.
-            Err(e) => {
-                log::warn!("the container's output stream broke: {}", super::describe(&e));
-                break;
-            }
-        };
-        let (to_err, bytes) = match item {
-            LogOutput::StdErr { message } => (true, message),
-            LogOutput::StdOut { message } | LogOutput::Console { message } => (output == Output::Stderr, message),
-            LogOutput::StdIn { .. } => continue,
-        };
-        if to_err {
-            let mut e = std::io::stderr().lock();
-            let _ = e.write_all(&bytes);
-            let _ = e.flush();
-        } else {
-            let mut o = std::io::stdout().lock();
-            let _ = o.write_all(&bytes);
-            let _ = o.flush();
-        }
-    }
-}
-
-/// A short suffix unique within this process.
-pub(crate) fn unique_suffix() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    format!("{:x}{}", t, N.fetch_add(1, Ordering::Relaxed))
+    s.remove_container(&id).await;
+    Ok(code)
 }
 
 #[cfg(test)]

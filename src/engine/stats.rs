@@ -3,7 +3,7 @@
 //! inflate as it does wall time (the compiles run in the container's
 //! cgroup, not in quarry's process, so quarry's own CPU time misses them).
 
-use super::run::Session;
+use super::session::Session;
 use bollard::query_parameters::StatsOptionsBuilder;
 use futures_util::StreamExt;
 

@@ -5,6 +5,13 @@
 //! image's last layer (the container's filesystem diff, whiteouts included)
 //! is read back into a layer tree, which the build packs like any layer.
 //! The container and both temporary images are removed in every case.
+//!
+//! The mount points an engine makes in the container's own filesystem are
+//! not part of a step's work and are left out of its diff: Podman leaves
+//! `/run/.containerenv`, empty `/etc/hosts`, `/etc/hostname`,
+//! `/etc/resolv.conf` (their contents are bind mounts, never written to
+//! the container) and an `/etc/mtab` link there; Docker keeps them in a
+//! layer of its own. So a step gives the same layer on either engine.
 
 use super::copy::{CopyIn, Stamp};
 use super::run::{labels, unique_suffix, Memlock, Output, Session};
@@ -66,6 +73,7 @@ impl Engine {
         let place = Placement { allow_devices: true, ..Default::default() };
         read_into(&tar, &mut tree, &place, req.spool)
             .map_err(|e| wrap(EngineError::Invalid(format!("reading the step's diff: {e}"))))?;
+        drop_engine_mount_points(&mut tree);
         Ok(tree)
     }
 }
@@ -136,6 +144,36 @@ async fn step(s: &Session<'_>, req: &StepRequest<'_>, code: &mut i32) -> Result<
     Ok(Some(found))
 }
 
+/// Whether `path` in a step's diff is a mount point the engine made.
+fn is_engine_mount_point(path: &[u8], node: &crate::layer::Node) -> bool {
+    use crate::layer::Kind;
+    match (path, &node.kind) {
+        (b"run/.containerenv", _) => true,
+        (b"etc/hosts" | b"etc/hostname" | b"etc/resolv.conf", Kind::File { size: 0, .. }) => true,
+        (b"etc/mtab", Kind::Symlink(target)) => target == b"/proc/mounts",
+        _ => false,
+    }
+}
+
+/// Remove the engine's mount points from a step's diff (see the module
+/// docs), and the directories that held nothing else.
+fn drop_engine_mount_points(tree: &mut Tree) {
+    let found: Vec<Vec<u8>> =
+        tree.iter().filter(|(p, n)| is_engine_mount_point(p, n)).map(|(p, _)| p.clone()).collect();
+    for path in &found {
+        tree.remove(path);
+    }
+    for path in &found {
+        let Some(slash) = path.iter().rposition(|&b| b == b'/') else { continue };
+        let dir = &path[..slash];
+        let mut below = dir.to_vec();
+        below.push(b'/');
+        if tree.get(dir).is_some_and(|n| n.kind.is_dir()) && !tree.iter().any(|(p, _)| p.starts_with(&below)) {
+            tree.remove(dir);
+        }
+    }
+}
+
 /// Read a saved image (tar) and keep the member whose sha256 is `diff_id`,
 /// as a file in `dir`. An empty diff may be stored only as a link to another
 /// empty layer, so it is recognised by its digest.
@@ -167,4 +205,25 @@ fn find_layer(r: impl Read, diff_id: &str, dir: &Path) -> Result<PathBuf, Engine
         return Ok(out);
     }
     Err(EngineError::Invalid(format!("the saved step image has no layer with diff_id {diff_id}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::Node;
+
+    #[test]
+    fn podman_mount_points_leave_the_diff() {
+        let mut t = Tree::new();
+        t.insert(b"etc".to_vec(), Node::dir(0o755)).unwrap();
+        t.insert(b"etc/hosts".to_vec(), Node::bytes(Vec::new(), 0o644)).unwrap();
+        t.insert(b"etc/stepped".to_vec(), Node::bytes(b"built\n".to_vec(), 0o644)).unwrap();
+        t.insert(b"run".to_vec(), Node::dir(0o755)).unwrap();
+        t.insert(b"run/.containerenv".to_vec(), Node::bytes(Vec::new(), 0o644)).unwrap();
+        t.insert(b"etc/resolv.conf".to_vec(), Node::bytes(b"nameserver 1.1.1.1\n".to_vec(), 0o644)).unwrap();
+        drop_engine_mount_points(&mut t);
+        let left: Vec<String> = t.iter().map(|(p, _)| String::from_utf8_lossy(p).into_owned()).collect();
+        // A resolv.conf with content was written by the step: it stays.
+        assert_eq!(left, ["etc", "etc/resolv.conf", "etc/stepped"]);
+    }
 }

@@ -3,7 +3,9 @@
 //! missing engine or tool fails the test instead of skipping it.
 #![allow(dead_code)]
 
+pub mod engines;
 pub mod registry;
+pub mod remote;
 pub mod rocm_rules;
 pub mod slurm;
 pub mod venv;
