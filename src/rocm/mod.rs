@@ -4,4 +4,5 @@
 
 pub mod artifacts;
 pub mod package;
+pub mod packages_dir;
 pub mod python;

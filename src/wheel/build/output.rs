@@ -58,8 +58,21 @@ pub(super) fn finish(
             wheel = add_local_version(&wheel, label, &staging.join(format!("label-{n}")))?;
         }
         let pure = parse_name(&wheel)?.is_pure();
+        if let Some(r) = &o.rocm {
+            let done = crate::wheel::rocm_init::inject(&wheel, &r.pin, &staging.join(format!("rocm-{n}")))?;
+            eprintln!(
+                "quarry: {}: requires {}; {} in {}",
+                done.wheel.file_name().unwrap_or_default().to_string_lossy(),
+                done.requirement,
+                crate::wheel::rocm_init::INIT_MODULE,
+                done.packages.join(", ")
+            );
+            wheel = done.wheel;
+        }
         let mut repaired = false;
         if o.repair && !pure {
+            let mut exclude = o.exclude.clone();
+            exclude.extend(o.rocm.iter().flat_map(|r| r.packages.exclude_globs()));
             let within = RepairIn::Image {
                 image: RepairImage { engine, image: image.to_string() },
                 patchelf: o.patchelf.clone(),
@@ -67,8 +80,21 @@ pub(super) fn finish(
             let report = repair(
                 &wheel,
                 &staging.join(format!("repair-{n}")),
-                &RepairOptions { exclude: o.exclude.clone(), ..RepairOptions::new(within) },
+                &RepairOptions { exclude, ..RepairOptions::new(within) },
             )?;
+            if let Some(r) = &o.rocm {
+                let covered: Vec<&str> = report
+                    .excluded_libs
+                    .iter()
+                    .filter(|l| r.packages.libraries.contains(*l))
+                    .map(String::as_str)
+                    .collect();
+                eprintln!(
+                    "quarry: repair left out {} libraries the ROCm packages provide (rocm_sdk loads them): {}",
+                    covered.len(),
+                    if covered.is_empty() { "none was needed".to_string() } else { covered.join(", ") }
+                );
+            }
             wheel = report.output;
             repaired = true;
         }
