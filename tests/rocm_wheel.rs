@@ -239,8 +239,9 @@ except RuntimeError as e:
         "{text}"
     );
     assert!(text.contains("NO-CORE: ModuleNotFoundError: Missing required rocm libraries."), "{text}");
-    let mismatch = "The program was compiled against a ROCm version matching '5.7.dev0' but the installed ROCm \
-                    version in this Python environment is 5.8.0.dev0.";
+    // The pattern as the idiom shows it: escaped for a regular expression.
+    let mismatch = "The program was compiled against a ROCm version matching '5\\.7\\.dev0' but the installed \
+                    ROCm version in this Python environment is 5.8.0.dev0.";
     assert!(text.contains(&format!("UserWarning: {mismatch} This incompatibility")), "{text}");
     assert!(text.contains("WARN: IMPORTED /b/lib/python3.13/site-packages/hipscale/__init__.py"), "{text}");
     assert!(text.contains(&format!("FAIL: RuntimeError: {mismatch}")), "{text}");
