@@ -4,5 +4,4 @@
 
 pub mod artifacts;
 pub mod package;
-pub mod packages_dir;
 pub mod python;

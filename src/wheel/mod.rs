@@ -24,6 +24,7 @@ pub mod provides;
 pub mod record;
 pub mod repair;
 pub mod rocm_init;
+pub mod rocm_packages;
 pub mod unpack;
 pub mod version;
 pub mod zip_write;

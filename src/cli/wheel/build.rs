@@ -3,9 +3,9 @@ use crate::elf::patchelf::{pinned, ContainerPatchelf};
 use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::{self, GpuMode};
 use crate::progress::Progress;
-use crate::rocm::packages_dir::RocmPackages;
 use crate::wheel::build::{build, parse_axis, BuildOptions, RocmBuild};
 use crate::wheel::rocm_init::{RocmPin, VersionPolicy};
+use crate::wheel::rocm_packages::RocmPackages;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -190,6 +190,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             "quarry: note: {} is a pure (none-any) wheel: nothing was compiled, so there was nothing to repair",
             b.wheel.display()
         );
+    }
+    for b in &built {
+        if let Some(req) = &b.rocm_requirement {
+            let name = b.wheel.file_name().unwrap_or_default().to_string_lossy();
+            eprintln!("quarry: {name}: requires {req}; _rocm_init.py in {}", b.rocm_init.join(", "));
+        }
+        if let Some(libs) = &b.rocm_excluded {
+            eprintln!(
+                "quarry: repair left out {} libraries the ROCm packages provide (rocm_sdk loads them){}{}",
+                libs.len(),
+                if libs.is_empty() { "" } else { ": " },
+                libs.join(", ")
+            );
+        }
     }
     if a.json {
         super::super::print_json(&built)?;

@@ -24,7 +24,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     super::super::set_output_mode(a.json, false);
     let mut exclude = a.exclude.clone();
     if let Some(dir) = &a.rocm_packages {
-        exclude.extend(crate::rocm::packages_dir::RocmPackages::read(dir)?.exclude_globs());
+        exclude.extend(crate::wheel::rocm_packages::RocmPackages::read(dir)?.exclude_globs());
     }
     let options = Options { exclude, system_paths: None };
     let mut summaries = Vec::new();

@@ -61,7 +61,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if !a.wheel.is_file() {
         bail!("wheel `{}` does not exist", a.wheel.display());
     }
-    let rocm = a.rocm_packages.as_deref().map(crate::rocm::packages_dir::RocmPackages::read).transpose()?;
+    let rocm = a.rocm_packages.as_deref().map(crate::wheel::rocm_packages::RocmPackages::read).transpose()?;
     let mut exclude = a.exclude.clone();
     exclude.extend(rocm.iter().flat_map(|r| r.exclude_globs()));
     let engine;

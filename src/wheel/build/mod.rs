@@ -182,6 +182,16 @@ pub struct Built {
     /// Which cache tier had it (`local`, or `remote`: the shared registry).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::cache::Tier>,
+    /// With --rocm-packages: the requirement the wheel was given (`rocm[libraries]==5.7.dev0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm_requirement: Option<String>,
+    /// With --rocm-packages: the packages given a `_rocm_init.py`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rocm_init: Vec<String>,
+    /// With --rocm-packages and --repair: the libraries repair left out
+    /// because ROCm's packages provide them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm_excluded: Option<Vec<String>>,
 }
 
 fn is_sdist(p: &Path) -> bool {

@@ -1,5 +1,6 @@
 //! After the builds: each wheel the container left is rewritten
-//! deterministically, labelled with its local version, repaired, and moved
+//! deterministically, labelled with its local version, pinned to ROCm's
+//! packages with `_rocm_init.py` (`--rocm-packages`), repaired, and moved
 //! into the output directory.
 
 use super::{BuildError, BuildOptions, Built, Job};
@@ -58,16 +59,10 @@ pub(super) fn finish(
             wheel = add_local_version(&wheel, label, &staging.join(format!("label-{n}")))?;
         }
         let pure = parse_name(&wheel)?.is_pure();
+        let (mut rocm_requirement, mut rocm_init, mut rocm_excluded) = (None, Vec::new(), None);
         if let Some(r) = &o.rocm {
             let done = crate::wheel::rocm_init::inject(&wheel, &r.pin, &staging.join(format!("rocm-{n}")))?;
-            eprintln!(
-                "quarry: {}: requires {}; {} in {}",
-                done.wheel.file_name().unwrap_or_default().to_string_lossy(),
-                done.requirement,
-                crate::wheel::rocm_init::INIT_MODULE,
-                done.packages.join(", ")
-            );
-            wheel = done.wheel;
+            (wheel, rocm_requirement, rocm_init) = (done.wheel, Some(done.requirement), done.packages);
         }
         let mut repaired = false;
         if o.repair && !pure {
@@ -83,17 +78,8 @@ pub(super) fn finish(
                 &RepairOptions { exclude, ..RepairOptions::new(within) },
             )?;
             if let Some(r) = &o.rocm {
-                let covered: Vec<&str> = report
-                    .excluded_libs
-                    .iter()
-                    .filter(|l| r.packages.libraries.contains(*l))
-                    .map(String::as_str)
-                    .collect();
-                eprintln!(
-                    "quarry: repair left out {} libraries the ROCm packages provide (rocm_sdk loads them): {}",
-                    covered.len(),
-                    if covered.is_empty() { "none was needed".to_string() } else { covered.join(", ") }
-                );
+                let covered = report.excluded_libs.iter().filter(|l| r.packages.libraries.contains(*l));
+                rocm_excluded = Some(covered.cloned().collect());
             }
             wheel = report.output;
             repaired = true;
@@ -117,6 +103,9 @@ pub(super) fn finish(
             python_path: job.python.path.clone(),
             cached: false,
             tier: None,
+            rocm_requirement,
+            rocm_init,
+            rocm_excluded,
         });
     }
     Ok(built)

@@ -58,7 +58,7 @@ impl KeyParts {
                 let dir = crate::cache::key::tree_key("wheel-rocm-packages", &r.packages.dir, &[])
                     .map_err(io(&r.packages.dir))?;
                 let mut k = crate::cache::key::KeyEncoder::new("wheel-rocm", 1);
-                k.key("packages", &dir).list("pin", &r.key_fields());
+                k.key("packages", &dir).list("pin", r.key_fields());
                 Some(k.finish())
             }
             None => None,

@@ -14,8 +14,8 @@ use super::BuildError;
 use crate::engine::exec::ExecOutput;
 use crate::engine::run::Session;
 use crate::engine::EngineError;
-use crate::rocm::packages_dir::RocmPackages;
 use crate::wheel::rocm_init::RocmPin;
+use crate::wheel::rocm_packages::RocmPackages;
 
 /// Where the packages are in the build and test containers.
 pub const ROCM_PACKAGES_DIR: &str = "/quarry/rocm-packages";

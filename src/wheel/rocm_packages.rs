@@ -45,8 +45,7 @@ fn is_shared_library(name: &str) -> bool {
 
 fn wheel_libraries(path: &Path, into: &mut BTreeSet<String>) -> Result<(), PackagesDirError> {
     let bad = |why: String| PackagesDirError::Wheel { path: path.to_path_buf(), why };
-    let names =
-        crate::wheel::archive::WheelZip::open(path).and_then(|z| z.file_names()).map_err(|e| bad(e.to_string()))?;
+    let names = super::archive::WheelZip::open(path).and_then(|z| z.file_names()).map_err(|e| bad(e.to_string()))?;
     for name in &names {
         let base = name.rsplit('/').next().unwrap_or(name);
         if !name.contains(".dist-info/") && is_shared_library(base) {
@@ -90,7 +89,7 @@ impl RocmPackages {
         let mut libraries = BTreeSet::new();
         let mut core = false;
         for f in files.iter().filter(|f| f.starts_with("rocm_sdk_") && f.ends_with(".whl")) {
-            let name = crate::wheel::name::WheelName::parse(f)
+            let name = super::name::WheelName::parse(f)
                 .map_err(|e| PackagesDirError::Wheel { path: dir.join(f), why: e.to_string() })?;
             if name.version != version {
                 return Err(PackagesDirError::Versions { dir, versions: format!("{version}, {}", name.version) });
