@@ -218,6 +218,23 @@ except RuntimeError as e:
     let external: Vec<&String> = c[0]["external_libs"].as_object().unwrap().keys().collect();
     assert!(external.is_empty(), "{external:?}");
 
+    // `wheel repair` of it on its own says the same.
+    let o = run_expect(
+        quarry()
+            .args(["wheel", "repair", "--json", "--image", &builder, "--cache-dir"])
+            .arg(packages_cache())
+            .arg(&wheel)
+            .arg("-o")
+            .arg(work.path().join("repaired"))
+            .arg("--rocm-packages")
+            .arg(&dist),
+        0,
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("left out 1 libraries the ROCm packages in `"), "{stderr}");
+    assert!(stderr.contains("provide (rocm_sdk loads them): libamdhip64.so.5"), "{stderr}");
+    assert_eq!(stdout_json(&o)["excluded_libs"], serde_json::json!(["libamdhip64.so.5"]));
+
     // The same inputs again: the same bytes.
     let (again, _) = build(&builder, &work.path().join("again"), &dist, &[]);
     assert_eq!(std::fs::read(&wheel).unwrap(), std::fs::read(&again).unwrap(), "the rebuild differs");

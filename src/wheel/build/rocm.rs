@@ -4,8 +4,9 @@
 //! alone (`--no-index`) into each Python's isolated environment; the build
 //! then sees the tree `rocm-sdk path` names:
 //! `ROCM_HOME`/`ROCM_PATH` (`--root`), `CMAKE_PREFIX_PATH` (`--cmake`), its
-//! `bin` first on `PATH`, and `PYTORCH_EXTRA_INSTALL_REQUIREMENTS` (the
-//! requirement PyTorch's setup adds). Each built wheel then gets the pin and
+//! `bin` first on `PATH`, `PYTORCH_EXTRA_INSTALL_REQUIREMENTS` (the
+//! requirement PyTorch's setup adds), and the target list in the variables
+//! a kernel build sets. Each built wheel then gets the pin and
 //! `_rocm_init.py` ([`crate::wheel::rocm_init`]); repair leaves out every
 //! library the packages provide.
 
@@ -98,6 +99,28 @@ pub(super) async fn install(
     Ok(SdkPaths { root, bin, cmake })
 }
 
+/// The target list in the other variables ROCm's tools read, as a kernel
+/// build exports them (`GPU_TARGETS`, `AMDGPU_TARGETS`, `HIP_OFFLOAD_ARCH`,
+/// hipcc's `HIPCC_COMPILE_FLAGS_APPEND`): taken from the build's final
+/// `PYTORCH_ROCM_ARCH` (an axis of that name wins over quarry's list), each
+/// left alone when an axis sets it.
+fn target_env(env: &[String]) -> Vec<String> {
+    let value = |name: &str| env.iter().rev().find_map(|e| e.strip_prefix(name)?.strip_prefix('=')).map(str::to_string);
+    let Some(list) = value("PYTORCH_ROCM_ARCH") else { return Vec::new() };
+    let targets: Vec<&str> = list.split([';', ',']).map(str::trim).filter(|t| !t.is_empty()).collect();
+    let flags: Vec<String> = targets.iter().map(|t| format!("--offload-arch={t}")).collect();
+    [
+        ("GPU_TARGETS", targets.join(";")),
+        ("AMDGPU_TARGETS", targets.join(";")),
+        ("HIP_OFFLOAD_ARCH", targets.join(";")),
+        ("HIPCC_COMPILE_FLAGS_APPEND", flags.join(" ")),
+    ]
+    .into_iter()
+    .filter(|(name, _)| value(name).is_none())
+    .map(|(name, v)| format!("{name}={v}"))
+    .collect()
+}
+
 /// The build's environment pointed at the packages' tree.
 pub(super) fn apply_env(env: &mut Vec<String>, paths: &SdkPaths, rocm: &RocmBuild) {
     for e in env.iter_mut() {
@@ -109,6 +132,7 @@ pub(super) fn apply_env(env: &mut Vec<String>, paths: &SdkPaths, rocm: &RocmBuil
             };
         }
     }
+    env.extend(target_env(env));
     env.push(format!("ROCM_HOME={}", paths.root));
     env.push(format!("ROCM_PATH={}", paths.root));
     env.push(format!("CMAKE_PREFIX_PATH={}", paths.cmake));
@@ -139,9 +163,18 @@ mod tests {
         };
         assert_eq!(rocm.build_requirement(), "rocm[libraries,devel]==5.7.dev0");
         let paths = SdkPaths { root: "/r".into(), bin: "/r/bin".into(), cmake: "/r/lib/cmake".into() };
-        let mut env = vec!["PATH=/quarry/env/cp313/bin:/usr/bin:/bin".to_string()];
+        let mut env = vec![
+            "PYTORCH_ROCM_ARCH=gfx942".to_string(),
+            "PATH=/quarry/env/cp313/bin:/usr/bin:/bin".to_string(),
+            "PYTORCH_ROCM_ARCH=gfx90a;gfx1100".to_string(),
+            "AMDGPU_TARGETS=gfx90a".to_string(),
+        ];
         apply_env(&mut env, &paths, &rocm);
-        assert_eq!(env[0], "PATH=/quarry/env/cp313/bin:/r/bin:/usr/bin:/bin");
+        assert_eq!(env[1], "PATH=/quarry/env/cp313/bin:/r/bin:/usr/bin:/bin");
+        // The axis's targets (the later value), not quarry's list; an axis's own variable kept.
+        assert!(env.contains(&"GPU_TARGETS=gfx90a;gfx1100".to_string()), "{env:?}");
+        assert!(env.contains(&"HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx1100".to_string()));
+        assert_eq!(env.iter().filter(|e| e.starts_with("AMDGPU_TARGETS=")).count(), 1, "{env:?}");
         assert!(env.contains(&"CMAKE_PREFIX_PATH=/r/lib/cmake".to_string()));
         assert!(env.contains(&"PYTORCH_EXTRA_INSTALL_REQUIREMENTS=rocm[libraries]==5.7.dev0".to_string()));
     }
