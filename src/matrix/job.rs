@@ -146,6 +146,7 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
                 cache: cx.cache.clone(),
                 compiler_cache: crate::engine::compiler_cache::Mode::Auto,
                 no_cache: false,
+                rocm: None,
             }))
         }
         JobKind::Kernel => CellBuild::Kernel(Box::new(crate::kernel::KernelOptions {

@@ -23,6 +23,8 @@ pub mod policy;
 pub mod provides;
 pub mod record;
 pub mod repair;
+pub mod rocm_init;
+pub mod rocm_packages;
 pub mod unpack;
 pub mod version;
 pub mod zip_write;

@@ -3,7 +3,9 @@ use crate::elf::patchelf::{pinned, ContainerPatchelf};
 use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::{self, GpuMode};
 use crate::progress::Progress;
-use crate::wheel::build::{build, parse_axis, BuildOptions};
+use crate::wheel::build::{build, parse_axis, BuildOptions, RocmBuild};
+use crate::wheel::rocm_init::{RocmPin, VersionPolicy};
+use crate::wheel::rocm_packages::RocmPackages;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -71,6 +73,26 @@ pub struct Args {
     /// Build even when the cache has the result (the compiler cache starts empty too); the cache is still written
     #[arg(long)]
     no_cache: bool,
+    /// Build against ROCm's Python packages in DIR (`quarry rocm package`'s
+    /// output, or the reference's) instead of a system ROCm: installed offline
+    /// into the build environment, pinned in each wheel (`rocm[libraries]==V`)
+    /// and loaded by a `_rocm_init.py` before the package's native code
+    #[arg(long = "rocm-packages", value_name = "DIR")]
+    rocm_packages: Option<PathBuf>,
+    /// With --rocm-packages: the extras of `rocm` the build environment gets
+    #[arg(long = "rocm-extras", value_name = "EXTRA,...", default_value = "libraries,devel", value_delimiter = ',')]
+    rocm_extras: Vec<String>,
+    /// With --rocm-packages: libraries `_rocm_init.py` preloads by short name (`amdhip64,rocblas`)
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    preload: Vec<String>,
+    /// With --rocm-packages: `exact` pins `rocm[libraries]==V`; `minor` pins
+    /// `==MAJOR.MINOR.*` (a dev or pre-release version stays exact)
+    #[arg(long = "rocm-version-policy", value_enum, value_name = "POLICY", default_value_t = VersionPolicy::Exact)]
+    rocm_version_policy: VersionPolicy,
+    /// With --rocm-packages: a ROCm version other than the pin is an import
+    /// error (`fail_on_version_mismatch`), not a warning
+    #[arg(long = "rocm-fail-on-version-mismatch")]
+    rocm_fail_on_version_mismatch: bool,
     #[command(flatten)]
     def: crate::cli::DefinitionArgs,
     /// Print a JSON list of the wheels on stdout
@@ -107,6 +129,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.test.is_none() && (a.test_image.is_some() || !a.test_requires.is_empty()) {
         anyhow::bail!("--test-image and --test-requires apply to --test CMD; give the test command too");
     }
+    let rocm = match &a.rocm_packages {
+        Some(dir) => {
+            let packages = RocmPackages::read(dir)?;
+            let pin = RocmPin {
+                version: packages.version.clone(),
+                policy: a.rocm_version_policy,
+                preload: a.preload.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+                fail_on_mismatch: a.rocm_fail_on_version_mismatch,
+            };
+            let extras = a.rocm_extras.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+            Some(RocmBuild { packages, extras, pin })
+        }
+        None if !a.preload.is_empty() || a.rocm_fail_on_version_mismatch => {
+            anyhow::bail!("--preload and --rocm-fail-on-version-mismatch apply to --rocm-packages DIR; give the ROCm packages too")
+        }
+        None => None,
+    };
     // Layouts are loaded into the engine only when a build or a test runs.
     let progress = Progress::new(a.json, true);
     let image = image_arg::build_image(&a.image, &a.def.sets, &cache, progress)?;
@@ -137,6 +176,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         cache,
         compiler_cache: a.compiler_cache,
         no_cache: a.no_cache,
+        rocm,
     };
     let built = match build(&opts) {
         Ok(b) => b,
@@ -150,6 +190,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             "quarry: note: {} is a pure (none-any) wheel: nothing was compiled, so there was nothing to repair",
             b.wheel.display()
         );
+    }
+    for b in &built {
+        if let Some(req) = &b.rocm_requirement {
+            let name = b.wheel.file_name().unwrap_or_default().to_string_lossy();
+            eprintln!("quarry: {name}: requires {req}; _rocm_init.py in {}", b.rocm_init.join(", "));
+        }
+        if let Some(libs) = &b.rocm_excluded {
+            eprintln!(
+                "quarry: repair left out {} libraries the ROCm packages provide (rocm_sdk loads them){}{}",
+                libs.len(),
+                if libs.is_empty() { "" } else { ": " },
+                libs.join(", ")
+            );
+        }
     }
     if a.json {
         super::super::print_json(&built)?;

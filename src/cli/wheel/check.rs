@@ -11,6 +11,10 @@ pub struct Args {
     /// versioned sonames and resolved paths: use `libamdhip64.so*`)
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
+    /// Never count libraries ROCm's Python packages in DIR provide as
+    /// external (a wheel built with `wheel build --rocm-packages`: rocm_sdk loads them)
+    #[arg(long = "rocm-packages", value_name = "DIR")]
+    rocm_packages: Option<PathBuf>,
     /// Print a JSON array, one object per wheel, on stdout
     #[arg(long)]
     json: bool,
@@ -18,7 +22,11 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::super::set_output_mode(a.json, false);
-    let options = Options { exclude: a.exclude.clone(), system_paths: None };
+    let mut exclude = a.exclude.clone();
+    if let Some(dir) = &a.rocm_packages {
+        exclude.extend(crate::wheel::rocm_packages::RocmPackages::read(dir)?.exclude_globs());
+    }
+    let options = Options { exclude, system_paths: None };
     let mut summaries = Vec::new();
     let mut bad_records = Vec::new();
     let mut bad_abi3 = Vec::new();

@@ -12,7 +12,7 @@ use clap::Subcommand;
 pub enum Command {
     /// Build wheels in a container for every Python of an image and every
     /// combination of axes; label, repair and test them
-    Build(build::Args),
+    Build(Box<build::Args>),
     /// Verify RECORD and report the manylinux policy, symbol versions and
     /// external libraries of wheels (native: no Python needed)
     Check(check::Args),
@@ -22,7 +22,7 @@ pub enum Command {
 
 pub fn run(c: Command) -> anyhow::Result<i32> {
     match c {
-        Command::Build(a) => build::run(a),
+        Command::Build(a) => build::run(*a),
         Command::Check(a) => check::run(a),
         Command::Repair(a) => repair::run(a),
     }

@@ -18,6 +18,11 @@ pub struct Args {
     /// `/opt/rocm/lib/*` works too)
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
+    /// Never bundle what ROCm's Python packages in DIR provide (a wheel built
+    /// with `wheel build --rocm-packages`: rocm_sdk finds and loads them);
+    /// says which libraries that covered
+    #[arg(long = "rocm-packages", value_name = "DIR")]
+    rocm_packages: Option<PathBuf>,
     /// Target policy (`manylinux_2_28_x86_64`, `manylinux2014`..., or `auto`:
     /// the best reachable)
     #[arg(long, value_name = "POLICY", env = "AUDITWHEEL_PLAT", default_value = "auto")]
@@ -56,6 +61,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if !a.wheel.is_file() {
         bail!("wheel `{}` does not exist", a.wheel.display());
     }
+    let rocm = a.rocm_packages.as_deref().map(crate::wheel::rocm_packages::RocmPackages::read).transpose()?;
+    let mut exclude = a.exclude.clone();
+    exclude.extend(rocm.iter().flat_map(|r| r.exclude_globs()));
     let engine;
     let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::cache::default_dir);
     let within = match &a.image {
@@ -69,7 +77,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     };
     let options = RepairOptions {
-        exclude: a.exclude,
+        exclude,
         plat: Some(a.plat),
         only_plat: a.only_plat,
         strip: a.strip,
@@ -83,6 +91,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             return Ok(e.exit_code());
         }
     };
+    if let Some(r) = &rocm {
+        let covered: Vec<&str> =
+            report.excluded_libs.iter().filter(|l| r.libraries.contains(*l)).map(String::as_str).collect();
+        eprintln!(
+            "quarry: left out {} libraries the ROCm packages in `{}` provide (rocm_sdk loads them){}{}",
+            covered.len(),
+            r.dir.display(),
+            if covered.is_empty() { "" } else { ": " },
+            covered.join(", ")
+        );
+    }
     if a.json {
         super::super::print_json(&report)?;
         return Ok(0);

@@ -50,6 +50,9 @@ pub struct Isolation<'a> {
 pub struct Env {
     /// `/quarry/env/cp311`.
     pub dir: String,
+    /// The pinned pip the environment was made with, run from its wheel
+    /// (`/quarry/req/cp311/pip-25.0-py3-none-any.whl/pip`).
+    pub pip: String,
 }
 
 impl Env {
@@ -182,7 +185,7 @@ pub(crate) async fn prepare(
         .map(|w| w.file.clone())
         .ok_or_else(|| BuildError::Lock(format!("the lock's entry for {tag} ({platform}) has no pip (`for = \"installer\"`); delete the entry to resolve again")))?;
 
-    let env = Env { dir: format!("{ENV_DIR}/{tag}") };
+    let env = Env { dir: format!("{ENV_DIR}/{tag}"), pip: format!("{dir}/{pip_file}/pip") };
     let venv = vec![python.path.clone(), "-m".into(), "venv".into(), "--without-pip".into(), env.dir.clone()];
     let (code, _) = s.exec(id, venv, envs.to_vec(), None, ExecOutput::Stderr).await?;
     if code != 0 {

@@ -30,6 +30,8 @@ pub struct KeyInputs<'a> {
     /// The lock's pins of build requirements, as bytes (None: no lock, or no isolation).
     pub lock: Option<&'a [u8]>,
     pub find_links: Option<&'a Key>,
+    /// A build on ROCm's packages (`--rocm-packages`): their content and pin.
+    pub rocm: Option<&'a Key>,
     pub network: bool,
     pub epoch: u64,
     pub targets: &'a [String],
@@ -54,6 +56,10 @@ pub fn key(i: &KeyInputs) -> Key {
         None => k.str("find-links", ""),
     };
     k.bool("network", i.network).u64("epoch", i.epoch).list("targets", i.targets);
+    // Only when given: the keys of other builds stay what they were.
+    if let Some(r) = i.rocm {
+        k.key("rocm", r);
+    }
     k.finish()
 }
 
@@ -113,6 +119,7 @@ mod tests {
             isolation: true,
             lock: Some(b"lock"),
             find_links: None,
+            rocm: None,
             network: false,
             epoch: 0,
             targets: &[],

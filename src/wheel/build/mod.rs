@@ -23,6 +23,7 @@ pub mod lock;
 mod output;
 mod pythons;
 mod reuse;
+pub mod rocm;
 pub mod system;
 mod test;
 
@@ -43,6 +44,7 @@ use lock::{self as build_lock, BuildLock};
 pub use pythons::Python;
 use pythons::{parse_pythons, FIND_PYTHONS};
 pub use reuse::{build, cache_key};
+pub use rocm::RocmBuild;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -143,6 +145,9 @@ pub struct BuildOptions {
     /// Build even when the cache has the wheels (and start the compiler
     /// cache empty); what is built is still committed.
     pub no_cache: bool,
+    /// Build against ROCm's Python packages (`--rocm-packages`), pin them
+    /// in each wheel and load them before its native code.
+    pub rocm: Option<RocmBuild>,
 }
 
 /// One built wheel.
@@ -177,6 +182,16 @@ pub struct Built {
     /// Which cache tier had it (`local`, or `remote`: the shared registry).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::cache::Tier>,
+    /// With --rocm-packages: the requirement the wheel was given (`rocm[libraries]==5.7.dev0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm_requirement: Option<String>,
+    /// With --rocm-packages: the packages given a `_rocm_init.py`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rocm_init: Vec<String>,
+    /// With --rocm-packages and --repair: the libraries repair left out
+    /// because ROCm's packages provide them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm_excluded: Option<Vec<String>>,
 }
 
 fn is_sdist(p: &Path) -> bool {
@@ -272,6 +287,12 @@ pub(super) fn check_inputs(o: &BuildOptions) -> Result<std::fs::Metadata, BuildE
             o.source.display()
         )));
     }
+    if o.rocm.is_some() && !o.isolation {
+        return Err(BuildError::Input(
+            "--rocm-packages installs ROCm's packages into the isolated build environment; drop --no-build-isolation"
+                .into(),
+        ));
+    }
     if let Some(f) = &o.find_links {
         if !f.is_dir() {
             return Err(BuildError::Input(format!("--find-links `{}` is not a directory of wheels", f.display())));
@@ -326,6 +347,9 @@ pub(super) fn run_builds(
         Some(dest) => CopyIn { host: o.source.clone(), dest },
         None => CopyIn { host: o.source.clone(), dest: SRC_DIR.into() },
     });
+    if let Some(r) = &o.rocm {
+        copy_in.push(CopyIn { host: r.packages.dir.clone(), dest: rocm::ROCM_PACKAGES_DIR.into() });
+    }
     if let (Some(f), false) = (&o.find_links, o.isolation) {
         copy_in.push(CopyIn { host: f.clone(), dest: FIND_LINKS_DIR.into() });
     }
@@ -374,6 +398,7 @@ pub(super) fn run_builds(
                 pythons.retain(|p| want.contains(&p.tag));
             }
             for python in &pythons {
+                let mut sdk_paths = None;
                 let venv = match &iso {
                     Some(iso) => {
                         let mut env = build_env(o, python, &combos[0], epoch, None);
@@ -390,6 +415,9 @@ pub(super) fn run_builds(
                         if lock != lock_before {
                             lock.write(&lock_path).map_err(|e| BuildError::Lock(e).into_engine())?;
                         }
+                        if let Some(r) = &o.rocm {
+                            sdk_paths = Some(rocm::install(s, &id, r, &made, &python.tag, &env).await?);
+                        }
                         Some(made.dir)
                     }
                     None => None,
@@ -399,6 +427,9 @@ pub(super) fn run_builds(
                     let mut env = build_env(o, python, axes, epoch, venv.as_deref());
                     env.extend(backend_env.iter().cloned());
                     env.extend(cc_env.iter().cloned());
+                    if let (Some(r), Some(paths)) = (&o.rocm, &sdk_paths) {
+                        rocm::apply_env(&mut env, paths, r);
+                    }
                     log::info!("building for {}{} in `{}`", python.tag, axes_suffix(axes), image);
                     let t = Instant::now();
                     let script = job_script(o, python, combo, n, venv.as_deref());

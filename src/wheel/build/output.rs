@@ -1,5 +1,6 @@
 //! After the builds: each wheel the container left is rewritten
-//! deterministically, labelled with its local version, repaired, and moved
+//! deterministically, labelled with its local version, pinned to ROCm's
+//! packages with `_rocm_init.py` (`--rocm-packages`), repaired, and moved
 //! into the output directory.
 
 use super::{BuildError, BuildOptions, Built, Job};
@@ -58,8 +59,15 @@ pub(super) fn finish(
             wheel = add_local_version(&wheel, label, &staging.join(format!("label-{n}")))?;
         }
         let pure = parse_name(&wheel)?.is_pure();
+        let (mut rocm_requirement, mut rocm_init, mut rocm_excluded) = (None, Vec::new(), None);
+        if let Some(r) = &o.rocm {
+            let done = crate::wheel::rocm_init::inject(&wheel, &r.pin, &staging.join(format!("rocm-{n}")))?;
+            (wheel, rocm_requirement, rocm_init) = (done.wheel, Some(done.requirement), done.packages);
+        }
         let mut repaired = false;
         if o.repair && !pure {
+            let mut exclude = o.exclude.clone();
+            exclude.extend(o.rocm.iter().flat_map(|r| r.packages.exclude_globs()));
             let within = RepairIn::Image {
                 image: RepairImage { engine, image: image.to_string() },
                 patchelf: o.patchelf.clone(),
@@ -67,8 +75,12 @@ pub(super) fn finish(
             let report = repair(
                 &wheel,
                 &staging.join(format!("repair-{n}")),
-                &RepairOptions { exclude: o.exclude.clone(), ..RepairOptions::new(within) },
+                &RepairOptions { exclude, ..RepairOptions::new(within) },
             )?;
+            if let Some(r) = &o.rocm {
+                let covered = report.excluded_libs.iter().filter(|l| r.packages.libraries.contains(*l));
+                rocm_excluded = Some(covered.cloned().collect());
+            }
             wheel = report.output;
             repaired = true;
         }
@@ -91,6 +103,9 @@ pub(super) fn finish(
             python_path: job.python.path.clone(),
             cached: false,
             tier: None,
+            rocm_requirement,
+            rocm_init,
+            rocm_excluded,
         });
     }
     Ok(built)

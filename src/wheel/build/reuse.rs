@@ -34,6 +34,8 @@ struct KeyParts {
     image: crate::oci::Digest,
     source: crate::cache::Key,
     find_links: Option<crate::cache::Key>,
+    /// The ROCm packages' content and how they are pinned.
+    rocm: Option<crate::cache::Key>,
     patchelf: String,
     epoch: u64,
     lock_path: PathBuf,
@@ -51,9 +53,19 @@ impl KeyParts {
             Some(f) => Some(crate::cache::key::tree_key("wheel-find-links", f, &[]).map_err(io(f))?),
             None => None,
         };
+        let rocm = match &o.rocm {
+            Some(r) => {
+                let dir = crate::cache::key::tree_key("wheel-rocm-packages", &r.packages.dir, &[])
+                    .map_err(io(&r.packages.dir))?;
+                let mut k = crate::cache::key::KeyEncoder::new("wheel-rocm", 1);
+                k.key("packages", &dir).list("pin", r.key_fields());
+                Some(k.finish())
+            }
+            None => None,
+        };
         let patchelf = patchelf_identity(&o.patchelf)?;
         let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(lock::DEFAULT_NAME));
-        Ok(KeyParts { image, source, find_links, patchelf, epoch, lock_path })
+        Ok(KeyParts { image, source, find_links, rocm, patchelf, epoch, lock_path })
     }
 
     fn key(&self, o: &BuildOptions, lock: Option<&[u8]>) -> crate::cache::Key {
@@ -69,6 +81,7 @@ impl KeyParts {
             isolation: o.isolation,
             lock,
             find_links: self.find_links.as_ref(),
+            rocm: self.rocm.as_ref(),
             network: o.network,
             epoch: self.epoch,
             targets: &o.targets.targets,

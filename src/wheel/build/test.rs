@@ -10,6 +10,8 @@
 //! lock (`[[test]]` tables), kept in the cache by sha256 and copied in, so
 //! the install needs no network. A wheel that fails its test is moved out
 //! of the output directory into `failed-tests/` beside the good ones.
+//! A wheel built on ROCm's packages (`--rocm-packages`) gets them from that
+//! directory, copied in: its `rocm[libraries]==V` is installed from there.
 
 use super::lock::{BuildLock, LockTest, LockedWheel, Role};
 use super::pythons::{parse_pythons, Python, FIND_PYTHONS};
@@ -62,6 +64,12 @@ fn runtime_requirements(wheel: &Path) -> Result<Vec<String>, BuildError> {
     Ok(crate::wheel::metadata::header_values(&text, "Requires-Dist").into_iter().map(str::to_string).collect())
 }
 
+/// A requirement on the `rocm` package itself (`rocm[libraries]==5.7.dev0`).
+fn is_rocm_requirement(r: &str) -> bool {
+    let name: String = r.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).collect();
+    name.eq_ignore_ascii_case("rocm")
+}
+
 /// The wheels to install beside `wheel` for its test in `python`'s image:
 /// from the lock when it pins the same requirements, else resolved and pinned.
 fn test_requirements(
@@ -72,6 +80,10 @@ fn test_requirements(
     wheel: &Path,
 ) -> Result<Vec<crate::pypi::Fetched>, BuildError> {
     let mut requires = runtime_requirements(wheel)?;
+    // The ROCm packages come from --rocm-packages, copied in beside the wheel.
+    if o.rocm.is_some() {
+        requires.retain(|r| !is_rocm_requirement(r));
+    }
     requires.extend(o.test_requires.iter().cloned());
     if requires.is_empty() {
         return Ok(Vec::new());
@@ -187,6 +199,10 @@ fn test_wheel(
         links.push_str(&format!(" --find-links {TEST_REQ_DIR}"));
         copy_in
             .extend(extra.iter().map(|f| CopyIn { host: f.path.clone(), dest: format!("{TEST_REQ_DIR}/{}", f.file) }));
+    }
+    if let Some(r) = &o.rocm {
+        copy_in.push(CopyIn { host: r.packages.dir.clone(), dest: super::rocm::ROCM_PACKAGES_DIR.into() });
+        links.push_str(&format!(" --find-links {}", super::rocm::ROCM_PACKAGES_DIR));
     }
     if let Some(f) = &o.find_links {
         copy_in.push(CopyIn { host: f.clone(), dest: FIND_LINKS_DIR.into() });

@@ -68,7 +68,10 @@ def _metadata():
         extras.append(("libraries", [_dist_info.DISTS["libraries"]]))
     else:
         extras.append(("libraries", ["%s-%s" % (_dist_info.DISTS["libraries"], _family())]))
-    extras.append(("device", ["%s-%s" % (_dist_info.DISTS["device"], _device_target())]))
+    # A build without device code (no per-target artifacts) has no device package to name.
+    device = _device_target()
+    if device:
+        extras.append(("device", ["%s-%s" % (_dist_info.DISTS["device"], device)]))
     extras.append(("devel", [_dist_info.DISTS["devel"]]))
     if "profiler" in _dist_info.DISTS:
         extras.append(("profiler", [_dist_info.DISTS["profiler"]]))
