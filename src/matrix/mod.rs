@@ -19,6 +19,8 @@ pub mod plan;
 pub mod product;
 pub mod run;
 pub mod scheduler;
+pub mod source;
+pub mod template;
 
 pub use cells::Cell;
 pub use definition::Matrix;
