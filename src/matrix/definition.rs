@@ -399,7 +399,8 @@ mod tests {
             (format!("{BASE}[axes]\nopt = [\"2\"]\n[job.env_for.opt.2]\nX = \"{{nope}}\"\n"), "job.env_for.opt.2.X"),
             ("[job]\nkind = \"image\"\nimage = \"i{opt}.toml\"\n[axes]\nopt = [\"2\"]\n".to_string(), "job.image"),
             (
-                "[job]\nkind = \"wheel\"\nimage = \"i\"\nsource = { pypi = \"p=={v}\", sha256 = { \"p==1\" = \"".to_string()
+                "[job]\nkind = \"wheel\"\nimage = \"i\"\nsource = { pypi = \"p=={v}\", sha256 = { \"p==1\" = \""
+                    .to_string()
                     + &"a".repeat(64)
                     + "\" } }\n[axes]\nv = [\"1\", \"2\"]\n",
                 "job.source.sha256",
