@@ -153,3 +153,23 @@ fn the_flash_attention_example_plans_its_cells_and_labels() {
     );
     assert!(gh.contains("runs-on: \"self-hosted\""), "{gh}");
 }
+
+/// A requirement naming a version axis needs one hash per version: a
+/// missing one is named before anything runs.
+#[test]
+fn a_version_axis_without_its_hash_is_refused_by_name() {
+    let work = tempfile::tempdir().unwrap();
+    let m = work.path().join("m.toml");
+    write(
+        &m,
+        &format!(
+            "[job]\nkind = \"wheel\"\nimage = \"builder:1\"\n\
+             source = {{ pypi = \"flash-attn=={{flash_attn}}\", sha256 = {{ \"flash-attn==2.8.3\" = \"{}\" }} }}\n\
+             [axes]\nflash_attn = [\"2.8.3\", \"2.7.4.post1\"]\n",
+            "a".repeat(64)
+        ),
+    );
+    let o = run_expect(quarry().args(["matrix", "plan", "--no-keys"]).arg(&m), 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("job.source.sha256") && err.contains("flash-attn==2.7.4.post1"), "{err}");
+}

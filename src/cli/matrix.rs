@@ -209,7 +209,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let (m, image, registry) = load(&a.common, a.json)?;
     let all = matrix::cells::cells(&m);
-    matrix::check_ids(&m, &all)?;
+    matrix::check_cells(&m, &all)?;
     let selector = match (&a.cell, a.index) {
         (Some(id), _) => Selector::Id(id.clone()),
         (None, Some(i)) => Selector::Index(i),

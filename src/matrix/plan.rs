@@ -85,7 +85,7 @@ pub fn key_of(shared: &Shared, cell: &Cell) -> Result<Option<String>, MatrixErro
 pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> {
     let m = shared.matrix;
     let all = cells(m);
-    super::check_ids(m, &all)?;
+    super::check_cells(m, &all)?;
     let mut products = Products::open(registry)?;
     let mut out = Vec::new();
     for c in &all {
@@ -119,7 +119,7 @@ pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> 
 /// --no-keys`): nothing is asked of the image, the source or the registry.
 pub fn every_cell(m: &Matrix, registry: &str) -> Result<MatrixPlan, MatrixError> {
     let all = cells(m);
-    super::check_ids(m, &all)?;
+    super::check_cells(m, &all)?;
     let out: Vec<CellPlan> = all
         .iter()
         .map(|c| CellPlan {
