@@ -125,7 +125,7 @@ sequential() {
     t0=$(now)
     for i in 0 1 2 3; do
         "$quarry" matrix run "$matrix" --index "$i" -o "$work/out-seq-$1" --cache-dir "$work/cache-seq-$1" \
-            --cache-registry "$reg" >"$work/seq-$i.log" 2>&1 || { cat "$work/seq-$i.log" >&2; exit 1; }
+            --cache-registry "$reg" >"$work/seq-$1-$i.log" 2>&1 || { cat "$work/seq-$1-$i.log" >&2; exit 1; }
     done
     since "$t0"
 }
@@ -145,6 +145,8 @@ on_slurm() {
 }
 
 # Rounds alternate which side goes first (the machine's load drifts).
+# Every run prints its stages (QUARRY_TRACE=1; the Slurm tasks inherit it).
+export QUARRY_TRACE=1
 runs=${RUNS:-3}
 echo "| round | one after another, wall s | Slurm --parallel 2, wall s | ratio |"
 echo "|---|---|---|---|"
@@ -159,7 +161,7 @@ for r in $(seq 1 "$runs"); do
 done
 echo
 python3 - "$work" "$runs" <<'EOF'
-import json, pathlib, statistics, sys
+import json, pathlib, re, statistics, sys
 work, runs = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 walls = [tuple(map(float, l.split())) for l in (work / "walls").read_text().split("\n") if l]
 seq = statistics.median(w[0] for w in walls)
@@ -178,4 +180,19 @@ for side, v in over.items():
     print(f"  {side}: median {statistics.median(v):.2f}, largest {max(v):.2f} ({len(v)} cells)")
 worst = max(max(v) for v in over.values())
 print(f"largest: {worst:.2f} s ({'within' if worst <= 1.0 else 'OVER'} the 1 s target)")
+# Where the largest went: its run's QUARRY_TRACE table (stages of quarry's own work).
+logs = list(work.glob("seq-*.log")) + list(work.glob("quarry-*.out"))
+best = None
+for f in logs:
+    text = f.read_text(errors="replace")
+    m = re.search(r"built in ([0-9.]+) s \(build ([0-9.]+) s\)", text)
+    if m and "stage " in text:
+        o = float(m.group(1)) - float(m.group(2))
+        if best is None or o > best[0]:
+            best = (o, text[text.index("stage "):].split("\n"))
+if best:
+    print(f"\nthe largest-overhead run's stages (QUARRY_TRACE=1):")
+    for line in best[1]:
+        if line.startswith(("stage", "cell:", "wheel:")):
+            print("  " + line)
 EOF

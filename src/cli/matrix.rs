@@ -218,6 +218,9 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
     let cell = scheduler::pick(&all, &selector)?.clone();
     let s = Shared { running: true, ..shared(&m, &a.common, image, &registry, a.out.clone())? };
     let (report, failed) = matrix::run::run_cell(&s, &registry, &cell)?;
+    for line in crate::trace::summary() {
+        eprintln!("{line}");
+    }
     if a.json {
         super::print_json(&report)?;
     } else {

@@ -205,6 +205,14 @@ impl CellBuild {
         })
     }
 
+    /// A wheel build's lock as it is now (what its key reads of it).
+    pub fn lock_bytes(&self) -> Option<Vec<u8>> {
+        match self {
+            CellBuild::Wheel(o) => o.lock.as_ref().and_then(|l| std::fs::read(l).ok()),
+            _ => None,
+        }
+    }
+
     /// Run the build (or take it from the cache).
     pub fn run(&self, out: &Path) -> Result<Outcome, MatrixError> {
         let io = |e: std::io::Error| MatrixError::Io { path: out.to_path_buf(), err: e };
