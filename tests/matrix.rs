@@ -13,6 +13,7 @@ use common::slurm::*;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 /// The example matrix in `dir`, its image and lock beside it (the test
@@ -247,6 +248,38 @@ fn a_gpu_cell_under_slurm_sees_only_the_gpu_slurm_gave_it() {
     seen.sort();
     // Run side by side, the two cells were given the two GPUs.
     assert_eq!(seen, ["renderD128", "renderD129"]);
+
+    // As under Kubernetes: the pod's index in JOB_COMPLETION_INDEX, the
+    // device plugin having mounted one GPU (renderD129); quarry passes what
+    // it sees. (Another matrix name: its cells' keys differ from the above.)
+    let dev = w.join("pod-dev");
+    std::fs::create_dir_all(dev.join("dri")).unwrap();
+    for (node, gid) in [("kfd", 4242), ("dri/renderD129", 4243)] {
+        let st = Command::new("mknod").arg(dev.join(node)).args(["c", "1", "3"]).status().unwrap();
+        assert!(st.success(), "mknod (the GPU tests need root)");
+        std::os::unix::fs::chown(dev.join(node), None, Some(gid)).unwrap();
+    }
+    let pod = w.join("pod.toml");
+    write(&pod, &std::fs::read_to_string(&matrix).unwrap().replace("gpu-probe", "gpu-pod"));
+    run_expect(
+        quarry()
+            .args(["matrix", "run", "-o"])
+            .arg(w.join("pod-out"))
+            .arg(&pod)
+            .args(["--cache-registry", &registry])
+            .env("JOB_COMPLETION_INDEX", "1")
+            .env("QUARRY_DEV_ROOT", &dev)
+            .env_remove("SLURM_JOB_GPUS")
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("QUARRY_MATRIX_CELL")
+            .env_remove("QUARRY_MATRIX_CELLS"),
+        0,
+    );
+    let dri = std::fs::read_to_string(w.join("pod-out/cell-b/dri.txt")).unwrap();
+    let nodes: Vec<&str> =
+        dri.lines().filter_map(|l| l.split_whitespace().last()).filter(|n| n.starts_with("renderD")).collect();
+    assert_eq!(nodes, ["renderD129"], "{dri}");
+    assert!(dri.contains(" 4243 "), "{dri}");
 }
 
 /// A cell whose build fails: `run` exits with the build's status and
@@ -285,7 +318,22 @@ fn a_failed_cell_is_named_and_running_it_again_fixed_completes_the_matrix() {
             code,
         )
     };
-    run("cell-good", 0);
+    // As a Kubernetes pod would (its index), and as the GitHub workflow (the id).
+    run_expect(
+        quarry()
+            .args(["matrix", "run", "-o"])
+            .arg(&out)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry])
+            .env("JOB_COMPLETION_INDEX", "0")
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("QUARRY_MATRIX_CELL")
+            .env_remove("QUARRY_MATRIX_CELLS"),
+        0,
+    );
+    assert!(out.join("cell-good.json").is_file(), "JOB_COMPLETION_INDEX=0 ran cell-good");
     // The build's exit status, and a report that says so.
     let bad = run("cell-bad", 7);
     let report: Value = serde_json::from_slice(&bad.stdout).unwrap();
@@ -309,6 +357,24 @@ fn a_failed_cell_is_named_and_running_it_again_fixed_completes_the_matrix() {
     };
     assert_eq!(status(&r, "cell-bad"), "failed", "{r:#}");
     assert_eq!(status(&r, "cell-good"), "ok", "{r:#}");
+    // The table: cell, status, time, digest, size; the failed cell's error under it.
+    let table = run_expect(
+        quarry()
+            .args(["matrix", "collect", "-o"])
+            .arg(w.join("collected"))
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry]),
+        1,
+    );
+    let shown = String::from_utf8_lossy(&table.stdout);
+    let header: Vec<&str> = shown.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["cell", "status", "time", "digest", "size"], "{shown}");
+    assert!(shown.lines().any(|l| l.starts_with("cell-bad") && l.contains("failed")), "{shown}");
+    let good: Vec<&str> =
+        shown.lines().find(|l| l.starts_with("cell-good")).unwrap_or_default().split_whitespace().collect();
+    assert!(good.len() == 7 && good[1] == "ok" && good[4].len() == 12, "cell, ok, time, digest, size: {shown}");
     let kept = w.join("collected/cell-good/cell.txt");
     assert_eq!(std::fs::read_to_string(&kept).unwrap_or_default().trim(), "good", "{r:#}");
 
@@ -318,7 +384,18 @@ fn a_failed_cell_is_named_and_running_it_again_fixed_completes_the_matrix() {
     let done: Vec<(&str, bool)> =
         plan["cells"].as_array().unwrap().iter().map(|c| (c["id"].as_str().unwrap(), c["done"] == true)).collect();
     assert_eq!(done, [("cell-good", true), ("cell-bad", false)], "{plan:#}");
-    run("cell-bad", 0);
+    run_expect(
+        quarry()
+            .args(["matrix", "run", "-o"])
+            .arg(&out)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry])
+            .env("QUARRY_MATRIX_CELL", "cell-bad")
+            .env_remove("QUARRY_MATRIX_CELLS"),
+        0,
+    );
     let r = collect(0);
     assert_eq!(r["incomplete"], serde_json::json!([]), "{r:#}");
     assert_eq!(status(&r, "cell-bad"), "ok", "{r:#}");

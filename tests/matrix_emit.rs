@@ -91,6 +91,7 @@ fn kubernetes_and_github_descriptions_pass_their_own_checkers() {
         slurm.contains("--array=0-299%8") && slurm.contains("--gres=gpu:2") && slurm.contains("--mem=32G"),
         "{slurm}"
     );
+    assert!(slurm.contains("--cpus-per-task=8") && slurm.contains("--array=0-0%8"), "the GPU cell apart: {slurm}");
 
     // The checkers can fail: a Job without its template is refused.
     write(&w.join("bad.yaml"), &k8s.replacen("template:", "templat:", 1));
