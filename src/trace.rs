@@ -1,11 +1,12 @@
 //! Per-stage timers for profiling, on when `QUARRY_TRACE=1`. Library code
 //! wraps a stage in `trace::span("name")`; the command line prints
-//! `trace::summary()` at the end of a build. Each stage gets its wall time,
-//! the CPU time of the thread that ran the span and the CPU time of the
-//! whole process meanwhile (which, unlike wall time, a busy shared machine
-//! does not inflate). Spans of a stage that runs many times or on several
-//! threads add up, so their wall total may exceed the build's. When tracing
-//! is off a span costs one load of a `OnceLock`.
+//! `trace::summary()` at the end of a build (and of `matrix run`). Each
+//! stage gets its wall time, the CPU time of the thread that ran the span
+//! and the CPU time of the whole process meanwhile (which, unlike wall
+//! time, a busy shared machine does not inflate). Spans of a stage that
+//! runs many times or on several threads add up, so their wall total may
+//! exceed the build's. When tracing is off a span costs one load of a
+//! `OnceLock`.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};

@@ -13,6 +13,7 @@ use common::slurm::*;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 /// The example matrix in `dir`, its image and lock beside it (the test
@@ -247,4 +248,156 @@ fn a_gpu_cell_under_slurm_sees_only_the_gpu_slurm_gave_it() {
     seen.sort();
     // Run side by side, the two cells were given the two GPUs.
     assert_eq!(seen, ["renderD128", "renderD129"]);
+
+    // As under Kubernetes: the pod's index in JOB_COMPLETION_INDEX, the
+    // device plugin having mounted one GPU (renderD129); quarry passes what
+    // it sees. (Another matrix name: its cells' keys differ from the above.)
+    let dev = w.join("pod-dev");
+    std::fs::create_dir_all(dev.join("dri")).unwrap();
+    for (node, gid) in [("kfd", 4242), ("dri/renderD129", 4243)] {
+        let st = Command::new("mknod").arg(dev.join(node)).args(["c", "1", "3"]).status().unwrap();
+        assert!(st.success(), "mknod (the GPU tests need root)");
+        std::os::unix::fs::chown(dev.join(node), None, Some(gid)).unwrap();
+    }
+    let pod = w.join("pod.toml");
+    write(&pod, &std::fs::read_to_string(&matrix).unwrap().replace("gpu-probe", "gpu-pod"));
+    run_expect(
+        quarry()
+            .args(["matrix", "run", "-o"])
+            .arg(w.join("pod-out"))
+            .arg(&pod)
+            .args(["--cache-registry", &registry])
+            .env("JOB_COMPLETION_INDEX", "1")
+            .env("QUARRY_DEV_ROOT", &dev)
+            .env_remove("SLURM_JOB_GPUS")
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("QUARRY_MATRIX_CELL")
+            .env_remove("QUARRY_MATRIX_CELLS"),
+        0,
+    );
+    let dri = std::fs::read_to_string(w.join("pod-out/cell-b/dri.txt")).unwrap();
+    let nodes: Vec<&str> =
+        dri.lines().filter_map(|l| l.split_whitespace().last()).filter(|n| n.starts_with("renderD")).collect();
+    assert_eq!(nodes, ["renderD129"], "{dri}");
+    assert!(dri.contains(" 4243 "), "{dri}");
+}
+
+/// A cell whose build fails: `run` exits with the build's status and
+/// pushes a failed report; `collect` names the cell, exits non-zero and
+/// keeps the other's product. Fixed for that cell alone (a variable only it
+/// gets), only it is left to run, and running it completes the matrix.
+#[test]
+fn a_failed_cell_is_named_and_running_it_again_fixed_completes_the_matrix() {
+    if !have_registry() || !have_docker() || !have_tool("gpgv") {
+        return;
+    }
+    let (_, builder) = debian13_rocm_images();
+    let reg = Registry::start("");
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    write(&w.join("proj/README"), "a kernel project that writes one file\n");
+    let matrix = w.join("fails.toml");
+    let text = format!(
+        "name = \"fails\"\n[job]\nkind = \"kernel\"\nsource = \"proj\"\nimage = {:?}\n\
+         command = [\"sh\", \"-c\", \"mkdir -p build && echo $CELL > build/cell.txt && if [ $CELL = bad ] && [ -z \\\"$FIX\\\" ]; then exit 7; fi\"]\n\
+         [axes]\ncell = [\"good\", \"bad\"]\n[needs]\ncpus = 1\nmemory = \"1G\"\n",
+        builder.display().to_string()
+    );
+    write(&matrix, &text);
+    let registry = format!("{}/quarry-fails", reg.addr());
+    let out = w.join("cells");
+    let run = |id: &str, code: i32| {
+        run_expect(
+            quarry()
+                .args(["matrix", "run", "--json", "--cell", id, "-o"])
+                .arg(&out)
+                .arg(&matrix)
+                .arg("--cache-dir")
+                .arg(packages_cache())
+                .args(["--cache-registry", &registry]),
+            code,
+        )
+    };
+    // As a Kubernetes pod would (its index), and as the GitHub workflow (the id).
+    run_expect(
+        quarry()
+            .args(["matrix", "run", "-o"])
+            .arg(&out)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry])
+            .env("JOB_COMPLETION_INDEX", "0")
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("QUARRY_MATRIX_CELL")
+            .env_remove("QUARRY_MATRIX_CELLS"),
+        0,
+    );
+    assert!(out.join("cell-good.json").is_file(), "JOB_COMPLETION_INDEX=0 ran cell-good");
+    // The build's exit status, and a report that says so.
+    let bad = run("cell-bad", 7);
+    let report: Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert_eq!((report["status"].as_str(), report["exit_code"].as_i64()), (Some("failed"), Some(7)), "{report:#}");
+    let collect = |code: i32| {
+        stdout_json(&run_expect(
+            quarry()
+                .args(["matrix", "collect", "--json", "-o"])
+                .arg(w.join("collected"))
+                .arg(&matrix)
+                .arg("--cache-dir")
+                .arg(packages_cache())
+                .args(["--cache-registry", &registry]),
+            code,
+        ))
+    };
+    let r = collect(1);
+    assert_eq!(r["incomplete"], serde_json::json!(["cell-bad"]), "{r:#}");
+    let status = |r: &Value, id: &str| {
+        r["cells"].as_array().unwrap().iter().find(|c| c["id"] == id).map(|c| c["status"].clone()).unwrap()
+    };
+    assert_eq!(status(&r, "cell-bad"), "failed", "{r:#}");
+    assert_eq!(status(&r, "cell-good"), "ok", "{r:#}");
+    // The table: cell, status, time, digest, size; the failed cell's error under it.
+    let table = run_expect(
+        quarry()
+            .args(["matrix", "collect", "-o"])
+            .arg(w.join("collected"))
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry]),
+        1,
+    );
+    let shown = String::from_utf8_lossy(&table.stdout);
+    let header: Vec<&str> = shown.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["cell", "status", "time", "digest", "size"], "{shown}");
+    assert!(shown.lines().any(|l| l.starts_with("cell-bad") && l.contains("failed")), "{shown}");
+    let good: Vec<&str> =
+        shown.lines().find(|l| l.starts_with("cell-good")).unwrap_or_default().split_whitespace().collect();
+    assert!(good.len() == 7 && good[1] == "ok" && good[4].len() == 12, "cell, ok, time, digest, size: {shown}");
+    let kept = w.join("collected/cell-good/cell.txt");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap_or_default().trim(), "good", "{r:#}");
+
+    // Fixed for that cell alone: the other stays done, only it is left.
+    write(&matrix, &format!("{text}[job.env_for.cell.bad]\nFIX = \"1\"\n"));
+    let plan = stdout_json(&quarry_matrix(&["plan", "--json"], &matrix, &registry, 0));
+    let done: Vec<(&str, bool)> =
+        plan["cells"].as_array().unwrap().iter().map(|c| (c["id"].as_str().unwrap(), c["done"] == true)).collect();
+    assert_eq!(done, [("cell-good", true), ("cell-bad", false)], "{plan:#}");
+    run_expect(
+        quarry()
+            .args(["matrix", "run", "-o"])
+            .arg(&out)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry])
+            .env("QUARRY_MATRIX_CELL", "cell-bad")
+            .env_remove("QUARRY_MATRIX_CELLS"),
+        0,
+    );
+    let r = collect(0);
+    assert_eq!(r["incomplete"], serde_json::json!([]), "{r:#}");
+    assert_eq!(status(&r, "cell-bad"), "ok", "{r:#}");
+    assert_eq!(common::leaked_quarry_containers(), Vec::<String>::new());
 }

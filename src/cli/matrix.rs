@@ -37,9 +37,12 @@ pub struct Common {
 pub struct PlanArgs {
     #[command(flatten)]
     common: Common,
-    /// Print JSON: matrix, file, kind, registry, cells[] ({id, index, values, needs, key, done}), to_run
+    /// Print JSON: matrix, file, kind, registry, cells[] ({id, index, values, needs, local_version, key, done}), to_run
     #[arg(long)]
     json: bool,
+    /// The cells only: no keys, nothing asked of the image, the source or the registry (every cell "to run")
+    #[arg(long)]
+    no_keys: bool,
 }
 
 #[derive(clap::Args)]
@@ -135,7 +138,9 @@ fn load(c: &Common, json: bool) -> anyhow::Result<(Matrix, Option<crate::engine:
     let m = Matrix::load(&c.file)?;
     let registry = matrix::registry_of(&m, c.cache.cache_registry.as_deref().filter(|r| !r.trim().is_empty()))?;
     let image = match m.job.kind {
+        // An image job builds its own; a templated image is one per cell.
         matrix::definition::JobKind::Image => None,
+        _ if m.job.image_is_template() => None,
         _ => {
             Some(image_arg::build_image(&m.job.image, &c.sets, &cache_config(c, &registry), Progress::new(json, true))?)
         }
@@ -175,15 +180,23 @@ fn print_plan(p: &MatrixPlan) {
         let n = &c.needs;
         println!("{:<5} {:<44} {key:<12} {state:<7} gpus {} cpus {} mem {}", c.index, c.id, n.gpus, n.cpus, n.memory);
     }
-    println!("{} of {} cells to run ({})", p.to_run, p.cells.len(), p.registry);
+    let registry = if p.registry.is_empty() { "no registry named" } else { &p.registry };
+    println!("{} of {} cells to run ({registry})", p.to_run, p.cells.len());
 }
 
 fn plan(a: PlanArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let out = PathBuf::from("matrix-out");
-    let (m, image, registry) = load(&a.common, a.json)?;
-    let s = shared(&m, &a.common, image, &registry, out)?;
-    let p = matrix::plan::plan(&s, &registry)?;
+    let p = if a.no_keys {
+        let m = Matrix::load(&a.common.file)?;
+        // No registry is asked; it is named when known.
+        let given = a.common.cache.cache_registry.as_deref().filter(|r| !r.trim().is_empty());
+        let registry = matrix::registry_of(&m, given).unwrap_or_default();
+        matrix::plan::every_cell(&m, &registry)?
+    } else {
+        let (m, image, registry) = load(&a.common, a.json)?;
+        let s = shared(&m, &a.common, image, &registry, PathBuf::from("matrix-out"))?;
+        matrix::plan::plan(&s, &registry)?
+    };
     if a.json {
         super::print_json(&p)?;
     } else {
@@ -196,7 +209,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let (m, image, registry) = load(&a.common, a.json)?;
     let all = matrix::cells::cells(&m);
-    matrix::check_ids(&m, &all)?;
+    matrix::check_cells(&m, &all)?;
     let selector = match (&a.cell, a.index) {
         (Some(id), _) => Selector::Id(id.clone()),
         (None, Some(i)) => Selector::Index(i),
@@ -205,6 +218,9 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
     let cell = scheduler::pick(&all, &selector)?.clone();
     let s = Shared { running: true, ..shared(&m, &a.common, image, &registry, a.out.clone())? };
     let (report, failed) = matrix::run::run_cell(&s, &registry, &cell)?;
+    for line in crate::trace::summary() {
+        eprintln!("{line}");
+    }
     if a.json {
         super::print_json(&report)?;
     } else {

@@ -4,8 +4,12 @@
 //! name = "msgpack"                       # default: the file's stem
 //! [job]
 //! kind = "wheel"                         # wheel | kernel | image
-//! source = { pypi = "msgpack==1.1.0", sha256 = "..." }   # or "path/to/project" (or an sdist)
+//! source = { pypi = "msgpack==1.1.0", sha256 = "..." }   # or "path/to/project" (or an sdist; may name axes)
+//! # a version axis: the requirement is a template, one sha256 per requirement it becomes
+//! # source = { pypi = "flash-attn=={flash_attn}", sha256 = { "flash-attn==2.8.3" = "..." } }
 //! image = "../../images/hip-builder-debian13.toml"       # a definition, an OCI layout or an engine image
+//!                                        # (wheel and kernel jobs: an engine image may be a template,
+//!                                        #  "builder:rocm{rocm}", one image per cell)
 //! local_version = "o{opt}"              # wheels: a PEP 440 local label from axis values
 //! lock = "msgpack.lock"                 # wheels: the build requirements' lock, shared by every cell
 //! repair = false                        # wheels
@@ -13,6 +17,8 @@
 //! outputs = ["build/libk.so"]           # kernels: what it writes (default build/ and /out)
 //! [job.env]                             # the build's environment, filled from axis values
 //! CFLAGS = "-O{opt}"
+//! [job.env_for.opt.3]                   # variables only in cells whose `opt` is `3`
+//! LDFLAGS = "-flto"
 //! [axes]                                # every combination of these values is a cell
 //! python = ["cp313"]                    # special: the Python (wheels)
 //! targets = ["gfx90a,gfx942"]           # special: the GPU targets
@@ -33,6 +39,9 @@
 //! Axes are taken in name order (TOML tables are unordered). Paths are
 //! relative to the matrix file. Every error names the file and the field.
 
+pub use super::source::JobSource;
+use super::source::RawSource;
+pub use super::template::{fill, placeholders};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -51,15 +60,6 @@ pub enum JobKind {
     Wheel,
     Kernel,
     Image,
-}
-
-/// Where a wheel or kernel job's project comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobSource {
-    /// A directory or an sdist on this machine.
-    Path(PathBuf),
-    /// An sdist from the package index, pinned by sha256.
-    Pypi { requirement: String, sha256: String },
 }
 
 /// What a cell asks its scheduler for.
@@ -105,8 +105,17 @@ pub struct Job {
     pub outputs: Vec<String>,
     /// `NAME = "template with {axis}"`.
     pub env: BTreeMap<String, String>,
+    /// Axis -> value -> variables set only in cells with that value.
+    pub env_for: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
     /// Image jobs: `--set NAME=template`.
     pub set: BTreeMap<String, String>,
+}
+
+impl Job {
+    /// The image names axis values: an engine image per cell.
+    pub fn image_is_template(&self) -> bool {
+        !placeholders(&self.image).is_empty()
+    }
 }
 
 /// A parsed, checked matrix file.
@@ -154,13 +163,6 @@ struct RawInclude {
 }
 
 #[derive(serde::Deserialize)]
-#[serde(untagged)]
-enum RawSource {
-    Path(String),
-    Pypi { pypi: String, sha256: String },
-}
-
-#[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawJob {
     kind: JobKind,
@@ -181,6 +183,8 @@ struct RawJob {
     outputs: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    #[serde(default)]
+    env_for: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
     #[serde(default)]
     set: BTreeMap<String, String>,
 }
@@ -250,17 +254,7 @@ impl Matrix {
         let j = raw.job;
         let source = match j.source {
             None => None,
-            Some(RawSource::Path(p)) => Some(JobSource::Path(dir.join(p))),
-            Some(RawSource::Pypi { pypi, sha256 }) => {
-                let hex_ok = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
-                if !hex_ok {
-                    return Err(err(
-                        "job.source.sha256",
-                        "64 hex digits: the sdist's sha256 (pip hash shows it)".into(),
-                    ));
-                }
-                Some(JobSource::Pypi { requirement: pypi, sha256: sha256.to_ascii_lowercase() })
-            }
+            Some(raw) => Some(raw.resolve(dir).map_err(|(field, message)| err(field, message))?),
         };
         match (j.kind, &source) {
             (JobKind::Wheel | JobKind::Kernel, None) => {
@@ -292,6 +286,7 @@ impl Matrix {
             command: j.command,
             outputs: j.outputs,
             env: j.env,
+            env_for: j.env_for,
             set: j.set,
         };
         let m = Matrix {
@@ -314,7 +309,38 @@ impl Matrix {
         if let Some(t) = &self.job.local_version {
             templates.push(("job.local_version".into(), t));
         }
+        if self.job.image_is_template() {
+            if self.job.kind == JobKind::Image {
+                return Err((
+                    "job.image".into(),
+                    "an image job builds one definition: give its path, and per-cell parameters in [job.set]".into(),
+                ));
+            }
+            templates.push(("job.image".into(), &self.job.image));
+        }
+        let path_source = match &self.job.source {
+            Some(JobSource::Path(p)) => Some(p.to_string_lossy()),
+            _ => None,
+        };
+        match (&self.job.source, &path_source) {
+            (Some(JobSource::Pypi { requirement, .. }), _) => templates.push(("job.source.pypi".into(), requirement)),
+            (_, Some(p)) => templates.push(("job.source".into(), p)),
+            _ => {}
+        }
         templates.extend(self.job.env.iter().map(|(k, v)| (format!("job.env.{k}"), v.as_str())));
+        for (axis, by_value) in &self.job.env_for {
+            let field = format!("job.env_for.{axis}");
+            let Some(values) = self.axes.get(axis) else {
+                return Err((field, format!("`{axis}` is no axis (axes: {})", axis_list(&self.axes))));
+            };
+            let included = |v: &str| self.include.iter().any(|(i, _)| i.get(axis).map(String::as_str) == Some(v));
+            if let Some(v) = by_value.keys().find(|v| !values.contains(v) && !included(v)) {
+                return Err((format!("{field}.{v}"), format!("`{v}` is no value of `{axis}`")));
+            }
+            for (v, vars) in by_value {
+                templates.extend(vars.iter().map(|(k, t)| (format!("{field}.{v}.{k}"), t.as_str())));
+            }
+        }
         templates.extend(self.job.set.iter().map(|(k, v)| (format!("job.set.{k}"), v.as_str())));
         for (field, t) in templates {
             for name in placeholders(t) {
@@ -333,32 +359,6 @@ fn axis_list(axes: &BTreeMap<String, Vec<String>>) -> String {
     } else {
         axes.keys().cloned().collect::<Vec<_>>().join(", ")
     }
-}
-
-/// The `{name}`s of a template.
-pub fn placeholders(t: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = t;
-    while let Some(open) = rest.find('{') {
-        let after = &rest[open + 1..];
-        match after.find('}') {
-            Some(close) => {
-                out.push(after[..close].to_string());
-                rest = &after[close + 1..];
-            }
-            None => break,
-        }
-    }
-    out
-}
-
-/// A template with each `{axis}` replaced by the cell's value.
-pub fn fill(t: &str, values: &BTreeMap<String, String>) -> String {
-    let mut out = t.to_string();
-    for (k, v) in values {
-        out = out.replace(&format!("{{{k}}}"), v);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -389,17 +389,19 @@ mod tests {
             (format!("{BASE}[axes]\nopt = [\"2\"]\npy = [\"cp311\"]\n[[include]]\nopt = \"3\"\n"), "include[0]"),
             ("[job]\nkind = \"kernel\"\nsource = \"p\"\nimage = \"i\"\n".to_string(), "job.command"),
             ("[job]\nkind = \"wheel\"\nimage = \"i\"\n".to_string(), "job.source"),
+            (format!("{BASE}[axes]\nopt = [\"2\"]\n[job.env_for.opt.9]\nX = \"1\"\n"), "job.env_for.opt.9"),
+            (format!("{BASE}[axes]\nopt = [\"2\"]\n[job.env_for.nope.2]\nX = \"1\"\n"), "job.env_for.nope"),
+            (format!("{BASE}[axes]\nopt = [\"2\"]\n[job.env_for.opt.2]\nX = \"{{nope}}\"\n"), "job.env_for.opt.2.X"),
+            ("[job]\nkind = \"image\"\nimage = \"i{opt}.toml\"\n[axes]\nopt = [\"2\"]\n".to_string(), "job.image"),
+            (
+                "[job]\nkind = \"wheel\"\nimage = \"i\"\nsource = { pypi = \"p=={v}\", sha256 = \"".to_string()
+                    + &"a".repeat(64)
+                    + "\" }\n[axes]\nv = [\"1\", \"2\"]\n",
+                "job.source.sha256",
+            ),
         ] {
             let e = load(&text).unwrap_err();
             assert_eq!(e.field, field, "{text}: {e}");
         }
-    }
-
-    #[test]
-    fn templates_fill_from_axis_values() {
-        let values: BTreeMap<String, String> =
-            [("rocm".to_string(), "6.2".to_string()), ("torch".to_string(), "2.5".to_string())].into();
-        assert_eq!(fill("rocm{rocm}torch{torch}", &values), "rocm6.2torch2.5");
-        assert_eq!(placeholders("a{x}b{y}"), ["x", "y"]);
     }
 }

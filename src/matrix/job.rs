@@ -2,9 +2,11 @@
 //! cache key, and running it. Axis values reach the build as the job says:
 //! `python` is the Python to build for (wheels), `targets` the GPU target
 //! list; every other axis is an environment variable of the build named
-//! after it in capitals (`torch` -> `TORCH=2.5`), and `[job.env]` adds
-//! variables made from templates. The local version label and image
-//! parameters (`[job.set]`) are templates filled the same way.
+//! after it in capitals (`torch` -> `TORCH=2.5`), `[job.env]` adds
+//! variables made from templates, and `[job.env_for.AXIS.VALUE]` adds
+//! some only to cells with that value. The local version label, the image of a
+//! wheel or kernel job and image parameters (`[job.set]`) are templates
+//! filled the same way.
 
 use super::cells::Cell;
 use super::definition::{fill, JobKind, JobSource, Matrix};
@@ -65,6 +67,12 @@ fn env_of(m: &Matrix, cell: &Cell) -> Vec<(String, String)> {
     for (name, template) in &m.job.env {
         env.insert(name.clone(), fill(template, &cell.values));
     }
+    for (axis, by_value) in &m.job.env_for {
+        let vars = cell.values.get(axis).and_then(|v| by_value.get(v));
+        for (name, template) in vars.into_iter().flatten() {
+            env.insert(name.clone(), fill(template, &cell.values));
+        }
+    }
     env.into_iter().collect()
 }
 
@@ -85,28 +93,40 @@ fn gpu_of(cx: &CellContext, cell: &Cell) -> Result<GpuPlan, MatrixError> {
     Ok(gpu::plan(GpuMode::Amd, cx.gpus.as_deref().unwrap_or_default())?)
 }
 
-fn image_of(cx: &CellContext) -> Result<BuildImage, MatrixError> {
-    cx.image
-        .clone()
-        .ok_or_else(|| MatrixError::Input(format!("{}: job.image: no build image", cx.matrix.file.display())))
+/// The cell's build image: the one every cell shares, or the engine image
+/// its values name (`image = "builder:rocm{rocm}-torch{torch}"`).
+fn image_of(cx: &CellContext, cell: &Cell) -> Result<BuildImage, MatrixError> {
+    if let Some(image) = &cx.image {
+        return Ok(image.clone());
+    }
+    if cx.matrix.job.image_is_template() {
+        return Ok(BuildImage::Reference(fill(&cx.matrix.job.image, &cell.values)));
+    }
+    Err(MatrixError::Input(format!("{}: job.image: no build image", cx.matrix.file.display())))
 }
 
 /// The project a wheel or kernel job builds: a path, or the pinned sdist
-/// fetched into the cache with the user's pip.
-fn source_of(cx: &CellContext) -> Result<PathBuf, MatrixError> {
+/// (the path or the requirement filled from the cell's values) fetched into the cache
+/// with the user's pip.
+fn source_of(cx: &CellContext, cell: &Cell) -> Result<PathBuf, MatrixError> {
+    let file = || cx.matrix.file.display();
     match &cx.matrix.job.source {
-        Some(JobSource::Path(p)) => Ok(p.clone()),
-        Some(JobSource::Pypi { requirement, sha256 }) => {
+        Some(JobSource::Path(p)) => Ok(PathBuf::from(fill(&p.to_string_lossy(), &cell.values))),
+        Some(pypi) => {
+            let (requirement, hash) = pypi
+                .sha256_for(&cell.values)
+                .map_err(|e| MatrixError::Input(format!("{}: job.source.sha256: {e}", file())))?
+                .ok_or_else(|| MatrixError::Input(format!("{}: job.source: not a package-index source", file())))?;
             let cache = crate::cache::Cache::open_with(&cx.cache)?;
             let req = crate::definition::PypiRequest {
-                requirement: requirement.clone(),
+                requirement,
                 format: crate::definition::PypiFormat::Sdist,
                 platform: None,
                 python: None,
             };
-            Ok(crate::pypi::fetch(&cache, &req, Some(sha256))?.path)
+            Ok(crate::pypi::fetch(&cache, &req, Some(&hash))?.path)
         }
-        None => Err(MatrixError::Input(format!("{}: job.source: none given", cx.matrix.file.display()))),
+        None => Err(MatrixError::Input(format!("{}: job.source: none given", file()))),
     }
 }
 
@@ -125,8 +145,8 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
             }
             let lock = m.job.lock.clone().unwrap_or_else(|| m.file.with_extension("lock"));
             CellBuild::Wheel(Box::new(crate::wheel::build::BuildOptions {
-                source: source_of(cx)?,
-                image: image_of(cx)?,
+                source: source_of(cx, cell)?,
+                image: image_of(cx, cell)?,
                 output: cx.out.clone(),
                 pythons: cell.values.get(PYTHON_AXIS).map(|p| vec![p.clone()]),
                 axes: env.into_iter().map(|(k, v)| (k, vec![v])).collect(),
@@ -150,8 +170,8 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
             }))
         }
         JobKind::Kernel => CellBuild::Kernel(Box::new(crate::kernel::KernelOptions {
-            source: source_of(cx)?,
-            image: image_of(cx)?,
+            source: source_of(cx, cell)?,
+            image: image_of(cx, cell)?,
             output: cx.out.clone(),
             cmd: m.job.command.clone(),
             targets: targets_of(cell),
@@ -184,6 +204,14 @@ impl CellBuild {
             CellBuild::Kernel(o) => Some(crate::kernel::cache_key(o)?),
             CellBuild::Image { definition, opts } => image_key(definition, opts)?,
         })
+    }
+
+    /// A wheel build's lock as it is now (what its key reads of it).
+    pub fn lock_bytes(&self) -> Option<Vec<u8>> {
+        match self {
+            CellBuild::Wheel(o) => o.lock.as_ref().and_then(|l| std::fs::read(l).ok()),
+            _ => None,
+        }
     }
 
     /// Run the build (or take it from the cache).

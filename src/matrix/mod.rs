@@ -19,6 +19,8 @@ pub mod plan;
 pub mod product;
 pub mod run;
 pub mod scheduler;
+pub mod source;
+pub mod template;
 
 pub use cells::Cell;
 pub use definition::Matrix;
@@ -86,11 +88,17 @@ pub fn registry_of(m: &Matrix, given: Option<&str>) -> Result<String, MatrixErro
     })
 }
 
-/// Every cell id once: two cells whose values differ only in characters an
-/// id cannot hold would share one.
-pub fn check_ids(m: &Matrix, cells: &[Cell]) -> Result<(), MatrixError> {
+/// Every cell id once (two cells whose values differ only in characters an
+/// id cannot hold would share one), and a package-index source pinned for
+/// every cell (a requirement naming axes has a hash per version).
+pub fn check_cells(m: &Matrix, cells: &[Cell]) -> Result<(), MatrixError> {
     let mut seen = std::collections::BTreeMap::new();
     for c in cells {
+        if let Some(source) = &m.job.source {
+            source.sha256_for(&c.values).map_err(|e| {
+                MatrixError::Input(format!("{}: job.source.sha256: {e} (cell {})", m.file.display(), c.id))
+            })?;
+        }
         if let Some(other) = seen.insert(c.id.as_str(), c) {
             return Err(MatrixError::Input(format!(
                 "{}: cells {:?} and {:?} get the same id `{}`; make their values differ in letters or digits",

@@ -18,6 +18,9 @@ pub struct CellPlan {
     pub index: usize,
     pub values: BTreeMap<String, String>,
     pub needs: Needs,
+    /// Wheel jobs: the local version label its wheels get (`+` and this).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_version: Option<String>,
     /// The cell's key; null when it cannot be known before building (an
     /// isolated wheel build without a lock).
     pub key: Option<String>,
@@ -65,6 +68,14 @@ pub fn cell_out(out: &Path, cell: &Cell) -> PathBuf {
     out.join(&cell.id)
 }
 
+/// A wheel cell's local version label.
+fn local_version(m: &Matrix, c: &Cell) -> Option<String> {
+    match m.job.kind {
+        JobKind::Wheel => m.job.local_version.as_ref().map(|t| super::definition::fill(t, &c.values)),
+        _ => None,
+    }
+}
+
 /// The cell's key (hex), when it can be known before building.
 pub fn key_of(shared: &Shared, cell: &Cell) -> Result<Option<String>, MatrixError> {
     let b = job::options(&shared.context(cell), cell)?;
@@ -74,7 +85,7 @@ pub fn key_of(shared: &Shared, cell: &Cell) -> Result<Option<String>, MatrixErro
 pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> {
     let m = shared.matrix;
     let all = cells(m);
-    super::check_ids(m, &all)?;
+    super::check_cells(m, &all)?;
     let mut products = Products::open(registry)?;
     let mut out = Vec::new();
     for c in &all {
@@ -88,6 +99,7 @@ pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> 
             index: c.index,
             values: c.values.clone(),
             needs: c.needs.clone(),
+            local_version: local_version(m, c),
             key,
             done,
         });
@@ -103,10 +115,11 @@ pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> 
     })
 }
 
-/// Every cell as not done, keys not computed (`emit --all`).
+/// Every cell as not done, keys not computed (`emit --all`, `plan
+/// --no-keys`): nothing is asked of the image, the source or the registry.
 pub fn every_cell(m: &Matrix, registry: &str) -> Result<MatrixPlan, MatrixError> {
     let all = cells(m);
-    super::check_ids(m, &all)?;
+    super::check_cells(m, &all)?;
     let out: Vec<CellPlan> = all
         .iter()
         .map(|c| CellPlan {
@@ -114,6 +127,7 @@ pub fn every_cell(m: &Matrix, registry: &str) -> Result<MatrixPlan, MatrixError>
             index: c.index,
             values: c.values.clone(),
             needs: c.needs.clone(),
+            local_version: local_version(m, c),
             key: None,
             done: false,
         })

@@ -65,7 +65,8 @@ pub fn run_cell(
     let failure = match attempt(shared, registry, cell, &mut report) {
         Ok(files) => {
             report.seconds = started.elapsed().as_secs_f64();
-            report.artifact = Some(products.push(&report, &files, scratch.path())?);
+            let pushed = crate::trace::time("cell: push products", || products.push(&report, &files, scratch.path()))?;
+            report.artifact = Some(pushed);
             None
         }
         Err(e) => {
@@ -96,10 +97,16 @@ fn attempt(
         Ok(b.build_key()?.map(|k| job::cell_key(m.job.kind, &cell.id, &k).hex()))
     };
     // Known before building for most jobs; a failed build reports it too.
-    report.key = cell_key(&build).ok().flatten();
-    let outcome = build.run(&cx.out)?;
-    // Known now for every job (an isolated wheel build wrote its lock).
-    let key = cell_key(&build)?;
+    let lock_before = build.lock_bytes();
+    report.key = crate::trace::time("cell: key before building", || cell_key(&build)).ok().flatten();
+    let outcome = crate::trace::time("cell: build (lookups, session, commits)", || build.run(&cx.out))?;
+    // Known now for every job: an isolated wheel build may have written its
+    // lock. With the lock as it was, the key is the one above (asking the
+    // engine again for the image's id can wait seconds on a busy engine).
+    let key = match &report.key {
+        Some(k) if build.lock_bytes() == lock_before => Some(k.clone()),
+        _ => crate::trace::time("cell: key after building", || cell_key(&build))?,
+    };
     report.key = key.clone();
     report.cached = outcome.cached;
     report.build_seconds = outcome.build_seconds;

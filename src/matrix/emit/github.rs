@@ -35,7 +35,7 @@ pub(super) fn workflow(m: &Matrix, plan: &MatrixPlan, o: &EmitOptions) -> String
                 s.push_str(&format!("          - cell: {}\n", yaml_str(id)));
             }
             s.push_str(&format!(
-                "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v4\n      - name: quarry matrix run\n        env:\n          QUARRY_MATRIX_CELL: ${{{{ matrix.cell }}}}\n        run: {} matrix run {} -o {}\n",
+                "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v5\n      - name: quarry matrix run\n        env:\n          QUARRY_MATRIX_CELL: ${{{{ matrix.cell }}}}\n        run: {} matrix run {} -o {}\n",
                 yaml_str(&plan.registry),
                 o.quarry,
                 o.matrix_path,
@@ -50,7 +50,7 @@ pub(super) fn workflow(m: &Matrix, plan: &MatrixPlan, o: &EmitOptions) -> String
         s.push_str(&format!("    needs: [{}]\n", needs.join(", ")));
     }
     s.push_str(&format!(
-        "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v4\n      - name: quarry matrix collect\n        run: {} matrix collect {} -o wheelhouse\n      - uses: actions/upload-artifact@v4\n        if: ${{{{ always() }}}}\n        with:\n          name: wheelhouse\n          path: wheelhouse\n",
+        "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v5\n      - name: quarry matrix collect\n        run: {} matrix collect {} -o wheelhouse\n      - uses: actions/upload-artifact@v6\n        if: ${{{{ always() }}}}\n        with:\n          name: wheelhouse\n          path: wheelhouse\n",
         yaml_str(&plan.registry),
         o.quarry,
         o.matrix_path

@@ -311,6 +311,7 @@ pub(super) fn run_builds(
     cache: &crate::cache::Cache,
     cc: (Option<PathBuf>, &Path),
 ) -> Result<Ran, BuildError> {
+    let before_session = crate::trace::span("wheel: before the session (inputs, lock)");
     let meta = check_inputs(o)?;
     let epoch = crate::epoch::from_env_or_zero().map_err(|e| BuildError::Input(e.to_string()))?;
     let combos = combinations(&o.axes);
@@ -372,6 +373,7 @@ pub(super) fn run_builds(
     let mut jobs: Vec<Job> = Vec::new();
     let lock_before = lock.clone();
     let mut cc_stats = None;
+    drop(before_session);
     let session = Instant::now();
     engine
         .guarded(async |s| {
@@ -458,7 +460,9 @@ pub(super) fn run_builds(
         .map_err(BuildError::Engine)?;
 
     let session_seconds = session.elapsed().as_secs_f64();
-    let mut built = output::finish(engine, image, o, &jobs, &labels, &raw, staging.path(), epoch)?;
+    let mut built = crate::trace::time("wheel: finish (labels, files)", || {
+        output::finish(engine, image, o, &jobs, &labels, &raw, staging.path(), epoch)
+    })?;
     for b in &mut built {
         b.session_seconds = session_seconds;
     }

@@ -120,22 +120,28 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
     super::check_inputs(o)?;
     let cache = Cache::open_with(&o.cache)?;
     let mut engine = None;
-    let parts = KeyParts::read(o, &mut engine)?;
+    let parts = crate::trace::time("wheel: key parts", || KeyParts::read(o, &mut engine))?;
     let image = parts.image;
     let lookup = if o.no_cache { None } else { parts.lookup_key(o) };
     let sharing = Sharing::unless_networked(o.network);
-    let mut built = match lookup.map(|k| cache.entry(Bucket::Wheels, &k.hex(), &sharing)).transpose()?.flatten() {
+    let hit = crate::trace::time("wheel: cache lookup", || {
+        lookup.map(|k| cache.entry(Bucket::Wheels, &k.hex(), &sharing)).transpose()
+    })?;
+    let mut built = match hit.flatten() {
         Some(hit) => from_entry(&hit.value, &o.output, hit.tier)?,
         None => {
-            let engine = connect(&mut engine)?;
+            let engine = crate::trace::time("wheel: engine", || connect(&mut engine))?;
             let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(&o.cache.dir))?;
             let project = key::project_key(&image, &o.targets.targets, &key::project_name(&o.source)).hex();
             let restored = if o.compiler_cache == Mode::Off || o.no_cache {
                 None
             } else {
-                cache.entry(Bucket::CompilerObjects, &project, &sharing)?
+                crate::trace::time("wheel: compiler cache lookup", || {
+                    cache.entry(Bucket::CompilerObjects, &project, &sharing)
+                })?
             };
             let staged_cc = cache.stage()?;
+            let session = crate::trace::span("wheel: container session");
             let ran = run_builds(
                 engine,
                 &reference,
@@ -143,14 +149,19 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
                 &cache,
                 (restored.as_ref().map(|h| h.value.files()), &staged_cc.files()),
             )?;
+            drop(session);
             if let Some(stats) = ran.compiler_cache {
                 log::info!("compiler cache: {} hit(s), {} compiled", stats.hits, stats.misses);
                 if stats.misses > 0 || restored.is_none() {
-                    cache.commit(Bucket::CompilerObjects, &project, staged_cc, &sharing)?;
+                    crate::trace::time("wheel: compiler cache commit", || {
+                        cache.commit(Bucket::CompilerObjects, &project, staged_cc, &sharing)
+                    })?;
                 }
             }
             let lock_after = parts.lock(o);
-            commit(&cache, &parts.key(o, lock_after.as_deref()).hex(), &ran.built, &sharing)?;
+            crate::trace::time("wheel: commit", || {
+                commit(&cache, &parts.key(o, lock_after.as_deref()).hex(), &ran.built, &sharing)
+            })?;
             ran.built
         }
     };
