@@ -26,5 +26,6 @@ pub mod registry;
 pub mod rocm;
 pub mod sbom;
 pub mod source;
+pub mod splice;
 pub mod trace;
 pub mod wheel;

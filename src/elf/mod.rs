@@ -10,6 +10,7 @@
 //! only decides which facts to take and how to name what is wrong.
 
 pub mod batch;
+pub mod edit;
 pub mod patchelf;
 mod read;
 pub mod strip;

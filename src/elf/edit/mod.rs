@@ -1,0 +1,231 @@
+//! Native edits of an ELF file's dynamic entries — set RPATH or RUNPATH,
+//! set SONAME, replace NEEDED names — made the way patchelf 0.19 makes them,
+//! but returned as a [`Splice`]: the source file's bytes, a few small
+//! overwrites and an appended tail. Nothing is copied: the edited file can be
+//! streamed straight into an archive.
+//!
+//! Hand-written on `object`'s reader because no crate gives an edit in that
+//! shape: `object::build::elf::Builder` (and `arwen` on top of it) parses
+//! and rewrites the whole file in memory, `elb` edits a writable copy and
+//! has no NEEDED renaming, `goblin` only reads.
+//!
+//! Strings that fit replace the old ones in place (NUL padded, only when
+//! nothing else points into them); otherwise the string table grows into a
+//! tail at the end of the file (see [`layout`]). A file this cannot edit
+//! safely is refused with [`EditError::Unsupported`] and a reason, so the
+//! caller can hand it to patchelf: 32-bit files, PN_XNUM program header
+//! counts, a `.dynamic` with no spare DT_NULL slot for a new entry (moving
+//! `.dynamic` is not done), both DT_RPATH and DT_RUNPATH, and more.
+
+mod input;
+mod layout;
+mod strings;
+
+use crate::elf::ElfError;
+use crate::splice::{Part, Splice};
+use input::{unsupported, Dyn, Input, Site};
+use object::elf;
+use object::pod::{bytes_of, bytes_of_slice};
+use object::{I64, U64};
+use std::path::{Path, PathBuf};
+use strings::Strings;
+
+/// The edits to make to one file.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ElfEdits {
+    /// Set DT_RPATH (forced: an existing DT_RUNPATH is retagged), as
+    /// `patchelf --force-rpath --set-rpath`.
+    pub set_rpath: Option<String>,
+    /// Set DT_RUNPATH (an existing DT_RPATH is retagged), as `patchelf --set-rpath`.
+    pub set_runpath: Option<String>,
+    /// Set DT_SONAME (shared libraries only; a no-op elsewhere, as in patchelf).
+    pub set_soname: Option<String>,
+    /// Rename DT_NEEDED entries and the matching `.gnu.version_r` files.
+    pub replace_needed: Vec<(String, String)>,
+}
+
+impl ElfEdits {
+    /// The same edits as patchelf arguments (for the fallback).
+    pub fn patchelf_args(&self) -> Vec<String> {
+        use super::patchelf::args;
+        let mut out = Vec::new();
+        if let Some(r) = &self.set_rpath {
+            out.extend(args::set_rpath(r));
+        }
+        if let Some(r) = &self.set_runpath {
+            out.extend(["--set-rpath".to_string(), r.clone()]);
+        }
+        if let Some(s) = &self.set_soname {
+            out.extend(args::set_soname(s));
+        }
+        out.extend(args::replace_needed(&self.replace_needed));
+        out
+    }
+}
+
+/// An edited file.
+#[derive(Debug)]
+pub struct Edited {
+    pub splice: Splice,
+    /// The string table grew into a tail at the end of the file.
+    pub grew: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    #[error("`{path}` cannot be edited natively: {reason}")]
+    Unsupported { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Elf(#[from] ElfError),
+}
+
+/// Make `edits` to the ELF file at `src`. The output depends only on the
+/// input bytes and the edits.
+pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
+    let input = Input::read(src)?;
+    let e = input.endian;
+    let mut dynamic = input.dynamic.clone();
+    let mut strings = Strings::new(&input);
+    let mut verneed_writes: Vec<(u64, u32)> = Vec::new();
+
+    let path_edit = match (&edits.set_rpath, &edits.set_runpath) {
+        (Some(_), Some(_)) => return Err(unsupported(src, "both an RPATH and a RUNPATH were asked for")),
+        (Some(r), None) => Some((r, elf::DT_RPATH)),
+        (None, Some(r)) => Some((r, elf::DT_RUNPATH)),
+        (None, None) => None,
+    };
+    if let Some((new, tag)) = path_edit {
+        let existing = match (input.find(&dynamic, elf::DT_RPATH), input.find(&dynamic, elf::DT_RUNPATH)) {
+            (Some(_), Some(_)) => return Err(unsupported(src, "it has both DT_RPATH and DT_RUNPATH")),
+            (a, b) => a.or(b),
+        };
+        set_string(&input, &mut dynamic, &mut strings, existing, tag, new)?;
+    }
+    if let Some(new) = &edits.set_soname {
+        if input.header.e_type.get(e) == elf::ET_DYN {
+            let existing = input.find(&dynamic, elf::DT_SONAME);
+            set_string(&input, &mut dynamic, &mut strings, existing, elf::DT_SONAME, new)?;
+        }
+    }
+    for (old, new) in &edits.replace_needed {
+        let mut at = None;
+        for (i, d) in dynamic.iter_mut().enumerate() {
+            if input.tag(d) == elf::DT_NULL {
+                break;
+            }
+            if input.tag(d) == elf::DT_NEEDED && input.string_at(d.d_val.get(e))? == old.as_bytes() {
+                let to = *at.get_or_insert_with(|| strings.place(new, None));
+                d.d_val = U64::new(e, to);
+                strings.repoint(Site::Dyn(i), to);
+            }
+        }
+        let files: Vec<(u64, u64)> = input
+            .refs
+            .iter()
+            .filter_map(|&(s, r)| match s {
+                Site::VerneedFile(entry) => Some((entry, r)),
+                _ => None,
+            })
+            .collect();
+        for (entry, r) in files {
+            if input.string_at(r)? != old.as_bytes() {
+                continue;
+            }
+            if !input.verneed_linked {
+                return Err(unsupported(src, ".gnu.version_r names a string table other than .dynstr"));
+            }
+            let to = *at.get_or_insert_with(|| strings.place(new, None));
+            let to32 = u32::try_from(to).map_err(|_| unsupported(src, "the string table passes 4 GiB"))?;
+            verneed_writes.push((entry + 4, to32)); // vn_file follows vn_version and vn_cnt
+            strings.repoint(Site::VerneedFile(entry), to);
+        }
+    }
+
+    let mut splice = Splice::file(src).map_err(|source| ElfError::Io { path: src.to_path_buf(), source })?;
+    let grew = !strings.appended.is_empty();
+    let mut strtab_offset = input.strtab_offset;
+    if grew {
+        let dynstr_len = (strings.current.len() + strings.appended.len()) as u64;
+        let layout = layout::place(&input, dynstr_len)?;
+        set_value(&input, &mut dynamic, elf::DT_STRTAB, layout.dynstr_vaddr);
+        set_value(&input, &mut dynamic, elf::DT_STRSZ, dynstr_len);
+        let mut header = input.header;
+        header.e_phoff = U64::new(e, layout.phoff);
+        header.e_phnum = object::U16::new(e, layout.phdrs.len() as u16);
+        splice.overwrite(0, bytes_of(&header).to_vec());
+        let source = splice.source().expect("a file splice has a source");
+        splice.push(Part::Zeros(layout.padding));
+        if layout.phdrs_in_tail {
+            splice.push(Part::Bytes(bytes_of_slice(&layout.phdrs).into()));
+            splice.push(Part::Zeros(layout.phdrs_padding));
+        } else {
+            splice.overwrite(layout.phoff, bytes_of_slice(&layout.phdrs).to_vec());
+        }
+        let len = input.dynstr.len() as u64;
+        splice.push(Part::File { source, offset: input.strtab_offset, len });
+        splice.push(Part::Bytes(std::mem::take(&mut strings.appended).into()));
+        if let Some(i) = input.dynstr_section {
+            let mut section = input.sections[i];
+            section.sh_offset = U64::new(e, layout.dynstr_offset);
+            section.sh_addr = U64::new(e, layout.dynstr_vaddr);
+            section.sh_size = U64::new(e, dynstr_len);
+            let at = input.header.e_shoff.get(e) + i as u64 * u64::from(input.header.e_shentsize.get(e));
+            splice.overwrite(at, bytes_of(&section).to_vec());
+        }
+        strtab_offset = layout.dynstr_offset;
+    }
+    for (at, bytes) in std::mem::take(&mut strings.writes) {
+        splice.overwrite(strtab_offset + at, bytes);
+    }
+    for (at, value) in verneed_writes {
+        splice.overwrite(at, bytes_of(&object::U32::<_>::new(e, value)).to_vec());
+    }
+    if bytes_of_slice(&dynamic) != bytes_of_slice(&input.dynamic) {
+        splice.overwrite(input.dyn_offset, bytes_of_slice(&dynamic).to_vec());
+    }
+    Ok(Edited { splice, grew })
+}
+
+/// Point the entry `existing` (or a new entry with `tag`) at `new`.
+fn set_string(
+    input: &Input,
+    dynamic: &mut [Dyn],
+    strings: &mut Strings,
+    existing: Option<usize>,
+    tag: elf::DynamicTag,
+    new: &str,
+) -> Result<(), EditError> {
+    let e = input.endian;
+    let i = match existing {
+        Some(i) => {
+            let old = dynamic[i].d_val.get(e);
+            dynamic[i].d_tag = I64::new(e, tag);
+            if input.string_at(old)? == new.as_bytes() {
+                return Ok(());
+            }
+            let at = strings.place(new, Some((old, Site::Dyn(i))));
+            dynamic[i].d_val = U64::new(e, at);
+            i
+        }
+        None => {
+            let first_null = dynamic.iter().position(|d| input.tag(d) == elf::DT_NULL).unwrap_or(dynamic.len());
+            if dynamic.len() < first_null + 2 {
+                return Err(unsupported(&input.path, "its .dynamic has no spare DT_NULL slot for a new entry"));
+            }
+            let at = strings.place(new, None);
+            dynamic[first_null] = Dyn { d_tag: I64::new(e, tag), d_val: U64::new(e, at) };
+            first_null
+        }
+    };
+    strings.repoint(Site::Dyn(i), dynamic[i].d_val.get(e));
+    Ok(())
+}
+
+fn set_value(input: &Input, dynamic: &mut [Dyn], tag: elf::DynamicTag, value: u64) {
+    if let Some(i) = input.find(dynamic, tag) {
+        dynamic[i].d_val = U64::new(input.endian, value);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+use super::*;
+use crate::elf::verify;
+use std::io::Read;
+use std::process::Command;
+
+/// Build `name` from C source with `cc` and `args`, or None when there is no
+/// compiler (CI installs gcc, so there it fails).
+fn cc(dir: &Path, name: &str, source: &str, args: &[&str]) -> Option<PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
+    let ok = Command::new("cc").args(args).arg(&src).arg("-o").arg(&out).status().is_ok_and(|s| s.success());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "CI is set but `cc` cannot build {name}");
+        eprintln!("skipping: no C compiler");
+        return None;
+    }
+    Some(out)
+}
+
+fn lib(dir: &Path, extra: &[&str]) -> Option<PathBuf> {
+    let mut args = vec!["-shared", "-fPIC", "-Wl,-soname,libedit.so.1"];
+    args.extend_from_slice(extra);
+    cc(dir, "libedit.so.1", "int edit_answer(void) { return 42; }\n", &args)
+}
+
+fn bytes(s: &Splice) -> Vec<u8> {
+    let mut out = Vec::new();
+    s.reader().read_to_end(&mut out).unwrap();
+    out
+}
+
+fn write(dir: &Path, name: &str, s: &Splice) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes(s)).unwrap();
+    p
+}
+
+fn phnum(data: &[u8]) -> u16 {
+    u16::from_le_bytes([data[0x38], data[0x39]])
+}
+
+fn rpath(r: &str) -> ElfEdits {
+    ElfEdits { set_rpath: Some(r.into()), ..Default::default() }
+}
+
+#[test]
+fn a_shorter_rpath_is_written_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = lib(dir.path(), &["-Wl,--disable-new-dtags", "-Wl,-rpath,/a/rather/long/original/path"]) else {
+        return;
+    };
+    let out = edit(&lib, &rpath("$ORIGIN")).unwrap();
+    assert!(!out.grew);
+    assert_eq!(out.splice.len(), std::fs::metadata(&lib).unwrap().len());
+    let info = verify(&write(dir.path(), "out.so", &out.splice)).unwrap();
+    assert_eq!(info.rpath.as_deref(), Some("$ORIGIN"));
+    assert_eq!(info.runpath, None);
+    assert_eq!(info.soname.as_deref(), Some("libedit.so.1"));
+}
+
+#[test]
+fn a_runpath_is_retagged_and_a_longer_one_grows_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = lib(dir.path(), &["-Wl,--enable-new-dtags", "-Wl,-rpath,/x"]) else {
+        return;
+    };
+    let long = "$ORIGIN/../../_rocm_sdk_core/lib:$ORIGIN/../../_rocm_sdk_core/lib/llvm/lib";
+    let out = edit(&lib, &rpath(long)).unwrap();
+    assert!(out.grew);
+    let data = bytes(&out.splice);
+    assert_eq!(phnum(&data), phnum(&std::fs::read(&lib).unwrap()) + 1);
+    let info = verify(&write(dir.path(), "out.so", &out.splice)).unwrap();
+    assert_eq!((info.rpath.as_deref(), info.runpath.as_deref()), (Some(long), None));
+    // The same edit again gives the same bytes.
+    assert_eq!(bytes(&edit(&lib, &rpath(long)).unwrap().splice), data);
+}
+
+/// Remove the dynamic entry with `tag` from an ELF64 little-endian image,
+/// moving the later entries up: the table ends with one more DT_NULL.
+fn drop_dynamic_entry(data: &mut [u8], tag: u64) {
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
+    let phoff = u64_at(data, 0x20) as usize;
+    let dynamic = (0..phnum(data) as usize)
+        .map(|i| phoff + i * 56)
+        .find(|&o| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) == 2)
+        .unwrap();
+    let (start, len) = (u64_at(data, dynamic + 8) as usize, u64_at(data, dynamic + 32) as usize);
+    let at = (start..start + len).step_by(16).find(|&o| u64_at(data, o) == tag).unwrap();
+    data.copy_within(at + 16..start + len, at);
+    data[start + len - 16..start + len].fill(0);
+}
+
+#[test]
+fn a_new_entry_takes_a_spare_dt_null_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = lib(dir.path(), &["-Wl,--disable-new-dtags", "-Wl,-rpath,/x"]) else {
+        return;
+    };
+    if !cfg!(all(target_arch = "x86_64", target_endian = "little")) {
+        return;
+    }
+    // GNU ld leaves no spare slot: make one by dropping DT_RPATH by hand.
+    let mut data = std::fs::read(&lib).unwrap();
+    drop_dynamic_entry(&mut data, 15);
+    let spare = dir.path().join("spare.so");
+    std::fs::write(&spare, &data).unwrap();
+    assert_eq!(verify(&spare).unwrap().rpath, None);
+    let out = edit(&spare, &rpath("/x")).unwrap();
+    assert!(!out.grew, "`/x` is still in the string table");
+    let info = verify(&write(dir.path(), "out.so", &out.splice)).unwrap();
+    assert_eq!(info.rpath.as_deref(), Some("/x"));
+    assert_eq!(out.splice.len(), data.len() as u64);
+
+    // A new SONAME goes into a spare slot, its string into a grown table.
+    let Some(plain) = cc(dir.path(), "plain.so", "int plain(void) { return 1; }\n", &["-shared", "-fPIC"]) else {
+        return;
+    };
+    let soname = ElfEdits { set_soname: Some("libplain.so.1".into()), ..Default::default() };
+    let out = edit(&plain, &soname).unwrap();
+    assert!(out.grew);
+    let info = verify(&write(dir.path(), "plain-out.so", &out.splice)).unwrap();
+    assert_eq!(info.soname.as_deref(), Some("libplain.so.1"));
+
+    // PT_DYNAMIC trimmed to end at its first DT_NULL: no spare slot, refused with the reason.
+    let mut data = std::fs::read(&plain).unwrap();
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
+    let phoff = u64_at(&data, 0x20) as usize;
+    let ph = (0..phnum(&data) as usize)
+        .map(|i| phoff + i * 56)
+        .find(|&o| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) == 2)
+        .unwrap();
+    let start = u64_at(&data, ph + 8) as usize;
+    let first_null = (0..).map(|i| start + i * 16).find(|&o| u64_at(&data, o) == 0).unwrap();
+    let trimmed = (first_null + 16 - start) as u64;
+    data[ph + 32..ph + 40].copy_from_slice(&trimmed.to_le_bytes());
+    data[ph + 40..ph + 48].copy_from_slice(&trimmed.to_le_bytes());
+    let full = dir.path().join("full.so");
+    std::fs::write(&full, &data).unwrap();
+    match edit(&full, &soname) {
+        Err(EditError::Unsupported { reason, .. }) => assert!(reason.contains("DT_NULL"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_executable_tail_keeps_the_first_loads_address_offset_delta_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cc(
+        dir.path(),
+        "prog",
+        "#include <stdio.h>\nint main(void) { puts(\"edited ok\"); return 0; }\n",
+        &["-Wl,--disable-new-dtags", "-Wl,-rpath,/x"],
+    ) else {
+        return;
+    };
+    let out = edit(&exe, &rpath("$ORIGIN/a/much/longer/search/path/than/before")).unwrap();
+    assert!(out.grew);
+    let path = write(dir.path(), "prog-edited", &out.splice);
+    verify(&path).unwrap();
+    let data = std::fs::read(&path).unwrap();
+    let loads: Vec<(u64, u64)> = (0..phnum(&data) as usize)
+        .map(|i| u64::from_le_bytes(data[0x20..0x28].try_into().unwrap()) as usize + i * 56)
+        .filter(|&o| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) == 1)
+        .map(|o| {
+            let at = |k: usize| u64::from_le_bytes(data[o + k..o + k + 8].try_into().unwrap());
+            (at(8), at(16))
+        })
+        .collect();
+    let delta = |(off, vaddr): (u64, u64)| vaddr.wrapping_sub(off);
+    assert_eq!(delta(loads[0]), delta(*loads.last().unwrap()), "{loads:x?}");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let run = Command::new(&path).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), "edited ok");
+}
+
+#[test]
+fn pn_xnum_and_32_bit_files_are_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = lib(dir.path(), &[]) else {
+        return;
+    };
+    let mut data = std::fs::read(&lib).unwrap();
+    data[0x38..0x3a].copy_from_slice(&0xffffu16.to_le_bytes());
+    let xnum = dir.path().join("xnum.so");
+    std::fs::write(&xnum, &data).unwrap();
+    let err = edit(&xnum, &rpath("$ORIGIN")).unwrap_err();
+    assert!(matches!(&err, EditError::Unsupported { reason, .. } if reason.contains("PN_XNUM")), "{err}");
+    assert!(err.to_string().contains("xnum.so"), "{err}");
+    let text = dir.path().join("text.so");
+    std::fs::write(&text, "no ELF here").unwrap();
+    assert!(matches!(edit(&text, &rpath("x")), Err(EditError::Elf(ElfError::NotElf { .. }))));
+}
