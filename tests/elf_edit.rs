@@ -103,6 +103,8 @@ fn native(src: &Path, edits: &ElfEdits, out: &Path) -> bool {
     let mut file = std::fs::File::create(out).unwrap();
     std::io::copy(&mut edited.splice.reader(), &mut file).unwrap();
     std::fs::set_permissions(out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // What the edit read back from its splice is what the written file holds.
+    assert_eq!(facts(&edited.info), facts(&verify(out).unwrap()), "{}", out.display());
     edited.grew
 }
 
@@ -112,18 +114,19 @@ fn patched(pe: &Patchelf, src: &Path, edits: &ElfEdits, out: &Path) {
 }
 
 /// Both editors' outputs of `src` in `dir/native` and `dir/patchelf`, with
-/// their facts compared; returns the two paths.
-fn both(pe: &Patchelf, src: &Path, edits: &ElfEdits, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+/// their facts compared; returns the two paths and whether the native
+/// edit grew the string table.
+fn both(pe: &Patchelf, src: &Path, edits: &ElfEdits, dir: &Path, name: &str) -> (PathBuf, PathBuf, bool) {
     let (n, p) = (dir.join("native").join(name), dir.join("patchelf").join(name));
     for d in [n.parent().unwrap(), p.parent().unwrap()] {
         std::fs::create_dir_all(d).unwrap();
     }
-    native(src, edits, &n);
+    let grew = native(src, edits, &n);
     patched(pe, src, edits, &p);
     let (ni, pi) = (verify(&n).unwrap(), verify(&p).unwrap());
     assert_eq!(facts(&ni), facts(&pi), "{} with {edits:?}", src.display());
     assert_eq!(readelf(&n), readelf(&p), "readelf -d of {} with {edits:?}", src.display());
-    (n, p)
+    (n, p, grew)
 }
 
 /// dlopen `lib` with RTLD_NOW and call `function`; its value.
@@ -163,7 +166,7 @@ fn native_and_patchelf_0_19_3_agree_on_cc_built_elfs_and_both_load() {
     ];
     for (case, src, edits) in cases {
         let dir = t.path().join(case);
-        let (n, p) = both(&pe, src, &edits, &dir, "libmain.so.1");
+        let (n, p, _) = both(&pe, src, &edits, &dir, "libmain.so.1");
         for lib in [n, p] {
             let folder = lib.parent().unwrap();
             let dep_name = if edits.replace_needed.is_empty() { "libdep.so.1" } else { hashed };
@@ -173,14 +176,14 @@ fn native_and_patchelf_0_19_3_agree_on_cc_built_elfs_and_both_load() {
     }
     // A new SONAME longer than the old one on the dependency itself (the repair's bundled library).
     let soname = ElfEdits { set_soname: Some(hashed.into()), set_rpath: Some("$ORIGIN".into()), ..Default::default() };
-    let (n, p) = both(&pe, &dep, &soname, &t.path().join("soname"), hashed);
+    let (n, p, _) = both(&pe, &dep, &soname, &t.path().join("soname"), hashed);
     assert_eq!((call(&n, "dep_value"), call(&p, "dep_value")), ("41".into(), "41".into()));
     assert_eq!(verify(&n).unwrap().soname.as_deref(), Some(hashed));
 
     // An executable: a grown table in a tail that keeps the first LOAD's
     // address-offset delta; it runs, finding libdep through $ORIGIN.
     let exe = ElfEdits { set_rpath: Some(LONG.into()), ..Default::default() };
-    let (n, p) = both(&pe, &prog, &exe, &t.path().join("exe"), "prog");
+    let (n, p, _) = both(&pe, &prog, &exe, &t.path().join("exe"), "prog");
     for bin in [n, p] {
         std::fs::copy(&dep, bin.parent().unwrap().join("libdep.so.1")).unwrap();
         let out = run_expect(&mut Command::new(&bin), 0);
@@ -308,8 +311,7 @@ fn native_and_patchelf_0_19_3_agree_on_the_debian_rocm_libraries() {
             edits.set_soname = Some("libamdhip64-deadbeef.so.5".into());
         }
         let name = src.file_name().unwrap().to_string_lossy().into_owned();
-        let (n, p) = both(&pe, src, &edits, scratch.path(), &name);
-        let grew = edit(src, &edits).unwrap().grew;
+        let (n, p, grew) = both(&pe, src, &edits, scratch.path(), &name);
         if grew {
             // The Debian files have no room after their program header table: it moves, one entry longer.
             assert_eq!(phnum(&n), phnum(src) + 1, "{name}");

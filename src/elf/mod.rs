@@ -2,9 +2,10 @@
 //! wheel check, a repair or a ROCm packager needs — machine and class,
 //! PT_INTERP, SONAME, NEEDED, RPATH/RUNPATH, the symbol versions required
 //! from each library (`.gnu.version_r`) — plus an integrity verifier for
-//! patched files ([`verify`]), a driver for patchelf, quarry's own pinned
-//! one unless the user names another ([`patchelf::Patchelf`]), and a
-//! symbol stripper for `wheel repair --strip` ([`strip`]).
+//! patched files ([`verify`]), native edits of the dynamic entries made as
+//! a splice of the source file ([`edit`]), a driver for patchelf, quarry's
+//! own pinned one unless the user names another ([`patchelf::Patchelf`]),
+//! and a symbol stripper for `wheel repair --strip` ([`strip`]).
 //!
 //! Parsing is done by the `object` crate's low-level ELF API; this module
 //! only decides which facts to take and how to name what is wrong.
@@ -17,7 +18,7 @@ pub mod strip;
 mod verify;
 
 pub use read::{is_elf, read, read_bytes};
-pub use verify::{verify, verify_bytes};
+pub use verify::{verify, verify_bytes, verify_splice};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 use super::{ElfClass, ElfError, ElfInfo, VersionNeed, X86IsaLevel};
 use object::elf;
 use object::read::elf::{Dyn, FileHeader, NoteIterator, ProgramHeader, SectionHeader, SectionTable, Sym};
-use object::{Endianness, FileKind};
+use object::{Endianness, FileKind, ReadRef};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Read;
@@ -42,9 +42,15 @@ pub fn read(path: &Path) -> Result<ElfInfo, ElfError> {
 
 /// Read the facts of an ELF image held in memory; `path` names it in errors.
 pub fn read_bytes(data: &[u8], path: &Path) -> Result<ElfInfo, ElfError> {
+    read_data(data, path)
+}
+
+/// Read the facts of an ELF image through any `object` reader (bytes in
+/// memory, or a `ReadCache` over a file or a splice).
+pub(super) fn read_data<'data, R: ReadRef<'data>>(data: R, path: &Path) -> Result<ElfInfo, ElfError> {
     match FileKind::parse(data) {
-        Ok(FileKind::Elf32) => read_generic::<elf::FileHeader32<Endianness>>(data, path),
-        Ok(FileKind::Elf64) => read_generic::<elf::FileHeader64<Endianness>>(data, path),
+        Ok(FileKind::Elf32) => read_generic::<elf::FileHeader32<Endianness>, R>(data, path),
+        Ok(FileKind::Elf64) => read_generic::<elf::FileHeader64<Endianness>, R>(data, path),
         _ => Err(ElfError::NotElf { path: path.to_path_buf() }),
     }
 }
@@ -88,10 +94,10 @@ pub(super) struct DynamicStrings {
 
 /// Read PT_DYNAMIC and resolve its string entries through DT_STRTAB. Returns
 /// None when the file has no PT_DYNAMIC (static executables, objects).
-pub(super) fn dynamic_strings<Elf: FileHeader<Endian = Endianness>>(
+pub(super) fn dynamic_strings<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
     header: &Elf,
     endian: Endianness,
-    data: &[u8],
+    data: R,
     path: &Path,
 ) -> Result<Option<DynamicStrings>, ElfError> {
     let phdrs = header.program_headers(endian, data).map_err(|e| corrupt(path, "program headers", e))?;
@@ -127,9 +133,9 @@ pub(super) fn dynamic_strings<Elf: FileHeader<Endian = Endianness>>(
             ),
         )
     })?;
-    let table = usize::try_from(offset)
+    let table = data
+        .read_bytes_at(offset, strsz)
         .ok()
-        .and_then(|o| data.get(o..o.checked_add(usize::try_from(strsz).ok()?)?))
         .ok_or_else(|| ElfError::corrupt(path, "the dynamic string table lies past the end of the file"))?;
     for d in entries.iter().take_while(|d| d.d_tag(endian) != elf::DT_NULL) {
         let tag = d.d_tag(endian);
@@ -172,7 +178,10 @@ pub(super) fn tag_name(tag: elf::DynamicTag) -> &'static str {
     }
 }
 
-fn read_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Result<ElfInfo, ElfError> {
+fn read_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    data: R,
+    path: &Path,
+) -> Result<ElfInfo, ElfError> {
     let header = Elf::parse(data).map_err(|e| corrupt(path, "ELF header", e))?;
     let endian = header.endian().map_err(|e| corrupt(path, "ELF header", e))?;
     let phdrs = header.program_headers(endian, data).map_err(|e| corrupt(path, "program headers", e))?;
@@ -187,10 +196,10 @@ fn read_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) 
     let dynamic = dynamic_strings(header, endian, data, path)?.unwrap_or_default();
 
     let sections = header.sections(endian, data).map_err(|e| corrupt(path, "section headers", e))?;
-    let version_needs = version_needs::<Elf>(&sections, endian, data, path)?;
-    let (module_init_functions, undefined_symbols) = dynamic_symbols::<Elf>(&sections, endian, data, path)?;
+    let version_needs = version_needs::<Elf, R>(&sections, endian, data, path)?;
+    let (module_init_functions, undefined_symbols) = dynamic_symbols::<Elf, R>(&sections, endian, data, path)?;
     let (x86_isa_needed, x86_isa_unknown) = if header.e_machine(endian) == elf::EM_X86_64 {
-        x86_isa_level::<Elf>(&sections, endian, data, path)?
+        x86_isa_level::<Elf, R>(&sections, endian, data, path)?
     } else {
         (None, false)
     };
@@ -215,10 +224,10 @@ fn read_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) 
     })
 }
 
-fn version_needs<'data, Elf: FileHeader<Endian = Endianness>>(
-    sections: &SectionTable<'data, Elf, &'data [u8]>,
+fn version_needs<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
     endian: Endianness,
-    data: &'data [u8],
+    data: R,
     path: &Path,
 ) -> Result<Vec<VersionNeed>, ElfError> {
     let bad = |e: object::Error| corrupt(path, ".gnu.version_r", e);
@@ -240,10 +249,10 @@ fn version_needs<'data, Elf: FileHeader<Endian = Endianness>>(
 
 type SymbolFacts = (Vec<String>, BTreeSet<String>);
 
-fn dynamic_symbols<'data, Elf: FileHeader<Endian = Endianness>>(
-    sections: &SectionTable<'data, Elf, &'data [u8]>,
+fn dynamic_symbols<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
     endian: Endianness,
-    data: &'data [u8],
+    data: R,
     path: &Path,
 ) -> Result<SymbolFacts, ElfError> {
     let bad = |e: object::Error| corrupt(path, ".dynsym", e);
@@ -271,10 +280,10 @@ fn dynamic_symbols<'data, Elf: FileHeader<Endian = Endianness>>(
 
 /// The x86-64 ISA level from the first GNU property note that has one, read
 /// the way auditwheel reads it.
-fn x86_isa_level<'data, Elf: FileHeader<Endian = Endianness>>(
-    sections: &SectionTable<'data, Elf, &'data [u8]>,
+fn x86_isa_level<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    sections: &SectionTable<'data, Elf, R>,
     endian: Endianness,
-    data: &'data [u8],
+    data: R,
     path: &Path,
 ) -> Result<(Option<X86IsaLevel>, bool), ElfError> {
     let bad = |e: object::Error| corrupt(path, "note section", e);

@@ -3,11 +3,12 @@
 //! PT_LOAD, segments past the end of the file); such a file must be an error
 //! before it goes into a wheel, not a crash on a user's machine.
 
-use super::read::{dynamic_strings, read_bytes, vaddr_to_offset};
+use super::read::{dynamic_strings, read_data, vaddr_to_offset};
 use super::{ElfError, ElfInfo};
+use crate::splice::Splice;
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
-use object::{Endianness, FileKind};
+use object::{Endianness, FileKind, ReadCache, ReadRef};
 use std::path::Path;
 
 /// Verify the ELF file at `path`; returns its facts when it is sound.
@@ -18,12 +19,23 @@ pub fn verify(path: &Path) -> Result<ElfInfo, ElfError> {
 
 /// Verify an ELF image held in memory; `path` names it in errors.
 pub fn verify_bytes(data: &[u8], path: &Path) -> Result<ElfInfo, ElfError> {
+    verify_data(data, path)
+}
+
+/// Verify an edited file described as a [`Splice`] (the bytes that will be
+/// written), reading only the ranges the checks need; `path` names it in errors.
+pub fn verify_splice(splice: &Splice, path: &Path) -> Result<ElfInfo, ElfError> {
+    let cache = ReadCache::new(splice.reader());
+    verify_data(&cache, path)
+}
+
+fn verify_data<'data, R: ReadRef<'data>>(data: R, path: &Path) -> Result<ElfInfo, ElfError> {
     match FileKind::parse(data) {
-        Ok(FileKind::Elf32) => check::<elf::FileHeader32<Endianness>>(data, path)?,
-        Ok(FileKind::Elf64) => check::<elf::FileHeader64<Endianness>>(data, path)?,
+        Ok(FileKind::Elf32) => check::<elf::FileHeader32<Endianness>, R>(data, path)?,
+        Ok(FileKind::Elf64) => check::<elf::FileHeader64<Endianness>, R>(data, path)?,
         _ => return Err(ElfError::NotElf { path: path.to_path_buf() }),
     }
-    read_bytes(data, path)
+    read_data(data, path)
 }
 
 fn segment_name(t: elf::ProgramType) -> String {
@@ -39,11 +51,11 @@ fn segment_name(t: elf::ProgramType) -> String {
     }
 }
 
-fn check<Elf: FileHeader<Endian = Endianness>>(data: &[u8], path: &Path) -> Result<(), ElfError> {
+fn check<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(data: R, path: &Path) -> Result<(), ElfError> {
     let fail = |p: String| Err(ElfError::corrupt(path, p));
     let header = Elf::parse(data).map_err(|e| ElfError::corrupt(path, format!("ELF header: {e}")))?;
     let endian = header.endian().map_err(|e| ElfError::corrupt(path, format!("ELF header: {e}")))?;
-    let file_len = data.len() as u64;
+    let file_len = data.len().map_err(|()| ElfError::corrupt(path, "the file's length is unreadable"))?;
     let phdrs = header
         .program_headers(endian, data)
         .map_err(|e| ElfError::corrupt(path, format!("the program header table is not inside the file: {e}")))?;

@@ -13,7 +13,8 @@
 //! nothing else points into them); otherwise the string table grows into a
 //! tail at the end of the file (see [`layout`]). A file this cannot edit
 //! safely is refused with [`EditError::Unsupported`] and a reason, so the
-//! caller can hand it to patchelf: 32-bit files, PN_XNUM program header
+//! caller can hand it to patchelf (the output is verified before it is
+//! returned, as patchelf's is): 32-bit files, PN_XNUM program header
 //! counts, a `.dynamic` with no spare DT_NULL slot for a new entry (moving
 //! `.dynamic` is not done), both DT_RPATH and DT_RUNPATH, and more.
 
@@ -21,7 +22,7 @@ mod input;
 mod layout;
 mod strings;
 
-use crate::elf::ElfError;
+use crate::elf::{verify_splice, ElfError, ElfInfo};
 use crate::splice::{Part, Splice};
 use input::{unsupported, Dyn, Input, Site};
 use object::elf;
@@ -69,6 +70,9 @@ pub struct Edited {
     pub splice: Splice,
     /// The string table grew into a tail at the end of the file.
     pub grew: bool,
+    /// The facts of the edited file, read back from the splice after the
+    /// same integrity checks as [`crate::elf::verify`].
+    pub info: ElfInfo,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,7 +187,9 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
     if bytes_of_slice(&dynamic) != bytes_of_slice(&input.dynamic) {
         splice.overwrite(input.dyn_offset, bytes_of_slice(&dynamic).to_vec());
     }
-    Ok(Edited { splice, grew })
+    let edited = PathBuf::from(format!("{} (as edited)", src.display()));
+    let info = verify_splice(&splice, &edited)?;
+    Ok(Edited { splice, grew, info })
 }
 
 /// Point the entry `existing` (or a new entry with `tag`) at `new`.

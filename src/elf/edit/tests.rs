@@ -71,6 +71,8 @@ fn a_runpath_is_retagged_and_a_longer_one_grows_the_table() {
     assert_eq!(phnum(&data), phnum(&std::fs::read(&lib).unwrap()) + 1);
     let info = verify(&write(dir.path(), "out.so", &out.splice)).unwrap();
     assert_eq!((info.rpath.as_deref(), info.runpath.as_deref()), (Some(long), None));
+    // The facts read back from the splice are those of the written file.
+    assert_eq!(format!("{:?}", out.info), format!("{info:?}"));
     // The same edit again gives the same bytes.
     assert_eq!(bytes(&edit(&lib, &rpath(long)).unwrap().splice), data);
 }
