@@ -189,6 +189,17 @@ fn native_and_patchelf_0_19_3_agree_on_cc_built_elfs_and_both_load() {
         let out = run_expect(&mut Command::new(&bin), 0);
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "41", "{}", bin.display());
     }
+    // Removing the search path (and a NEEDED it does not use): entries compacted.
+    let removal = ElfEdits { remove_rpath: true, remove_needed: vec!["libunused.so.9".into()], ..Default::default() };
+    let (n, p, grew) = both(&pe, &prog, &removal, &t.path().join("removal"), "prog");
+    assert!(!grew);
+    for bin in [n, p] {
+        let folder = bin.parent().unwrap();
+        std::fs::copy(&dep, folder.join("libdep.so.1")).unwrap();
+        assert_eq!(verify(&bin).unwrap().rpath, None);
+        let out = run_expect(Command::new(&bin).env("LD_LIBRARY_PATH", folder), 0);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "41", "{}", bin.display());
+    }
 }
 
 fn rpath(r: &str) -> ElfEdits {

@@ -1,8 +1,8 @@
-//! Native edits of an ELF file's dynamic entries — set RPATH or RUNPATH,
-//! set SONAME, replace NEEDED names — made the way patchelf 0.19 makes them,
-//! but returned as a [`Splice`]: the source file's bytes, a few small
-//! overwrites and an appended tail. Nothing is copied: the edited file can be
-//! streamed straight into an archive.
+//! Native edits of an ELF file's dynamic entries — set or remove RPATH or
+//! RUNPATH, set SONAME, replace or remove NEEDED names — made the way
+//! patchelf 0.19 makes them, but returned as a [`Splice`]: the source
+//! file's bytes, a few small overwrites and an appended tail. Nothing is
+//! copied: the edited file can be streamed straight into an archive.
 //!
 //! Hand-written on `object`'s reader because no crate gives an edit in that
 //! shape: `object::build::elf::Builder` (and `arwen` on top of it) parses
@@ -43,6 +43,10 @@ pub struct ElfEdits {
     pub set_soname: Option<String>,
     /// Rename DT_NEEDED entries and the matching `.gnu.version_r` files.
     pub replace_needed: Vec<(String, String)>,
+    /// Remove DT_NEEDED entries (`.gnu.version_r` is left alone, as patchelf does).
+    pub remove_needed: Vec<String>,
+    /// Remove DT_RPATH and DT_RUNPATH.
+    pub remove_rpath: bool,
 }
 
 impl ElfEdits {
@@ -60,6 +64,10 @@ impl ElfEdits {
             out.extend(args::set_soname(s));
         }
         out.extend(args::replace_needed(&self.replace_needed));
+        out.extend(args::remove_needed(&self.remove_needed));
+        if self.remove_rpath {
+            out.extend(args::remove_rpath());
+        }
         out
     }
 }
@@ -94,6 +102,9 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
 
     let path_edit = match (&edits.set_rpath, &edits.set_runpath) {
         (Some(_), Some(_)) => return Err(unsupported(src, "both an RPATH and a RUNPATH were asked for")),
+        (Some(_), _) | (_, Some(_)) if edits.remove_rpath => {
+            return Err(unsupported(src, "both setting and removing the search path were asked for"))
+        }
         (Some(r), None) => Some((r, elf::DT_RPATH)),
         (None, Some(r)) => Some((r, elf::DT_RUNPATH)),
         (None, None) => None,
@@ -143,6 +154,20 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
             verneed_writes.push((entry + 4, to32)); // vn_file follows vn_version and vn_cnt
             strings.repoint(Site::VerneedFile(entry), to);
         }
+    }
+
+    // Removals last: the entries after a removed one move up, DT_NULL fills the end.
+    let removed = |d: &Dyn| {
+        let tag = input.tag(d);
+        (edits.remove_rpath && (tag == elf::DT_RPATH || tag == elf::DT_RUNPATH))
+            || (tag == elf::DT_NEEDED
+                && input.string_at(d.d_val.get(e)).is_ok_and(|n| edits.remove_needed.iter().any(|r| r.as_bytes() == n)))
+    };
+    let end = dynamic.iter().position(|d| input.tag(d) == elf::DT_NULL).unwrap_or(dynamic.len());
+    let kept: Vec<Dyn> = dynamic[..end].iter().filter(|d| !removed(d)).copied().collect();
+    if kept.len() < end {
+        dynamic.fill(Dyn { d_tag: I64::new(e, elf::DT_NULL), d_val: U64::new(e, 0) });
+        dynamic[..kept.len()].copy_from_slice(&kept);
     }
 
     let mut splice = Splice::file(src).map_err(|source| ElfError::Io { path: src.to_path_buf(), source })?;

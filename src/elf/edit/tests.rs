@@ -192,3 +192,25 @@ fn pn_xnum_and_32_bit_files_are_refused_with_a_reason() {
     std::fs::write(&text, "no ELF here").unwrap();
     assert!(matches!(edit(&text, &rpath("x")), Err(EditError::Elf(ElfError::NotElf { .. }))));
 }
+
+#[test]
+fn removals_compact_the_dynamic_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = lib(dir.path(), &["-Wl,--disable-new-dtags", "-Wl,-rpath,/x", "-Wl,--no-as-needed", "-lm"]) else {
+        return;
+    };
+    let before = verify(&lib).unwrap();
+    assert!(before.needed.contains(&"libm.so.6".to_string()), "{:?}", before.needed);
+    let edits = ElfEdits { remove_rpath: true, remove_needed: vec!["libm.so.6".into()], ..Default::default() };
+    let out = edit(&lib, &edits).unwrap();
+    assert!(!out.grew);
+    assert_eq!(out.splice.len(), std::fs::metadata(&lib).unwrap().len());
+    let info = verify(&write(dir.path(), "out.so", &out.splice)).unwrap();
+    assert_eq!((info.rpath, info.runpath), (None, None));
+    let mut expected = before.needed.clone();
+    expected.retain(|n| n != "libm.so.6");
+    assert_eq!(info.needed, expected);
+    assert_eq!(info.soname, before.soname);
+    let both = ElfEdits { remove_rpath: true, ..rpath("/y") };
+    assert!(matches!(edit(&lib, &both), Err(EditError::Unsupported { .. })));
+}
