@@ -15,6 +15,7 @@
 //! needs them. Empty entries are stored, not deflated.
 
 use super::deflate;
+use crate::splice::Splice;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -22,7 +23,7 @@ use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use zip::DateTime;
 
 /// Bytes per piece compressed on its own.
@@ -36,6 +37,8 @@ const ZIP64_ENTRY: u64 = 0xF000_0000;
 pub enum EntrySource {
     Path(PathBuf),
     Bytes(Vec<u8>),
+    /// An edited file, read from its parts (see [`crate::splice`]).
+    Splice(Arc<Splice>),
 }
 
 /// One file of the archive.
@@ -53,6 +56,10 @@ impl ZipEntry {
 
     pub fn file(name: impl Into<String>, path: impl Into<PathBuf>, executable: bool) -> ZipEntry {
         ZipEntry { name: name.into(), source: EntrySource::Path(path.into()), executable }
+    }
+
+    pub fn splice(name: impl Into<String>, splice: Arc<Splice>, executable: bool) -> ZipEntry {
+        ZipEntry { name: name.into(), source: EntrySource::Splice(splice), executable }
     }
 }
 
@@ -203,6 +210,7 @@ impl<W: Write + Seek> ZipOut<W> {
         for e in entries {
             sizes.push(match &e.source {
                 EntrySource::Bytes(b) => b.len() as u64,
+                EntrySource::Splice(s) => s.len(),
                 EntrySource::Path(p) => {
                     std::fs::metadata(p).map_err(|source| ZipWriteError::Io { path: p.clone(), source })?.len()
                 }
@@ -380,6 +388,12 @@ impl<W: Write + Seek> ZipOut<W> {
 fn read_piece(e: &ZipEntry, p: &Piece) -> Result<Vec<u8>, ZipWriteError> {
     match &e.source {
         EntrySource::Bytes(b) => Ok(b[p.offset as usize..p.offset as usize + p.len].to_vec()),
+        EntrySource::Splice(s) => {
+            let mut buf = vec![0u8; p.len];
+            let path = || s.source().map(|src| src.path().to_path_buf()).unwrap_or_else(|| e.name.clone().into());
+            s.read_at(p.offset, &mut buf).map_err(|source| ZipWriteError::Io { path: path(), source })?;
+            Ok(buf)
+        }
         EntrySource::Path(path) => {
             let io = |source| ZipWriteError::Io { path: path.clone(), source };
             let f = File::open(path).map_err(io)?;
@@ -413,4 +427,32 @@ pub fn write_file(out: &Path, entries: &[ZipEntry], time: DateTime) -> Result<Ve
     std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).map_err(io)?;
     tmp.persist(out).map_err(|e| ZipWriteError::Io { path: out.to_path_buf(), source: e.error })?;
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_splice_entry_is_stored_as_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("lib.so");
+        let original: Vec<u8> = (0..(PIECE as usize + 4000)).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&src, &original).unwrap();
+        let mut splice = Splice::file(&src).unwrap();
+        splice.overwrite(PIECE - 2, b"edit".to_vec()); // across a piece boundary
+        splice.push(crate::splice::Part::Zeros(10));
+        let mut expected = original;
+        expected[PIECE as usize - 2..PIECE as usize + 2].copy_from_slice(b"edit");
+        expected.extend([0; 10]);
+        let out = dir.path().join("out.zip");
+        let entries = [ZipEntry::splice("pkg/lib.so", Arc::new(splice), true), ZipEntry::bytes("pkg/a.txt", "a")];
+        let written = write_file(&out, &entries, DateTime::default()).unwrap();
+        assert_eq!(written[0].size, expected.len() as u64);
+        let mut zip = zip::ZipArchive::new(File::open(&out).unwrap()).unwrap();
+        let mut got = Vec::new();
+        zip.by_name("pkg/lib.so").unwrap().read_to_end(&mut got).unwrap();
+        assert!(got == expected, "the stored bytes differ from the splice");
+    }
 }
