@@ -3,10 +3,13 @@
 //! here, the same libraries rewritten so their program headers sit in a
 //! trailing PT_LOAD and then patched twice, and every x86-64 ELF file of
 //! the Debian 13 ROCm artifacts fixture when it is already built. Both
-//! editors' outputs must verify, read back the same dynamic entries (by
-//! quarry's reader and by `readelf -d`), and, for the cc-built ones, load
-//! with `dlopen` (python3 ctypes, RTLD_NOW, which also checks symbol
-//! versions) and return the right value.
+//! editors' outputs must verify and read back the same dynamic entries (by
+//! quarry's reader and by `readelf -d`); the cc-built ones must load with
+//! `dlopen` (python3 ctypes, RTLD_NOW, which also checks symbol versions)
+//! and return the right value, and the Debian ones, laid out flat under
+//! their SONAMEs (libamdhip64 renamed, its dependents' NEEDED and
+//! `.gnu.version_r` rewritten), must load in Debian 13 (`docker import` of
+//! the trixie rootfs fixture), executables checked with `ld.so --list`.
 
 mod common;
 
@@ -301,6 +304,10 @@ fn native_and_patchelf_0_19_3_agree_on_the_debian_rocm_libraries() {
     // Outputs go one file at a time under the target dir (librocsolver is 1.6 GB).
     let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let (mut checked, mut grown) = (0, 0);
+    let mut executables = Vec::new();
+    // Both trees are kept for loading in Debian 13 when Docker is there (6.2 GB under the target dir).
+    let rootfs = fixtures_dir().join(format!("trixie-rocm-rootfs-{}.tar", script_tag("trixie-rootfs.sh")));
+    let keep_for_loading = common::have_docker() && rootfs.is_file();
     for entry in walkdir::WalkDir::new(&arts).sort_by_file_name() {
         let entry = entry.unwrap();
         if !entry.file_type().is_file() || !quarry::elf::is_elf(entry.path()) {
@@ -321,8 +328,13 @@ fn native_and_patchelf_0_19_3_agree_on_the_debian_rocm_libraries() {
         if info.soname.as_deref() == Some("libamdhip64.so.5") {
             edits.set_soname = Some("libamdhip64-deadbeef.so.5".into());
         }
-        let name = src.file_name().unwrap().to_string_lossy().into_owned();
+        // Laid out flat under the name the loader looks for (its new or old SONAME).
+        let name = edits.set_soname.clone().or(info.soname.clone());
+        let name = name.unwrap_or_else(|| src.file_name().unwrap().to_string_lossy().into_owned());
         let (n, p, grew) = both(&pe, src, &edits, scratch.path(), &name);
+        if info.interpreter.is_some() {
+            executables.push(name.clone());
+        }
         if grew {
             // The Debian files have no room after their program header table: it moves, one entry longer.
             assert_eq!(phnum(&n), phnum(src) + 1, "{name}");
@@ -330,10 +342,53 @@ fn native_and_patchelf_0_19_3_agree_on_the_debian_rocm_libraries() {
         }
         let (before, after) = (std::fs::metadata(src).unwrap().len(), std::fs::metadata(&n).unwrap().len());
         assert!(after >= before, "{name}: {before} -> {after}");
-        std::fs::remove_file(n).unwrap();
-        std::fs::remove_file(p).unwrap();
+        if !keep_for_loading {
+            std::fs::remove_file(n).unwrap();
+            std::fs::remove_file(p).unwrap();
+        }
         checked += 1;
     }
     eprintln!("{checked} files edited natively, {grown} with a grown string table");
     assert!(checked >= 15, "only {checked} x86-64 ELF files found under {}", arts.display());
+    if keep_for_loading {
+        load_in_trixie(&rootfs, scratch.path(), &executables);
+    } else {
+        assert!(!in_ci(), "CI is set but Docker or the trixie rootfs fixture is missing");
+    }
+}
+
+/// dlopen (RTLD_NOW) every library and `ld.so --list` every executable of
+/// `dir/native` and `dir/patchelf` in Debian 13; every line must read OK.
+fn load_in_trixie(rootfs: &Path, dir: &Path, executables: &[String]) {
+    let image = format!("quarry-test-trixie-elf-edit:{}", std::process::id());
+    run_expect(Command::new("docker").args(["import", "--change", "CMD [\"/bin/sh\"]"]).arg(rootfs).arg(&image), 0);
+    let script = r#"
+import os, subprocess, sys
+exes = set(sys.argv[1:])
+for tree in ("/t/native", "/t/patchelf"):
+    for name in sorted(os.listdir(tree)):
+        f = os.path.join(tree, name)
+        if name in exes:
+            cmd = ["/lib64/ld-linux-x86-64.so.2", "--list", f]
+        else:
+            cmd = [sys.executable, "-c", "import ctypes, os, sys; ctypes.CDLL(sys.argv[1], os.RTLD_NOW)", f]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        print(("OK " if r.returncode == 0 else "FAIL ") + f + ("" if r.returncode == 0 else " " + r.stderr.strip()[-300:]))
+"#;
+    let mut mount = dir.as_os_str().to_owned();
+    mount.push(":/t:ro");
+    let run = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "--label", "quarry.test=elf-edit", "-v"])
+        .arg(mount)
+        .arg(&image)
+        .args(["python3", "-c", script])
+        .args(executables)
+        .output()
+        .unwrap();
+    let _ = Command::new("docker").args(["rmi", "-f", &image]).output();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    eprintln!("{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() >= 30 && lines.iter().all(|l| l.starts_with("OK ")), "{stdout}");
 }
