@@ -307,6 +307,14 @@ fn native_and_patchelf_0_19_3_agree_on_the_debian_rocm_libraries() {
     let mut executables = Vec::new();
     // Both trees are kept for loading in Debian 13 when Docker is there (6.2 GB under the target dir).
     let rootfs = fixtures_dir().join(format!("trixie-rocm-rootfs-{}.tar", script_tag("trixie-rootfs.sh")));
+    if in_ci() && common::have_docker() && !rootfs.is_file() {
+        // A cold machine: made here as tests/rocm_package_debian.rs makes it (the same lock).
+        common::with_lock("trixie-rootfs.sh", || {
+            let st =
+                Command::new("sh").arg(repo().join("tests/fixtures/trixie-rootfs.sh")).arg(&rootfs).status().unwrap();
+            assert!(st.success(), "tests/fixtures/trixie-rootfs.sh failed");
+        });
+    }
     let keep_for_loading = common::have_docker() && rootfs.is_file();
     for entry in walkdir::WalkDir::new(&arts).sort_by_file_name() {
         let entry = entry.unwrap();

@@ -122,6 +122,12 @@ impl Endpoint {
 
     /// quarry-managed containers of processes that are gone: leaks.
     pub fn leaked_containers(&self) -> Vec<String> {
+        let _no_leftovers_now = GC_LEFTOVERS.lock().unwrap_or_else(|e| e.into_inner());
+        self.leaked_containers_locked()
+    }
+
+    /// [`Endpoint::leaked_containers`], for a caller holding [`GC_LEFTOVERS`].
+    pub fn leaked_containers_locked(&self) -> Vec<String> {
         let ids = self.cli_out(&["ps", "-aq", "--filter", "label=io.quarry.managed=true"]);
         ids.lines()
             .filter(|id| {
@@ -142,6 +148,11 @@ impl Endpoint {
             .collect()
     }
 }
+
+/// Held while a test has made containers that look left by a killed quarry
+/// (for `gc` to find): the endpoints of one test binary share one engine, so
+/// another test's leak check, or its `gc`, must not run meanwhile.
+pub static GC_LEFTOVERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// True when `podman` (and the tools the endpoints need) are here; in CI a
 /// missing one is a failure.
