@@ -11,16 +11,24 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// An open source file, named for errors.
+/// A source file, named for errors: held open, or opened for each read
+/// (see [`Splice::unopened`]).
 #[derive(Debug)]
 pub struct Source {
     path: PathBuf,
-    file: File,
+    file: Option<File>,
 }
 
 impl Source {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        match &self.file {
+            Some(f) => f.read_exact_at(buf, offset),
+            None => File::open(&self.path)?.read_exact_at(buf, offset),
+        }
     }
 }
 
@@ -69,10 +77,32 @@ impl Splice {
     pub fn file(path: &Path) -> io::Result<Splice> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
-        let source = Arc::new(Source { path: path.to_path_buf(), file });
+        let source = Arc::new(Source { path: path.to_path_buf(), file: Some(file) });
         let mut s = Splice::default();
         s.push(Part::File { source, offset: 0, len });
         Ok(s)
+    }
+
+    /// The file at `path`, `len` bytes long, opened only while it is read:
+    /// for archives of many files (a tar of thousands of headers), where
+    /// holding every file open would run out of descriptors.
+    pub fn unopened(path: &Path, len: u64) -> Splice {
+        Splice::unopened_range(path, 0, len)
+    }
+
+    /// `len` bytes of the file at `path` from `offset`, opened only while read.
+    pub fn unopened_range(path: &Path, offset: u64, len: u64) -> Splice {
+        let source = Arc::new(Source { path: path.to_path_buf(), file: None });
+        let mut s = Splice::default();
+        s.push(Part::File { source, offset, len });
+        s
+    }
+
+    /// Append every part of `other`.
+    pub fn append(&mut self, other: &Splice) {
+        for p in &other.parts {
+            self.push(p.clone());
+        }
     }
 
     /// The source of the first file part (the file this splice edits).
@@ -164,14 +194,12 @@ impl Splice {
             match part {
                 Part::Bytes(b) => now.copy_from_slice(&b[from as usize..from as usize + n]),
                 Part::Zeros(_) => now.fill(0),
-                Part::File { source, offset: base, .. } => {
-                    source.file.read_exact_at(now, base + from).map_err(|e| {
-                        io::Error::new(
-                            e.kind(),
-                            format!("`{}` changed while it was being read: {e}", source.path.display()),
-                        )
-                    })?
-                }
+                Part::File { source, offset: base, .. } => source.read_exact_at(now, base + from).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("`{}` changed while it was being read: {e}", source.path.display()),
+                    )
+                })?,
             }
             offset += n as u64;
             buf = rest;
@@ -182,6 +210,44 @@ impl Splice {
     /// A `Read + Seek` view from the start.
     pub fn reader(&self) -> SpliceReader<'_> {
         SpliceReader { splice: self, pos: 0 }
+    }
+}
+
+/// Builds a splice from written bytes (kept as small `Bytes` parts) and
+/// whole splices appended between them: a tar's headers around its files.
+#[derive(Debug, Default)]
+pub struct SpliceWriter {
+    splice: Splice,
+    pending: Vec<u8>,
+}
+
+impl SpliceWriter {
+    /// Append `other`'s parts after the bytes written so far.
+    pub fn append(&mut self, other: &Splice) {
+        self.flush_pending();
+        self.splice.append(other);
+    }
+
+    fn flush_pending(&mut self) {
+        if !self.pending.is_empty() {
+            let bytes = std::mem::take(&mut self.pending);
+            self.splice.push(Part::Bytes(bytes.into()));
+        }
+    }
+
+    pub fn finish(mut self) -> Splice {
+        self.flush_pending();
+        self.splice
+    }
+}
+
+impl io::Write for SpliceWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -256,6 +322,23 @@ mod tests {
         r.read_to_string(&mut tail).unwrap();
         assert_eq!(tail, "tail");
         assert!(s.read_at(s.len() - 1, &mut [0, 0]).is_err());
+    }
+
+    #[test]
+    fn a_writer_joins_bytes_and_unopened_files() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.h");
+        std::fs::write(&path, b"#define A 1\n").unwrap();
+        let mut w = SpliceWriter::default();
+        w.write_all(b"head:").unwrap();
+        w.append(&Splice::unopened(&path, 12));
+        w.write_all(b":tail").unwrap();
+        let s = w.finish();
+        assert_eq!(materialize(&s), b"head:#define A 1\n:tail");
+        std::fs::remove_file(&path).unwrap();
+        let err = s.read_at(0, &mut [0u8; 10]).unwrap_err().to_string();
+        assert!(err.contains("a.h"), "{err}");
     }
 
     #[test]

@@ -28,9 +28,11 @@ fn package_cmd(arts: &Path, dest: &Path, extra: &[&str]) -> Command {
     c
 }
 
-/// The patchelf program quarry used (its report: `PATH (VERSION)`).
-fn pinned_patchelf(report: &serde_json::Value) -> PathBuf {
-    PathBuf::from(report["patchelf"].as_str().unwrap().rsplit_once(" (").unwrap().0)
+/// quarry's pinned patchelf (the one it falls back to), fetched into the tests' cache.
+fn pinned_patchelf() -> PathBuf {
+    use quarry::elf::patchelf::pinned;
+    let p = pinned::fetch(&packages_cache(), pinned::host_arch().expect("a patchelf is pinned for this host")).unwrap();
+    p.path().to_path_buf()
 }
 
 fn package(arts: &Path, dest: &Path, extra: &[&str]) -> serde_json::Value {
@@ -384,7 +386,8 @@ fn two_runs_give_identical_bytes() {
     let d1 = t.path().join("out1");
     let d2 = t.path().join("out2");
     package(&a1, &d1, &["--version", VERSION]);
-    package(&a2, &d2, &["--version", VERSION]);
+    // The second run on one thread: the bytes never depend on the thread count.
+    run_expect(package_cmd(&a2, &d2, &["--version", VERSION]).env("RAYON_NUM_THREADS", "1"), 0);
     let f1 = dist_files(&d1.join("dist"));
     let f2 = dist_files(&d2.join("dist"));
     assert_eq!(f1.len(), 7);
@@ -562,8 +565,13 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
         python(&bin, &format!("import ctypes; print(ctypes.CDLL({:?}).trail_answer())", patched.display().to_string()));
     assert_eq!(answer, "142");
 
+    assert_eq!(j["elf_editor"], "native", "{j}");
+    assert_eq!(j["patchelf_fallbacks"], serde_json::json!([]), "{j}");
+    assert!(j["patchelf"].is_null(), "no patchelf ran: {j}");
+
     // With no room left in that segment, patchelf 0.19.3 grows the table
-    // past it: PT_PHDR outside every LOAD. The verifier must stop that file.
+    // past it: PT_PHDR outside every LOAD. quarry's own edit moves the
+    // table into its new segment instead: the library packages and loads.
     let arts2 = rocm_artifacts("split", &t.path().join("tight"));
     let blas_lib2 = arts2.join("blas_lib_generic/math-libs/BLAS/stage/lib");
     let hip_lib2 = arts2.join("core-hip_lib_generic/core/clr/stage/lib");
@@ -571,10 +579,26 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
     let tight = trailing_phdr_library(&scratch, &hip_lib2, "libtight.so.1", true);
     quarry::elf::verify(&tight).unwrap();
     std::fs::copy(&tight, blas_lib2.join("libtight.so.1")).unwrap();
+    let dest_tight = t.path().join("out-tight");
+    let j2 = package(&arts2, &dest_tight, &["--version", VERSION]);
+    assert_eq!(j2["patchelf_fallbacks"], serde_json::json!([]), "{j2}");
+    let bin2 = venv(&t.path().join("venv-tight"));
+    pip_install(&bin2, &dest_tight.join("dist"), "rocm[libraries]", &[]);
+    let tight_installed = package_dir(&bin2, "_rocm_sdk_libraries").join("lib/libtight.so.1");
+    quarry::elf::verify(&tight_installed).unwrap();
+    let answer = python(
+        &bin2,
+        &format!("import ctypes; print(ctypes.CDLL({:?}).trail_answer())", tight_installed.display().to_string()),
+    );
+    assert_eq!(answer, "142");
+
+    // patchelf 0.19.3 itself (named with QUARRY_PATCHELF) breaks that file:
+    // the verifier must stop it.
     let patched_by_hand = scratch.join("by-hand.so");
     std::fs::copy(&tight, &patched_by_hand).unwrap();
+    let pinned = pinned_patchelf();
     run_expect(
-        Command::new(pinned_patchelf(&j))
+        Command::new(&pinned)
             .args(["--force-rpath", "--set-rpath", "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib"])
             .arg(&patched_by_hand),
         0,
@@ -585,10 +609,13 @@ fn trailing_load_segment_survives_patching_and_corruption_is_caught() {
         eprintln!("note: this patchelf kept the tight layout sound");
         return;
     }
-    let stderr = package_fails(&arts2, &t.path().join("out2"), &["--version", VERSION]);
+    let out2 = t.path().join("out2");
+    let stderr = String::from_utf8_lossy(
+        &run_expect(package_cmd(&arts2, &out2, &["--version", VERSION]).env("QUARRY_PATCHELF", &pinned), 1).stderr,
+    )
+    .into_owned();
     assert!(stderr.contains("libtight.so.1") && stderr.contains("corrupted ELF"), "{stderr}");
     // No partial set of packages, no scratch left behind.
-    let out2 = t.path().join("out2");
     let left: Vec<PathBuf> =
         walkdir::WalkDir::new(&out2).min_depth(1).into_iter().map(|e| e.unwrap().path().to_path_buf()).collect();
     assert_eq!(left, [out2.join("dist")], "{left:?}");

@@ -24,6 +24,14 @@ fn fixture(script: &str, out: &Path, args: &[&str]) {
     });
 }
 
+/// Blocks (512 bytes) written by this process's finished children.
+fn child_blocks_written() -> u64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) }, 0);
+    usage.ru_oublock as u64
+}
+
 #[test]
 fn debian_rocm_packages_install_and_load_in_trixie() {
     if !have_tool("python3") || !have_tool("mmdebstrap") || !have_tool("dpkg-deb") || !have_docker() {
@@ -37,6 +45,7 @@ fn debian_rocm_packages_install_and_load_in_trixie() {
 
     let t = tempfile::tempdir().unwrap();
     let dest = t.path().join("out");
+    let written_before = child_blocks_written();
     let out = run_expect(
         quarry()
             // quarry brings its own patchelf (issue 15 item 5): none on PATH.
@@ -47,8 +56,21 @@ fn debian_rocm_packages_install_and_load_in_trixie() {
             .arg(&dest),
         0,
     );
+    let written = (child_blocks_written() - written_before) * 512;
     let j = stdout_json(&out);
     assert_eq!(j["version"], VERSION, "{j:#}");
+    // Every ELF file edited by quarry itself, none handed to patchelf.
+    assert_eq!(j["elf_editor"], "native", "{j:#}");
+    assert_eq!(j["patchelf_fallbacks"], serde_json::json!([]), "{j:#}");
+    assert!(j["patchelf"].is_null(), "{j:#}");
+    assert!(j["native_edits"].as_u64().unwrap() >= 15, "{j:#}");
+    // No scratch copies: what quarry wrote is about the packages' size
+    // (the kernel counts every page dirtied, scratch files later deleted too).
+    let dist_bytes: u64 = j["packages"].as_array().unwrap().iter().map(|p| p["size"].as_u64().unwrap()).sum();
+    assert!(
+        written <= dist_bytes + (64 << 20),
+        "quarry wrote {written} bytes for {dist_bytes} bytes of packages: scratch copies?"
+    );
     let from = j["version_from"].as_str().unwrap();
     assert!(from.contains("include/hip/hip_version.h") && from.contains("core-hip_dev_generic"), "{from}");
     let names: Vec<&str> = j["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();

@@ -122,12 +122,17 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
         super::print_json(&report)?;
     } else {
         println!(
-            "rocm {} (version: {}; {} mode), patchelf {}",
+            "rocm {} (version: {}; {} mode), ELF edits: {} native, {} by patchelf{}",
             report.version,
             report.version_from,
             if report.split { "split" } else { "legacy" },
-            report.patchelf
+            report.native_edits,
+            report.patchelf_fallbacks.len(),
+            report.patchelf.as_deref().map(|p| format!(" ({p})")).unwrap_or_default()
         );
+        for f in &report.patchelf_fallbacks {
+            println!("  patched by patchelf: {} ({})", f.file.display(), f.reason);
+        }
         for p in &report.packages {
             println!("  {:<40} {:>10}  {}", p.name, super::human_size(p.size), p.file.display());
         }

@@ -118,7 +118,7 @@ fn pax_record(key: &str, value: &[u8], out: &mut Vec<(String, Vec<u8>)>) {
 }
 
 /// Build the ustar header and the PAX records an entry needs.
-fn header_for(path: &[u8], node: &Node, opts: &WriteOptions) -> (tar::Header, Vec<(String, Vec<u8>)>) {
+pub(super) fn header_for(path: &[u8], node: &Node, opts: &WriteOptions) -> (tar::Header, Vec<(String, Vec<u8>)>) {
     let mut h = tar::Header::new_ustar();
     let mut pax = Vec::new();
 

@@ -1,4 +1,5 @@
-//! Where a grown string table goes, as patchelf 0.19 places it: in a tail
+//! Where a grown string table (and a grown `.dynamic`, when it had no
+//! spare slot for a new entry) goes, as patchelf 0.19 places them: in a tail
 //! mapped by the last PT_LOAD (extended when it is a plain read-write
 //! segment that ends the file, as quarry's own output does) or by a new
 //! PT_LOAD; the program header table grows in place when the bytes after it
@@ -20,6 +21,9 @@ pub(super) struct Layout {
     /// File offset and address of the grown string table.
     pub dynstr_offset: u64,
     pub dynstr_vaddr: u64,
+    /// Zero bytes before a moved `.dynamic` (8-byte aligned), its offset and address.
+    pub dynamic_padding: u64,
+    pub dynamic_at: Option<(u64, u64)>,
     /// Zero bytes between the end of the source and the tail.
     pub padding: u64,
     /// The program header table as written, and where.
@@ -55,8 +59,37 @@ fn round_up(v: u64, align: u64) -> u64 {
     v.div_ceil(align) * align
 }
 
-/// Place a grown string table of `dynstr_len` bytes.
-pub(super) fn place(input: &Input, dynstr_len: u64) -> Result<Layout, EditError> {
+/// Where the tail's parts go from `start` (a file offset): a moved
+/// `.dynamic` of `dynamic_len` bytes, 8-aligned, then the string table.
+/// Returns (padding before `.dynamic`, its offset, the table's offset, the end).
+fn tail_parts(start: u64, dynamic_len: Option<u64>, dynstr_len: u64) -> (u64, Option<u64>, u64, u64) {
+    match dynamic_len {
+        Some(n) => {
+            let at = round_up(start, 8);
+            (at - start, Some(at), at + n, at + n + dynstr_len)
+        }
+        None => (0, None, start, start + dynstr_len),
+    }
+}
+
+/// Point PT_DYNAMIC at a moved `.dynamic`.
+fn move_dynamic(input: &Input, phdrs: &mut [Phdr], at: Option<(u64, u64)>, len: Option<u64>) {
+    let e = input.endian;
+    let (Some((offset, vaddr)), Some(len)) = (at, len) else {
+        return;
+    };
+    for p in phdrs.iter_mut().filter(|p| p.p_type(e) == elf::PT_DYNAMIC) {
+        p.p_offset = U64::new(e, offset);
+        p.p_vaddr = U64::new(e, vaddr);
+        p.p_paddr = U64::new(e, vaddr);
+        p.p_filesz = U64::new(e, len);
+        p.p_memsz = U64::new(e, len);
+    }
+}
+
+/// Place a grown string table of `dynstr_len` bytes, after a moved
+/// `.dynamic` of `dynamic_len` bytes when it moves.
+pub(super) fn place(input: &Input, dynamic_len: Option<u64>, dynstr_len: u64) -> Result<Layout, EditError> {
     let e = input.endian;
     let path = &input.path;
     let mut phdrs = input.phdrs.clone();
@@ -83,13 +116,19 @@ pub(super) fn place(input: &Input, dynstr_len: u64) -> Result<Layout, EditError>
             && p.p_filesz(e) == p.p_memsz(e)
             && p.p_offset(e) + p.p_filesz(e) == input.len
         {
-            let dynstr_vaddr = p.p_vaddr(e) + p.p_filesz(e);
-            let size = p.p_filesz(e) + dynstr_len;
+            // Addresses in this segment are its offsets plus one delta.
+            let delta = p.p_vaddr(e).wrapping_sub(p.p_offset(e));
+            let (dynamic_padding, dynamic_offset, dynstr_offset, end) = tail_parts(input.len, dynamic_len, dynstr_len);
+            let size = end - p.p_offset(e);
             phdrs[i].p_filesz = U64::new(e, size);
             phdrs[i].p_memsz = U64::new(e, size);
+            let dynamic_at = dynamic_offset.map(|o| (o, o.wrapping_add(delta)));
+            move_dynamic(input, &mut phdrs, dynamic_at, dynamic_len);
             return Ok(Layout {
-                dynstr_offset: input.len,
-                dynstr_vaddr,
+                dynstr_offset,
+                dynstr_vaddr: dynstr_offset.wrapping_add(delta),
+                dynamic_padding,
+                dynamic_at,
                 padding: 0,
                 phdrs,
                 phoff,
@@ -123,14 +162,17 @@ pub(super) fn place(input: &Input, dynstr_len: u64) -> Result<Layout, EditError>
     }
     let grows_in_place = room_after_table(input, phoff + phnum * entsize, entsize);
     let table_len = (phnum + 1) * entsize;
-    let (phdrs_in_tail, phdrs_padding, dynstr_offset) = if grows_in_place {
+    let (phdrs_in_tail, phdrs_padding, parts_start) = if grows_in_place {
         (false, 0, offset)
     } else {
         let padded = round_up(table_len, 8);
         (true, padded - table_len, offset + padded)
     };
+    let (dynamic_padding, dynamic_offset, dynstr_offset, end) = tail_parts(parts_start, dynamic_len, dynstr_len);
     let dynstr_vaddr = vaddr + (dynstr_offset - offset);
-    let tail_len = dynstr_offset + dynstr_len - offset;
+    let dynamic_at = dynamic_offset.map(|o| (o, vaddr + (o - offset)));
+    move_dynamic(input, &mut phdrs, dynamic_at, dynamic_len);
+    let tail_len = end - offset;
     for p in phdrs.iter_mut().filter(|p| p.p_type(e) == elf::PT_PHDR) {
         if phdrs_in_tail {
             p.p_offset = U64::new(e, offset);
@@ -153,6 +195,8 @@ pub(super) fn place(input: &Input, dynstr_len: u64) -> Result<Layout, EditError>
     Ok(Layout {
         dynstr_offset,
         dynstr_vaddr,
+        dynamic_padding,
+        dynamic_at,
         padding: offset - input.len,
         phdrs,
         phoff: if phdrs_in_tail { offset } else { phoff },

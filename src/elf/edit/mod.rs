@@ -15,8 +15,10 @@
 //! safely is refused with [`EditError::Unsupported`] and a reason, so the
 //! caller can hand it to patchelf (the output is verified before it is
 //! returned, as patchelf's is): 32-bit files, PN_XNUM program header
-//! counts, a `.dynamic` with no spare DT_NULL slot for a new entry (moving
-//! `.dynamic` is not done), both DT_RPATH and DT_RUNPATH, and more.
+//! counts, both DT_RPATH and DT_RUNPATH, and more. A new entry goes into a
+//! spare DT_NULL slot of `.dynamic`; with none spare, `.dynamic` moves into
+//! the tail with one more entry (where patchelf 0.19.3 fails: "setSubstr:
+//! write extends past end of section").
 
 mod input;
 mod layout;
@@ -97,6 +99,8 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
     let input = Input::read(src)?;
     let e = input.endian;
     let mut dynamic = input.dynamic.clone();
+    // `.dynamic` had no spare slot for a new entry and moves into the tail.
+    let mut dynamic_moves = false;
     let mut strings = Strings::new(&input);
     let mut verneed_writes: Vec<(u64, u32)> = Vec::new();
 
@@ -114,12 +118,12 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
             (Some(_), Some(_)) => return Err(unsupported(src, "it has both DT_RPATH and DT_RUNPATH")),
             (a, b) => a.or(b),
         };
-        set_string(&input, &mut dynamic, &mut strings, existing, tag, new)?;
+        set_string(&input, &mut dynamic, &mut dynamic_moves, &mut strings, existing, tag, new)?;
     }
     if let Some(new) = &edits.set_soname {
         if input.header.e_type.get(e) == elf::ET_DYN {
             let existing = input.find(&dynamic, elf::DT_SONAME);
-            set_string(&input, &mut dynamic, &mut strings, existing, elf::DT_SONAME, new)?;
+            set_string(&input, &mut dynamic, &mut dynamic_moves, &mut strings, existing, elf::DT_SONAME, new)?;
         }
     }
     for (old, new) in &edits.replace_needed {
@@ -171,11 +175,12 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
     }
 
     let mut splice = Splice::file(src).map_err(|source| ElfError::Io { path: src.to_path_buf(), source })?;
-    let grew = !strings.appended.is_empty();
+    let grew = !strings.appended.is_empty() || dynamic_moves;
     let mut strtab_offset = input.strtab_offset;
     if grew {
         let dynstr_len = (strings.current.len() + strings.appended.len()) as u64;
-        let layout = layout::place(&input, dynstr_len)?;
+        let dynamic_len = dynamic_moves.then_some(size_of_val(dynamic.as_slice()) as u64);
+        let layout = layout::place(&input, dynamic_len, dynstr_len)?;
         set_value(&input, &mut dynamic, elf::DT_STRTAB, layout.dynstr_vaddr);
         set_value(&input, &mut dynamic, elf::DT_STRSZ, dynstr_len);
         let mut header = input.header;
@@ -189,6 +194,18 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
             splice.push(Part::Zeros(layout.phdrs_padding));
         } else {
             splice.overwrite(layout.phoff, bytes_of_slice(&layout.phdrs).to_vec());
+        }
+        if let Some((offset, vaddr)) = layout.dynamic_at {
+            splice.push(Part::Zeros(layout.dynamic_padding));
+            splice.push(Part::Bytes(bytes_of_slice(&dynamic).into()));
+            if let Some(i) = input.sections.iter().position(|s| s.sh_type.get(e) == elf::SHT_DYNAMIC) {
+                let mut section = input.sections[i];
+                section.sh_offset = U64::new(e, offset);
+                section.sh_addr = U64::new(e, vaddr);
+                section.sh_size = U64::new(e, size_of_val(dynamic.as_slice()) as u64);
+                let at = input.header.e_shoff.get(e) + i as u64 * u64::from(input.header.e_shentsize.get(e));
+                splice.overwrite(at, bytes_of(&section).to_vec());
+            }
         }
         let len = input.dynstr.len() as u64;
         splice.push(Part::File { source, offset: input.strtab_offset, len });
@@ -209,7 +226,7 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
     for (at, value) in verneed_writes {
         splice.overwrite(at, bytes_of(&object::U32::<_>::new(e, value)).to_vec());
     }
-    if bytes_of_slice(&dynamic) != bytes_of_slice(&input.dynamic) {
+    if !dynamic_moves && bytes_of_slice(&dynamic) != bytes_of_slice(&input.dynamic) {
         splice.overwrite(input.dyn_offset, bytes_of_slice(&dynamic).to_vec());
     }
     let edited = PathBuf::from(format!("{} (as edited)", src.display()));
@@ -220,7 +237,8 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
 /// Point the entry `existing` (or a new entry with `tag`) at `new`.
 fn set_string(
     input: &Input,
-    dynamic: &mut [Dyn],
+    dynamic: &mut Vec<Dyn>,
+    moves: &mut bool,
     strings: &mut Strings,
     existing: Option<usize>,
     tag: elf::DynamicTag,
@@ -240,11 +258,18 @@ fn set_string(
         }
         None => {
             let first_null = dynamic.iter().position(|d| input.tag(d) == elf::DT_NULL).unwrap_or(dynamic.len());
-            if dynamic.len() < first_null + 2 {
-                return Err(unsupported(&input.path, "its .dynamic has no spare DT_NULL slot for a new entry"));
-            }
             let at = strings.place(new, None);
-            dynamic[first_null] = Dyn { d_tag: I64::new(e, tag), d_val: U64::new(e, at) };
+            let entry = Dyn { d_tag: I64::new(e, tag), d_val: U64::new(e, at) };
+            if dynamic.len() >= first_null + 2 {
+                dynamic[first_null] = entry;
+            } else {
+                // No spare slot (one DT_NULL must stay): `.dynamic` grows and moves.
+                dynamic.insert(first_null, entry);
+                if dynamic.last().is_none_or(|d| input.tag(d) != elf::DT_NULL) {
+                    dynamic.push(Dyn { d_tag: I64::new(e, elf::DT_NULL), d_val: U64::new(e, 0) });
+                }
+                *moves = true;
+            }
             first_null
         }
     };

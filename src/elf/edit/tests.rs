@@ -123,7 +123,8 @@ fn a_new_entry_takes_a_spare_dt_null_slot() {
     let info = verify(&write(dir.path(), "plain-out.so", &out.splice)).unwrap();
     assert_eq!(info.soname.as_deref(), Some("libplain.so.1"));
 
-    // PT_DYNAMIC trimmed to end at its first DT_NULL: no spare slot, refused with the reason.
+    // PT_DYNAMIC trimmed to end at its first DT_NULL: no spare slot, so
+    // `.dynamic` moves into the tail with the new entry.
     let mut data = std::fs::read(&plain).unwrap();
     let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
     let phoff = u64_at(&data, 0x20) as usize;
@@ -138,10 +139,61 @@ fn a_new_entry_takes_a_spare_dt_null_slot() {
     data[ph + 40..ph + 48].copy_from_slice(&trimmed.to_le_bytes());
     let full = dir.path().join("full.so");
     std::fs::write(&full, &data).unwrap();
-    match edit(&full, &soname) {
-        Err(EditError::Unsupported { reason, .. }) => assert!(reason.contains("DT_NULL"), "{reason}"),
-        other => panic!("expected a refusal, got {other:?}"),
+    let out = edit(&full, &soname).unwrap();
+    let written = write(dir.path(), "full-out.so", &out.splice);
+    let info = verify(&written).unwrap();
+    assert_eq!(info.soname.as_deref(), Some("libplain.so.1"));
+    let moved = std::fs::read(&written).unwrap();
+    let new_phoff = u64_at(&moved, 0x20) as usize;
+    let new_ph = (0..phnum(&moved) as usize)
+        .map(|i| new_phoff + i * 56)
+        .find(|&o| u32::from_le_bytes(moved[o..o + 4].try_into().unwrap()) == 2)
+        .unwrap();
+    let new_start = u64_at(&moved, new_ph + 8);
+    assert!(new_start >= data.len() as u64, "PT_DYNAMIC points into the tail ({new_start:#x})");
+    assert_eq!(u64_at(&moved, new_ph + 32), trimmed + 16, "one more entry");
+    assert_eq!(loads(&written, "plain"), "1");
+}
+
+/// Load `lib` with dlopen (RTLD_NOW, through Python's ctypes) and call
+/// `func`; its answer, or a skip ("") when Python is missing outside CI.
+fn loads(lib: &Path, func: &str) -> String {
+    let code = format!("import ctypes, os; print(ctypes.CDLL({:?}, os.RTLD_NOW).{func}())", lib.display().to_string());
+    match Command::new("python3").arg("-c").arg(code).output() {
+        Ok(out) => {
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+        Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "CI is set but python3 cannot run: {e}");
+            String::new()
+        }
     }
+}
+
+#[test]
+fn a_library_linked_with_no_spare_dynamic_tags_gets_its_rpath() {
+    // `--spare-dynamic-tags=0`: ld leaves no DT_NULL beyond the last one, so
+    // the new DT_RPATH moves `.dynamic` (patchelf 0.19.3 fails on this file).
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = lib(dir.path(), &["-Wl,--spare-dynamic-tags=0"]) else {
+        return;
+    };
+    let long = "$ORIGIN:$ORIGIN/../../_rocm_sdk_core/lib";
+    let out = edit(&lib, &rpath(long)).unwrap();
+    assert!(out.grew);
+    let path = write(dir.path(), "out.so", &out.splice);
+    let info = verify(&path).unwrap();
+    assert_eq!((info.rpath.as_deref(), info.runpath.as_deref()), (Some(long), None));
+    assert_eq!(info.soname.as_deref(), Some("libedit.so.1"));
+    let answer = loads(&path, "edit_answer");
+    assert!(answer == "42" || answer.is_empty(), "{answer}");
+    // Edited again (another RPATH): the moved `.dynamic` now has its slot.
+    let again = edit(&path, &rpath("$ORIGIN/x")).unwrap();
+    let path2 = write(dir.path(), "out2.so", &again.splice);
+    assert_eq!(verify(&path2).unwrap().rpath.as_deref(), Some("$ORIGIN/x"));
+    let answer = loads(&path2, "edit_answer");
+    assert!(answer == "42" || answer.is_empty(), "{answer}");
 }
 
 #[test]

@@ -19,8 +19,10 @@ use super::runtime::RuntimeLayout;
 use super::PackageError;
 use crate::layer::tree::{Content, Kind, Node};
 use crate::layer::Tree;
+use crate::splice::Splice;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A devel file that needs its RPATH rewritten: (source, DT_RPATH to set).
 pub type Normalize = (PathBuf, String);
@@ -75,14 +77,13 @@ pub fn tree(
     Ok((tree, normalize))
 }
 
-/// Point the tree's copies of patched files at their patched copies.
-pub fn use_patched(tree: &mut Tree, patched: &HashMap<PathBuf, PathBuf>) -> Result<(), PackageError> {
+/// Give the tree's edited files the size of their edited bytes.
+pub fn use_edited(tree: &mut Tree, edited: &HashMap<PathBuf, Arc<Splice>>) -> Result<(), PackageError> {
     let swaps: Vec<(Vec<u8>, Node)> = tree
         .iter()
         .filter_map(|(p, n)| match &n.kind {
-            Kind::File { content: Content::Host(src), .. } => patched.get(src).map(|copy| {
-                let size = std::fs::metadata(copy).map(|m| m.len()).unwrap_or(0);
-                (p.clone(), Node::new(Kind::File { size, content: Content::Host(copy.clone()) }, n.mode))
+            Kind::File { content: Content::Host(src), .. } => edited.get(src).map(|s| {
+                (p.clone(), Node::new(Kind::File { size: s.len(), content: Content::Host(src.clone()) }, n.mode))
             }),
             _ => None,
         })
@@ -93,13 +94,14 @@ pub fn use_patched(tree: &mut Tree, patched: &HashMap<PathBuf, PathBuf>) -> Resu
     Ok(())
 }
 
-/// Write the devel tree as a tar at `out` (entries sorted, owners 0:0,
-/// times clamped to SOURCE_DATE_EPOCH or 0).
-pub fn write(tree: &Tree, out: &Path, epoch: u64) -> Result<(), PackageError> {
-    let f = std::fs::File::create(out).map_err(|source| PackageError::Io { path: out.to_path_buf(), source })?;
+/// The devel tree as a tar described by parts (entries sorted, owners 0:0,
+/// times clamped to SOURCE_DATE_EPOCH or 0): edited files from their
+/// splices, the others read from the artifacts when the tar is.
+pub fn tar(tree: &Tree, edited: &HashMap<PathBuf, Arc<Splice>>, epoch: u64) -> Result<Splice, PackageError> {
     let opts = crate::layer::write::WriteOptions { source_date_epoch: epoch };
-    let w = crate::layer::write::write_tar(tree, std::io::BufWriter::with_capacity(1 << 20, f), &opts, &mut |_| {})
-        .map_err(|e| PackageError::DevelTree(e.to_string()))?;
-    w.into_inner().map_err(|e| PackageError::Io { path: out.to_path_buf(), source: e.into_error() })?;
-    Ok(())
+    let content = |src: &Path, size: u64| match edited.get(src) {
+        Some(s) => (**s).clone(),
+        None => Splice::unopened(src, size),
+    };
+    crate::layer::tar_splice::tar_splice(tree, &opts, &content).map_err(|e| PackageError::DevelTree(e.to_string()))
 }

@@ -4,12 +4,12 @@
 //! `/proc/self/exe` and execs the relative target with the same argv.
 //!
 //! The program is compiled once per packaging run with `cc`; each launcher
-//! is a copy whose fixed-size placeholder holds its target (so every
+//! is the program's image whose fixed-size placeholder holds its target (so every
 //! launcher with the same target has the same bytes, and the same compiler
 //! gives the same launcher on every run).
 
 use super::PackageError;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Marks the placeholder in the compiled program.
@@ -91,8 +91,8 @@ impl Launcher {
         }
     }
 
-    /// Write a launcher for `target` (relative to the launcher's directory) at `out`.
-    pub fn write(&self, target: &str, out: &Path) -> Result<(), PackageError> {
+    /// The launcher for `target` (relative to the launcher's directory).
+    pub fn image(&self, target: &str) -> Result<Vec<u8>, PackageError> {
         if target.len() >= SLOT || target.as_bytes().contains(&0) {
             return Err(PackageError::LauncherTarget(target.to_string()));
         }
@@ -100,11 +100,6 @@ impl Launcher {
         let slot = &mut image[self.slot_offset..self.slot_offset + SLOT];
         slot.fill(0);
         slot[..target.len()].copy_from_slice(target.as_bytes());
-        if let Some(dir) = out.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| PackageError::Io { path: dir.to_path_buf(), source })?;
-        }
-        std::fs::write(out, &image).map_err(|source| PackageError::Io { path: out.to_path_buf(), source })?;
-        std::fs::set_permissions(out, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .map_err(|source| PackageError::Io { path: PathBuf::from(out), source })
+        Ok(image)
     }
 }

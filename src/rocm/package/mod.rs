@@ -8,13 +8,15 @@
 //! One concern per module: `roles` (which artifact goes where, the
 //! reference's tables), `collect` (overlaying artifacts), `classify` (file
 //! kinds), `runtime` (SONAME-only libraries, aliases, launchers, RPATH
-//! strings), `launcher` (the native launcher), `rpath` (batched patchelf +
-//! verification), `devel` (the devel tar), `plan` (every package's layout),
+//! strings), `launcher` (the native launcher), `edits` (native RPATH
+//! edits, streamed), `rpath` (batched patchelf for what the native editor
+//! refuses + verification), `devel` (the devel tar), `plan` (every package's layout),
 //! `wheels` (writing them with `wheel::archive::write_wheel`), `sdist`.
 
 pub mod classify;
 pub mod collect;
 pub mod devel;
+pub mod edits;
 pub mod launcher;
 pub mod plan;
 pub mod roles;
@@ -141,7 +143,14 @@ pub struct PackageReport {
     pub split: bool,
     pub targets: Vec<String>,
     pub dist_dir: PathBuf,
-    pub patchelf: String,
+    /// The patchelf that ran and its version; null when none ran.
+    pub patchelf: Option<String>,
+    /// `native` (quarry's own ELF edits) or `patchelf` (QUARRY_PATCHELF named one).
+    pub elf_editor: String,
+    /// ELF files whose RPATH quarry set itself.
+    pub native_edits: usize,
+    /// Files the native editor refused, each patched by patchelf instead.
+    pub patchelf_fallbacks: Vec<edits::Fallback>,
     pub packages: Vec<PackageEntry>,
     /// Symlinks left out of runtime packages (dangling, or to directories).
     pub dropped: Vec<DroppedEntry>,

