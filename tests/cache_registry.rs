@@ -397,12 +397,7 @@ fn kernel_build(builder: &Path, src: &Path, out: &Path, cache: &Path, tier: &str
 
 /// The sdists of tests/fixtures/wheel-corpus.sh (shared with tests/wheel_corpus.rs).
 fn corpus_sdist(prefix: &str) -> PathBuf {
-    let d = fixtures_dir().join("wheelcorpus").join(format!("corpus-{}", script_tag("wheel-corpus.sh")));
-    with_lock("wheelcorpus-fetch", || {
-        let st = Command::new("sh").arg(repo().join("tests/fixtures/wheel-corpus.sh")).arg(&d).status().unwrap();
-        assert!(st.success(), "fetching the sdist corpus failed (pip, network?)");
-    });
-    std::fs::read_dir(d.join("sdists"))
+    std::fs::read_dir(common::wheel_corpus().join("sdists"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))

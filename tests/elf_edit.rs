@@ -400,3 +400,58 @@ for tree in ("/t/native", "/t/patchelf"):
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines.len() >= 30 && lines.iter().all(|l| l.starts_with("OK ")), "{stdout}");
 }
+
+/// Every ELF member of the wheel corpus's runtime wheels (numpy as PyPI
+/// serves it: extension modules, and `numpy.libs` already patched once by
+/// auditwheel) given a longer forced RPATH both ways; numpy then imports
+/// and computes from each edited tree.
+#[test]
+fn native_and_patchelf_0_19_3_agree_on_the_wheel_corpus() {
+    if !tools_present() {
+        return;
+    }
+    let runtime = common::wheel_corpus().join("runtime");
+    let pe = patchelf();
+    let t = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for wheel in std::fs::read_dir(&runtime).unwrap().map(|e| e.unwrap().path()) {
+        let stem = wheel.file_name().unwrap().to_string_lossy().into_owned();
+        if !stem.ends_with(".whl") || stem.contains("-none-any") {
+            continue; // pure Python: nothing to edit
+        }
+        let src = t.path().join("src").join(&stem);
+        zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap().extract(&src).unwrap();
+        let out = t.path().join("out").join(&stem);
+        std::fs::create_dir_all(&out).unwrap();
+        for tree in ["native", "patchelf"] {
+            run_expect(Command::new("cp").arg("-a").arg(&src).arg(out.join(tree)), 0);
+        }
+        for f in walkdir::WalkDir::new(&src).sort_by_file_name().into_iter().map(|e| e.unwrap().into_path()) {
+            if !f.is_file() || !quarry::elf::is_elf(&f) {
+                continue;
+            }
+            let info = quarry::elf::read(&f).unwrap();
+            if info.machine != 62 || (info.needed.is_empty() && info.soname.is_none()) {
+                continue;
+            }
+            let existing = info.effective_search_path().map(|r| format!("{r}:")).unwrap_or_default();
+            let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+            both(&pe, &f, &rpath(&format!("{existing}{LONG}")), &out, &rel);
+            checked += 1;
+        }
+        if stem.starts_with("numpy-") {
+            for tree in ["native", "patchelf"] {
+                let dir = out.join(tree);
+                let code = "import sys; sys.path.insert(0, sys.argv[1]); import numpy; \
+                            assert numpy.__file__.startswith(sys.argv[1]), numpy.__file__; \
+                            print(numpy.linalg.inv(numpy.eye(3) * 2).sum())";
+                let run = Command::new("python3").args(["-I", "-c", code]).arg(&dir).output().unwrap();
+                let stdout = String::from_utf8_lossy(&run.stdout);
+                assert!(run.status.success(), "numpy from {tree}: {}", String::from_utf8_lossy(&run.stderr));
+                assert_eq!(stdout.trim(), "1.5", "numpy from {tree}");
+            }
+        }
+    }
+    eprintln!("{checked} ELF members of the corpus wheels edited both ways");
+    assert!(checked >= 10, "only {checked} ELF members in {}", runtime.display());
+}

@@ -30,16 +30,7 @@ fn cache() -> PathBuf {
 
 /// The corpus (tests/fixtures/wheel-corpus.sh), fetched once.
 fn corpus() -> PathBuf {
-    let d = dir().join(format!("corpus-{}", common::script_tag("wheel-corpus.sh")));
-    with_lock("wheelcorpus-fetch", || {
-        let st = Command::new("sh")
-            .arg(common::repo().join("tests/fixtures/wheel-corpus.sh"))
-            .arg(&d)
-            .status()
-            .expect("run tests/fixtures/wheel-corpus.sh");
-        assert!(st.success(), "fetching the sdist corpus failed (pip, network?)");
-    });
-    d
+    common::wheel_corpus()
 }
 
 fn sdist(prefix: &str) -> PathBuf {

@@ -257,3 +257,15 @@ pub fn debian13_rocm_images() -> (PathBuf, PathBuf) {
         (layouts[0].clone(), layouts[1].clone())
     })
 }
+
+/// The wheel corpus (tests/fixtures/wheel-corpus.sh: popular sdists and
+/// runtime wheels as PyPI serves them), fetched once under a lock.
+pub fn wheel_corpus() -> PathBuf {
+    let d = fixtures_dir().join("wheelcorpus").join(format!("corpus-{}", script_tag("wheel-corpus.sh")));
+    std::fs::create_dir_all(d.parent().unwrap()).unwrap();
+    with_lock("wheelcorpus-fetch", || {
+        let st = Command::new("sh").arg(repo().join("tests/fixtures/wheel-corpus.sh")).arg(&d).status().unwrap();
+        assert!(st.success(), "fetching the wheel corpus failed (pip, network?)");
+    });
+    d
+}
