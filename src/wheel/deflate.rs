@@ -55,40 +55,56 @@ impl Bits<'_> {
         self.data.len() * 8
     }
 
-    /// The next `n` (<= 16) bits, LSB first, without consuming them (zeros past the end).
+    /// The next `n` (<= 16) bits, LSB first, without consuming them (zeros
+    /// past the end). One unaligned 8-byte load where the data allows: this
+    /// runs once or twice per symbol of every piece.
+    #[inline]
     fn peek(&self, n: usize) -> u32 {
-        let mut v = 0u32;
         let byte = self.pos / 8;
-        for i in 0..4 {
-            if let Some(b) = self.data.get(byte + i) {
-                v |= u32::from(*b) << (8 * i);
+        let word = match self.data.get(byte..byte + 8) {
+            Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+            None => {
+                let mut w = [0u8; 8];
+                let rest = self.data.get(byte..).unwrap_or(&[]);
+                w[..rest.len()].copy_from_slice(rest);
+                u64::from_le_bytes(w)
             }
-        }
-        (v >> (self.pos % 8)) & ((1u32 << n) - 1)
+        };
+        ((word >> (self.pos % 8)) as u32) & ((1u32 << n) - 1)
     }
 
-    fn take(&mut self, n: usize) -> Result<u32, String> {
-        let v = self.peek(n);
+    /// Step over `n` bits.
+    #[inline]
+    fn skip(&mut self, n: usize) -> Result<(), String> {
         self.pos += n;
         if self.pos > self.bit_len() {
             return Err("deflate stream ends inside a block".into());
         }
+        Ok(())
+    }
+
+    fn take(&mut self, n: usize) -> Result<u32, String> {
+        let v = self.peek(n);
+        self.skip(n)?;
         Ok(v)
     }
 }
 
 /// Canonical Huffman decoding by table lookup over the next `max` bits.
+/// An entry packs the symbol (bits 0-15), its code length (16-23, 0: no
+/// such code) and the extra bits that follow it (24-31), so the walk steps
+/// over a length or distance and its extra bits in one move.
 struct Huffman {
-    /// (symbol, code length) per bit pattern; length 0 = invalid code.
-    table: Vec<(u16, u8)>,
+    table: Vec<u32>,
     max: usize,
 }
 
 impl Huffman {
-    fn new(lengths: &[u8]) -> Result<Huffman, String> {
+    /// `extra(symbol)`: how many extra bits follow the symbol.
+    fn new(lengths: &[u8], extra: fn(usize) -> u32) -> Result<Huffman, String> {
         let max = lengths.iter().copied().max().unwrap_or(0) as usize;
         if max == 0 {
-            return Ok(Huffman { table: vec![(0, 0)], max: 0 });
+            return Ok(Huffman { table: vec![0], max: 0 });
         }
         let mut count = [0u32; 16];
         for &l in lengths {
@@ -101,7 +117,7 @@ impl Huffman {
             code = (code + count[bits - 1]) << 1;
             next[bits] = code;
         }
-        let mut table = vec![(0u16, 0u8); 1 << max];
+        let mut table = vec![0u32; 1 << max];
         for (sym, &len) in lengths.iter().enumerate() {
             let len = len as usize;
             if len == 0 {
@@ -112,24 +128,28 @@ impl Huffman {
             if c >= 1 << len {
                 return Err("over-subscribed Huffman code".into());
             }
+            let entry = sym as u32 | (len as u32) << 16 | extra(sym) << 24;
             // Codes are sent MSB first: index the table by the reversed code.
             let rev = (c.reverse_bits() >> (32 - len)) as usize;
             let mut i = rev;
             while i < table.len() {
-                table[i] = (sym as u16, len as u8);
+                table[i] = entry;
                 i += 1 << len;
             }
         }
         Ok(Huffman { table, max })
     }
 
-    fn decode(&self, bits: &mut Bits) -> Result<u16, String> {
-        let (sym, len) = self.table[bits.peek(self.max) as usize];
+    /// The next code's entry, consumed with its extra bits.
+    #[inline]
+    fn next(&self, bits: &mut Bits) -> Result<u32, String> {
+        let entry = self.table[bits.peek(self.max) as usize];
+        let len = (entry >> 16) & 0xff;
         if len == 0 {
             return Err("invalid Huffman code".into());
         }
-        bits.take(len as usize)?;
-        Ok(sym)
+        bits.skip((len + (entry >> 24)) as usize)?;
+        Ok(entry & 0xffff)
     }
 }
 
@@ -138,17 +158,27 @@ const DIST_EXTRA: [u8; 30] =
     [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13];
 const CODE_LENGTH_ORDER: [usize; 19] = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
 
+fn litlen_extra(sym: usize) -> u32 {
+    sym.checked_sub(257).and_then(|i| LENGTH_EXTRA.get(i)).map_or(0, |&e| u32::from(e))
+}
+
+fn dist_extra(sym: usize) -> u32 {
+    DIST_EXTRA.get(sym).map_or(0, |&e| u32::from(e))
+}
+
+fn no_extra(_: usize) -> u32 {
+    0
+}
+
 fn skip_symbols(bits: &mut Bits, litlen: &Huffman, dist: &Huffman) -> Result<(), String> {
     loop {
-        let sym = litlen.decode(bits)?;
-        match sym {
+        match litlen.next(bits)? {
             0..=255 => {}
             256 => return Ok(()),
             257..=285 => {
-                bits.take(LENGTH_EXTRA[(sym - 257) as usize] as usize)?;
-                let d = dist.decode(bits)? as usize;
-                let extra = *DIST_EXTRA.get(d).ok_or("invalid distance code")?;
-                bits.take(extra as usize)?;
+                if dist.next(bits)? >= 30 {
+                    return Err("invalid distance code".into());
+                }
             }
             _ => return Err("invalid literal/length code".into()),
         }
@@ -163,10 +193,10 @@ fn dynamic_tables(bits: &mut Bits) -> Result<(Huffman, Huffman), String> {
     for &i in &CODE_LENGTH_ORDER[..hclen] {
         cl[i] = bits.take(3)? as u8;
     }
-    let cl = Huffman::new(&cl)?;
+    let cl = Huffman::new(&cl, no_extra)?;
     let mut lengths = Vec::with_capacity(hlit + hdist);
     while lengths.len() < hlit + hdist {
-        match cl.decode(bits)? {
+        match cl.next(bits)? {
             l @ 0..=15 => lengths.push(l as u8),
             16 => {
                 let prev = *lengths.last().ok_or("repeat with no previous length")?;
@@ -186,7 +216,7 @@ fn dynamic_tables(bits: &mut Bits) -> Result<(Huffman, Huffman), String> {
     if lengths.len() != hlit + hdist {
         return Err("code lengths run past their count".into());
     }
-    Ok((Huffman::new(&lengths[..hlit])?, Huffman::new(&lengths[hlit..])?))
+    Ok((Huffman::new(&lengths[..hlit], litlen_extra)?, Huffman::new(&lengths[hlit..], dist_extra)?))
 }
 
 /// The bit positions of the final block's header and of its end, in a
@@ -215,7 +245,7 @@ pub fn last_block(stream: &[u8]) -> Result<(usize, usize), String> {
                     let mut l = [8u8; 288];
                     l[144..256].fill(9);
                     l[256..280].fill(7);
-                    fixed = Some((Huffman::new(&l)?, Huffman::new(&[5u8; 30])?));
+                    fixed = Some((Huffman::new(&l, litlen_extra)?, Huffman::new(&[5u8; 30], dist_extra)?));
                 }
                 let (litlen, dist) = fixed.as_ref().expect("just built");
                 skip_symbols(&mut bits, litlen, dist)?;
