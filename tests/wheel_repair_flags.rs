@@ -13,7 +13,7 @@ use common::{have_tool, path_without_patchelf, quarry, run_expect, stdout_json};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use wheel_fixtures::{cc_shared, fixtures, make_wheel, only_wheel, zip_names, Fixtures};
+use wheel_fixtures::{cc_shared, fixtures, make_wheel, only_wheel, trim_dynamic, zip_names, Fixtures};
 
 fn repair_cmd(wheel: &Path, out: &Path, extra: &[&str]) -> Command {
     let mut c = quarry();
@@ -305,26 +305,6 @@ fn sbom_lists_bundled_libraries_with_their_sha256() {
     let r = repair(&fx.wheel("msgpack-"), &t.path().join("b"), &[]);
     assert!(r["sbom"].is_null());
     assert!(!zip_names(&only_wheel(&t.path().join("b"))).iter().any(|n| n.contains("sboms/")));
-}
-
-/// Trim PT_DYNAMIC of an x86-64 ELF file to end at its first DT_NULL: no
-/// spare slot is left for a new entry (the native editor refuses to add
-/// one; patchelf moves `.dynamic`, sized from its section header).
-fn trim_dynamic(path: &Path) {
-    let mut data = std::fs::read(path).unwrap();
-    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
-    let phoff = u64_at(&data, 0x20) as usize;
-    let phnum = u16::from_le_bytes([data[0x38], data[0x39]]) as usize;
-    let ph = (0..phnum)
-        .map(|i| phoff + i * 56)
-        .find(|&o| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) == 2)
-        .expect("a PT_DYNAMIC");
-    let start = u64_at(&data, ph + 8) as usize;
-    let first_null = (0..).map(|i| start + i * 16).find(|&o| u64_at(&data, o) == 0).unwrap();
-    let trimmed = (first_null + 16 - start) as u64;
-    data[ph + 32..ph + 40].copy_from_slice(&trimmed.to_le_bytes());
-    data[ph + 40..ph + 48].copy_from_slice(&trimmed.to_le_bytes());
-    std::fs::write(path, &data).unwrap();
 }
 
 /// A file the native editor refuses (its `.dynamic` has no spare DT_NULL
