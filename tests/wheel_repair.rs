@@ -1,9 +1,9 @@
 //! `quarry wheel repair` on real wheels, with no patchelf on PATH (quarry
-//! brings its own): cffi gets libffi bundled under a hashed name; repairs
-//! are byte-identical; a patchelf on PATH is not used, an old one chosen
-//! with QUARRY_PATCHELF/--patchelf is refused, broken patchelf output is
-//! refused; `--image` works with an image that has no patchelf (quarry's is
-//! copied in) or an old one (ignored), leaving no container. Repairs with an
+//! edits natively: no fallback, no patchelf run): cffi gets libffi bundled
+//! under a hashed name; repairs are byte-identical; a patchelf on PATH is
+//! not used, an old one chosen with QUARRY_PATCHELF/--patchelf is refused,
+//! broken patchelf output is refused; `--image` works with an image that
+//! has no patchelf or an old one (ignored), leaving no container. Repairs with an
 //! image's libraries, and the repaired cffi importing where no libffi
 //! exists, are in tests/wheel_build.rs (the wheels built there).
 
@@ -14,9 +14,10 @@ use common::{have_docker, have_tool, path_without_patchelf, quarry, run_expect, 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use wheel_fixtures::{dir_entries, fixtures, only_wheel, zip_names, Fixtures};
+use wheel_fixtures::{dir_entries, fixtures, make_wheel, only_wheel, trim_dynamic, zip_names, Fixtures};
 
-/// `quarry wheel repair --json` with no patchelf on PATH: quarry's own.
+/// `quarry wheel repair --json` with no patchelf on PATH: quarry edits
+/// natively, no file falls back to patchelf (so none runs).
 fn repair(_fx: &Fixtures, wheel: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
     let o = run_expect(
         quarry()
@@ -28,8 +29,19 @@ fn repair(_fx: &Fixtures, wheel: &Path, out: &Path, extra: &[&str]) -> serde_jso
         0,
     );
     let report = stdout_json(&o);
-    assert!(report["patchelf"].as_str().unwrap().contains("quarry's own"), "{report}");
+    assert_native(&report);
     report
+}
+
+/// Every edit made natively: no patchelf fallback, no patchelf run.
+fn assert_native(report: &serde_json::Value) {
+    assert_eq!(report["elf_editor"], "native", "{report}");
+    assert_eq!(report["patchelf_fallbacks"], serde_json::json!([]), "{report}");
+    assert!(report["patchelf"].is_null(), "{report}");
+    // Each bundled library is edited, and at least one file that needs it.
+    let bundled = report["bundled"].as_array().unwrap().len() as u64;
+    let edits = report["native_edits"].as_u64().unwrap();
+    assert!(bundled == 0 || edits > bundled, "{report}");
 }
 
 fn unzip(wheel: &Path, dest: &Path) {
@@ -218,7 +230,8 @@ fn a_patchelf_on_path_is_not_used_and_an_old_chosen_one_is_refused() {
         0,
     );
     let report = stdout_json(&o);
-    assert!(report["patchelf"].as_str().unwrap().contains("0.19.3"), "{report}");
+    assert_native(&report);
+    assert_eq!(report["native_edits"], 2, "libffi and _cffi_backend: {report}");
     assert_eq!(report["bundled"].as_array().unwrap().len(), 1, "{report}");
 
     // Chosen with QUARRY_PATCHELF or --patchelf: refused by name, nothing written.
@@ -281,8 +294,9 @@ fn image_without_or_with_an_old_patchelf_gets_quarrys_own() {
         assert_eq!(o.status.code(), Some(0), "{err}");
         let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(report["image"], format!("{name}:latest"));
-        let pe = report["patchelf"].as_str().unwrap();
-        assert!(pe.contains("0.19.3") && pe.contains("quarry's own") && pe.contains("run in image"), "{pe}");
+        // Edited natively here: no patchelf copied in (none is needed).
+        assert_native(&report);
+        assert_eq!(report["native_edits"], 2, "{report}");
         // The image's libffi, bundled and described in the SBOM.
         let bundled = report["bundled"].as_array().unwrap();
         assert_eq!(bundled.len(), 1, "{report}");
@@ -296,6 +310,50 @@ fn image_without_or_with_an_old_patchelf_gets_quarrys_own() {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&ps.stdout).trim(), "", "containers left behind");
+    }
+
+    // A file the native editor refuses (`_cffi_backend` with no spare
+    // `.dynamic` slot for its new RPATH) is edited by quarry's patchelf,
+    // copied into the image; the rest natively, here.
+    let x = dir.path().join("cffi-x");
+    unzip(&fx.wheel("cffi-"), &x);
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    for e in walkdir::WalkDir::new(&x).into_iter().map(Result::unwrap).filter(|e| e.file_type().is_file()) {
+        let rel = e.path().strip_prefix(&x).unwrap().to_string_lossy().into_owned();
+        if !rel.contains(".dist-info/") {
+            files.push((rel, e.path().to_path_buf()));
+        }
+    }
+    let (backend, _) = files.iter().find(|(rel, _)| rel.starts_with("_cffi_backend")).unwrap().clone();
+    trim_dynamic(&x.join(&backend));
+    let listed: Vec<(&str, &Path)> = files.iter().map(|(r, p)| (r.as_str(), p.as_path())).collect();
+    let name = fx.wheel("cffi-").file_name().unwrap().to_string_lossy().into_owned();
+    let trimmed = make_wheel(&dir.path().join("trimmed"), &name, &listed);
+    let out_dir = dir.path().join("out-fallback");
+    let o = run_expect(
+        quarry()
+            .env("PATH", path_without_patchelf())
+            .args(["wheel", "repair", "--json", "--image"])
+            .arg(dir.path().join("none.toml"))
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .arg("-o")
+            .arg(&out_dir)
+            .arg(&trimmed),
+        0,
+    );
+    let report = stdout_json(&o);
+    assert_eq!(report["elf_editor"], "native", "{report}");
+    assert_eq!(report["native_edits"], 1, "libffi: {report}");
+    assert_eq!(report["patchelf_fallbacks"][0]["file"], backend.as_str(), "{report}");
+    let pe = report["patchelf"].as_str().unwrap();
+    assert!(pe.contains("0.19.3") && pe.contains("quarry's own") && pe.contains("run in image"), "{pe}");
+    let ext = dir.path().join("fallback-x");
+    unzip(&only_wheel(&out_dir), &ext);
+    if have_tool("readelf") {
+        let dynamic = readelf_dynamic(&ext.join(&backend));
+        let ok = dynamic.contains("Library rpath: [$ORIGIN/cffi.libs]") && !dynamic.contains("[libffi.so.8]");
+        assert!(ok, "{dynamic}");
     }
 }
 

@@ -13,7 +13,7 @@ use common::{have_tool, path_without_patchelf, quarry, run_expect, stdout_json};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use wheel_fixtures::{cc_shared, fixtures, make_wheel, only_wheel, zip_names, Fixtures};
+use wheel_fixtures::{cc_shared, fixtures, make_wheel, only_wheel, trim_dynamic, zip_names, Fixtures};
 
 fn repair_cmd(wheel: &Path, out: &Path, extra: &[&str]) -> Command {
     let mut c = quarry();
@@ -21,8 +21,11 @@ fn repair_cmd(wheel: &Path, out: &Path, extra: &[&str]) -> Command {
     c
 }
 
+/// A repair that edits every file natively (no patchelf fallback).
 fn repair(wheel: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
-    stdout_json(&run_expect(&mut repair_cmd(wheel, out, extra), 0))
+    let r = stdout_json(&run_expect(&mut repair_cmd(wheel, out, extra), 0));
+    assert!(r["elf_editor"] == "native" && r["patchelf_fallbacks"] == serde_json::json!([]), "{r}");
+    r
 }
 
 /// `auditwheel repair` into `out`; the wheel it wrote.
@@ -302,4 +305,51 @@ fn sbom_lists_bundled_libraries_with_their_sha256() {
     let r = repair(&fx.wheel("msgpack-"), &t.path().join("b"), &[]);
     assert!(r["sbom"].is_null());
     assert!(!zip_names(&only_wheel(&t.path().join("b"))).iter().any(|n| n.contains("sboms/")));
+}
+
+/// A file the native editor refuses (its `.dynamic` has no spare DT_NULL
+/// slot for the new DT_RPATH) is edited by quarry's pinned patchelf; the
+/// report names the file and why; the other files are still edited
+/// natively, the output is the same bytes twice and the extension loads
+/// its bundled libraries with no search path set.
+#[test]
+fn a_file_the_native_editor_refuses_falls_back_to_patchelf() {
+    if !have_tool("cc") || !have_tool("python3") || !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (lib, _, _) = chained_libraries(t.path());
+    let ext = t.path().join("full/_ext.cpython-311-x86_64-linux-gnu.so");
+    let l = format!("-L{}", lib.display());
+    cc_shared(&ext, "int a_answer(void);\nint PyInit__ext(void) { return a_answer(); }\n", &[&l, "-la"]);
+    trim_dynamic(&ext);
+    let member = "demo/_ext.cpython-311-x86_64-linux-gnu.so";
+    let wheel = make_wheel(&t.path().join("in"), "demo-1.0-cp311-cp311-linux_x86_64.whl", &[(member, &ext)]);
+    let ld = lib.display().to_string();
+    let mut wheels = Vec::new();
+    for out in ["a", "b"] {
+        let mut cmd = repair_cmd(&wheel, &t.path().join(out), &[]);
+        cmd.env("LD_LIBRARY_PATH", &ld).env("SOURCE_DATE_EPOCH", "1700000000");
+        let r = stdout_json(&run_expect(&mut cmd, 0));
+        assert_eq!(r["elf_editor"], "native", "{r}");
+        assert_eq!(r["native_edits"], 2, "liba and libb, natively: {r}");
+        let fallbacks = r["patchelf_fallbacks"].as_array().unwrap();
+        assert_eq!(fallbacks.len(), 1, "{r}");
+        assert_eq!(fallbacks[0]["file"], member, "{r}");
+        assert!(fallbacks[0]["reason"].as_str().unwrap().contains("no spare DT_NULL"), "{r}");
+        let pe = r["patchelf"].as_str().unwrap();
+        assert!(pe.contains("0.19.3") && pe.contains("quarry's own"), "{pe}");
+        wheels.push(only_wheel(&t.path().join(out)));
+    }
+    assert!(std::fs::read(&wheels[0]).unwrap() == std::fs::read(&wheels[1]).unwrap(), "two repairs differ");
+
+    let x = t.path().join("x");
+    zip::ZipArchive::new(std::fs::File::open(&wheels[0]).unwrap()).unwrap().extract(&x).unwrap();
+    let o = Command::new("python3")
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["-c", "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).PyInit__ext())"])
+        .arg(x.join(member))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "42", "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -177,10 +177,8 @@ impl WheelZip {
                 return Err(damaged(io::Error::other(format!("holds {size} bytes, its header says {declared}"))));
             }
             if let Some((path, f)) = out {
-                f.into_inner()
-                    .map_err(|e| WheelError::Io { path: path.clone(), source: e.into_error() })?
-                    .sync_all()
-                    .ok();
+                // No fsync: the destination is scratch, read back by this process.
+                f.into_inner().map_err(|e| WheelError::Io { path: path.clone(), source: e.into_error() })?;
                 scan.extracted.push(name.clone());
             }
             scan.files.insert(name, Measured { sha256: hasher.finalize().into(), size });
@@ -306,7 +304,21 @@ fn zip_error(wheel: &Path, e: ZipWriteError) -> WheelError {
 /// Turn the unpacked wheel under `root` into a wheel at `out` (see
 /// [`write_wheel`]; RECORD signatures are dropped, also from `root`).
 pub fn pack_dir(root: &Path, dist_info: &str, out: &Path, time: DateTime) -> Result<(), WheelError> {
+    pack_dir_with(root, dist_info, out, time, Vec::new())
+}
+
+/// [`pack_dir`] with `substitutes`: entries written instead of the files of
+/// the same name under `root`, or in addition (an edited file streamed from
+/// a splice over its source, never copied).
+pub fn pack_dir_with(
+    root: &Path,
+    dist_info: &str,
+    out: &Path,
+    time: DateTime,
+    substitutes: Vec<ZipEntry>,
+) -> Result<(), WheelError> {
     use std::os::unix::fs::PermissionsExt;
+    let replaced: std::collections::BTreeSet<String> = substitutes.iter().map(|e| e.name.clone()).collect();
     let mut entries = Vec::new();
     for entry in walkdir::WalkDir::new(root).follow_links(false) {
         let entry = entry.map_err(|e| WheelError::Io {
@@ -332,8 +344,11 @@ pub fn pack_dir(root: &Path, dist_info: &str, out: &Path, time: DateTime) -> Res
             path: entry.path().to_path_buf(),
             source: e.into_io_error().unwrap_or_else(|| io::Error::other("stat failed")),
         })?;
-        entries.push(ZipEntry::file(rel, entry.path(), meta.permissions().mode() & 0o111 != 0));
+        if !replaced.contains(rel) {
+            entries.push(ZipEntry::file(rel, entry.path(), meta.permissions().mode() & 0o111 != 0));
+        }
     }
+    entries.extend(substitutes);
     for sig in ["RECORD.jws", "RECORD.p7s"] {
         let p = root.join(dist_info).join(sig);
         if p.exists() {

@@ -36,13 +36,15 @@ pub struct Args {
     /// Keep the wheel's file name and WHEEL tags as they are
     #[arg(long)]
     no_update_tags: bool,
-    /// The patchelf to run (0.19 or later) [default: $QUARRY_PATCHELF, else
-    /// quarry's own pinned one, fetched into the cache once]
+    /// The patchelf to make every ELF edit with (0.19 or later) [default:
+    /// $QUARRY_PATCHELF, else quarry edits natively and runs its own pinned
+    /// patchelf, fetched into the cache once, only on files it cannot edit]
     #[arg(long, value_name = "PATH")]
     patchelf: Option<PathBuf>,
     /// Repair against the image the wheel was built in (an OCI layout, an
     /// image definition or an engine image): its libraries are bundled;
-    /// quarry's patchelf is copied in and runs there (the image needs none)
+    /// the files are edited here (a fallback patchelf, quarry's own, is
+    /// copied in and runs there: the image needs none)
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
     /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
@@ -67,7 +69,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let engine;
     let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::cache::default_dir);
     let within = match &a.image {
-        None => RepairIn::Host(Patchelf::find_in(&cache_dir, a.patchelf.as_deref())?),
+        None => RepairIn::Host { patchelf: Patchelf::chosen(a.patchelf.as_deref())?, cache_dir: cache_dir.clone() },
         Some(arg) => {
             let patchelf = ContainerPatchelf::choose(&cache_dir, a.patchelf.as_deref())?;
             engine = Engine::connect()?;
@@ -118,6 +120,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(sbom) = &report.sbom {
         println!("  sbom     {sbom}");
     }
-    println!("  patchelf {}", report.patchelf);
+    match report.elf_editor {
+        "patchelf" => {
+            println!("  edited   by {}", report.patchelf.as_deref().unwrap_or("patchelf (no file needed edits)"))
+        }
+        _ => println!("  edited   natively: {} files", report.native_edits),
+    }
+    for f in &report.patchelf_fallbacks {
+        println!("  fallback {} (by {}): {}", f.file, report.patchelf.as_deref().unwrap_or("patchelf"), f.reason);
+    }
     Ok(0)
 }

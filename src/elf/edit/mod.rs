@@ -126,13 +126,18 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
             set_string(&input, &mut dynamic, &mut dynamic_moves, &mut strings, existing, elf::DT_SONAME, new)?;
         }
     }
+    // Each entry is renamed at most once, by the first pair naming it (as
+    // patchelf's one pass over the entries): an entry renamed already
+    // points into the grown table, not at an old name.
+    let mut renamed_files: Vec<u64> = Vec::new();
     for (old, new) in &edits.replace_needed {
         let mut at = None;
         for (i, d) in dynamic.iter_mut().enumerate() {
             if input.tag(d) == elf::DT_NULL {
                 break;
             }
-            if input.tag(d) == elf::DT_NEEDED && input.string_at(d.d_val.get(e))? == old.as_bytes() {
+            let untouched = bytes_of(d) == bytes_of(&input.dynamic[i]);
+            if untouched && input.tag(d) == elf::DT_NEEDED && input.string_at(d.d_val.get(e))? == old.as_bytes() {
                 let to = *at.get_or_insert_with(|| strings.place(new, None));
                 d.d_val = U64::new(e, to);
                 strings.repoint(Site::Dyn(i), to);
@@ -147,9 +152,10 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
             })
             .collect();
         for (entry, r) in files {
-            if input.string_at(r)? != old.as_bytes() {
+            if renamed_files.contains(&entry) || input.string_at(r)? != old.as_bytes() {
                 continue;
             }
+            renamed_files.push(entry);
             if !input.verneed_linked {
                 return Err(unsupported(src, ".gnu.version_r names a string table other than .dynstr"));
             }

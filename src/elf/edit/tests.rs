@@ -266,3 +266,34 @@ fn removals_compact_the_dynamic_entries() {
     let both = ElfEdits { remove_rpath: true, ..rpath("/y") };
     assert!(matches!(edit(&lib, &both), Err(EditError::Unsupported { .. })));
 }
+
+#[test]
+fn several_needed_entries_are_renamed_into_a_grown_table() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in ["one", "two"] {
+        let args = ["-shared", "-fPIC", &format!("-Wl,-soname,lib{n}.so.1")];
+        if cc(dir.path(), &format!("lib{n}.so"), &format!("int {n}(void) {{ return 1; }}\n"), &args).is_none() {
+            return;
+        }
+    }
+    let l = format!("-L{}", dir.path().display());
+    let Some(lib) = lib(dir.path(), &["-Wl,--no-as-needed", &l, "-lone", "-ltwo"]) else {
+        return;
+    };
+    let before = verify(&lib).unwrap();
+    let renames: Vec<(String, String)> = ["libone.so.1", "libtwo.so.1"]
+        .iter()
+        .map(|n| (n.to_string(), format!("{n}.renamed-to-a-longer-name")))
+        .collect();
+    assert!(before.needed.starts_with(&["libone.so.1".into(), "libtwo.so.1".into()]), "{:?}", before.needed);
+    // The RPATH first: its new entry and string come before the renames.
+    let edits = ElfEdits { replace_needed: renames.clone(), ..rpath("$ORIGIN/../some.libs") };
+    let out = edit(&lib, &edits).unwrap();
+    assert!(out.grew);
+    let info = verify(&write(dir.path(), "out.so", &out.splice)).unwrap();
+    for (old, new) in &renames {
+        assert!(!info.needed.contains(old) && info.needed.contains(new), "{:?}", info.needed);
+    }
+    assert_eq!(info.needed.len(), before.needed.len());
+    assert_eq!(info.rpath.as_deref(), Some("$ORIGIN/../some.libs"));
+}

@@ -1,16 +1,19 @@
 //! `quarry wheel repair`: bundle the external libraries a wheel needs into
 //! `<pkg>.libs/` under hashed names, point the wheel's ELF files at them
-//! (SONAME, NEEDED, a forced `$ORIGIN` RPATH, through patchelf), verify every
-//! patched file, retag, describe the bundled libraries in a CycloneDX SBOM
-//! (`.dist-info/sboms/quarry.cdx.json`), regenerate RECORD and write the
+//! (SONAME, NEEDED, a forced `$ORIGIN` RPATH: edits planned as data and made
+//! natively, see [`edits`]), verify every edited file, retag, describe the
+//! bundled libraries in a CycloneDX SBOM (`.dist-info/sboms/quarry.cdx.json`), regenerate RECORD and write the
 //! zip deterministically. Nothing is written to the output unless every
 //! step succeeded.
 
+mod edits;
 mod paths;
 pub mod sbom;
 mod tags;
 
-use paths::{copy_library, relative_path, rpath_within};
+pub use edits::Fallback;
+use edits::{Editor, Planned};
+use paths::{library_name, relative_path, rpath_within};
 
 use super::analyze::{self, Options};
 use super::archive;
@@ -19,19 +22,25 @@ use super::image::RepairImage;
 use super::ldd::{is_libpython, SystemPaths};
 use super::metadata;
 use super::unpack::unpack;
+use super::zip_write::{EntrySource, ZipEntry};
 use super::WheelError;
-use crate::elf::patchelf::{args, pinned, ContainerPatchelf, Patchelf, PatchelfError};
+use crate::elf::edit::ElfEdits;
+use crate::elf::patchelf::{ContainerPatchelf, Patchelf};
 use crate::elf::{self};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Where the external libraries come from and where patchelf runs.
+/// Where the external libraries come from and who edits the files.
 pub enum RepairIn<'e> {
-    /// This machine's libraries, this patchelf.
-    Host(Patchelf),
+    /// This machine's libraries. The files are edited by the user's
+    /// patchelf when they named one, else natively, with quarry's pinned
+    /// patchelf (fetched into `cache_dir` when first needed) for the files
+    /// the native editor refuses.
+    Host { patchelf: Option<Patchelf>, cache_dir: PathBuf },
     /// The libraries of an image (the one the wheel was built in), as its
     /// loader finds them; the files are edited by the user's patchelf here,
-    /// or by quarry's own copied into the image (it needs none of its own).
+    /// or natively here, with quarry's own patchelf copied into the image
+    /// for the files the native editor refuses (the image needs none).
     Image { image: RepairImage<'e>, patchelf: ContainerPatchelf },
 }
 
@@ -89,15 +98,20 @@ pub struct RepairReport {
     pub excluded_libs: Vec<String>,
     /// The image the libraries were taken from, if any.
     pub image: Option<String>,
-    /// The patchelf that edited the files (`patchelf 0.19.3 (quarry's own ...)`).
-    pub patchelf: String,
+    /// Who edited the files: `native` (quarry, with patchelf for the files it
+    /// refuses) or `patchelf` (the one the user named, for every file).
+    pub elf_editor: &'static str,
+    /// Files edited natively.
+    pub native_edits: usize,
+    /// Files the native editor refused, edited by quarry's pinned patchelf.
+    pub patchelf_fallbacks: Vec<Fallback>,
+    /// The patchelf that ran (`patchelf 0.19.3 (quarry's own ...)`); None
+    /// when none did.
+    pub patchelf: Option<String>,
     /// The SBOM's path inside the wheel, when libraries were bundled.
     pub sbom: Option<String>,
     pub stripped: bool,
 }
-
-/// One patchelf run: the file (inside the wheel) and its options.
-type Edit = (String, Vec<String>);
 
 /// Repair `wheel` into `out_dir`.
 pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
@@ -110,31 +124,24 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
         return Err(fail("it holds no ELF file: a pure wheel needs no repair".into()));
     }
 
-    // Where libraries are looked up, and which patchelf edits the files
-    // (where: this machine, or in the image).
+    // Where libraries are looked up, and who edits the files.
     let mut image_packages = None;
-    let (system_paths, patchelf, in_image, image_name) = match &options.within {
-        RepairIn::Host(pe) => (SystemPaths::from_host(), pe.clone(), false, None),
+    let (system_paths, editor, image_name) = match &options.within {
+        RepairIn::Host { patchelf: Some(pe), .. } => (SystemPaths::from_host(), Editor::User(pe.clone()), None),
+        RepairIn::Host { patchelf: None, cache_dir } => {
+            (SystemPaths::from_host(), Editor::Native { cache_dir: cache_dir.clone(), image: None }, None)
+        }
         RepairIn::Image { image, patchelf } => {
             let mut found = image.libraries(&u.root, &elf_files, &u.work.path().join("image"))?;
             image_packages = Some(std::mem::take(&mut found.packages));
-            let (pe, in_image) = match patchelf {
-                ContainerPatchelf::Host(pe) => (pe.clone(), false),
+            let editor = match patchelf {
+                ContainerPatchelf::Host(pe) => Editor::User(pe.clone()),
                 ContainerPatchelf::Pinned { cache_dir } => {
-                    let arch = pinned::arch_from_uname(&found.machine).ok_or_else(|| PatchelfError::NoPin {
-                        arch: format!("`{}` (uname -m in image `{}`)", found.machine, image.image),
-                    })?;
-                    (pinned::fetch(cache_dir, arch)?, true)
+                    Editor::Native { cache_dir: cache_dir.clone(), image: Some((image, found.machine.clone())) }
                 }
             };
-            (found.system_paths, pe, in_image, Some(image.image.clone()))
+            (found.system_paths, editor, Some(image.image.clone()))
         }
-    };
-    let patchelf_name = match &image_name {
-        Some(image) if in_image => {
-            format!("patchelf {} ({}), run in image `{image}`", patchelf.version(), patchelf.origin())
-        }
-        _ => format!("patchelf {} ({})", patchelf.version(), patchelf.origin()),
     };
     let not_found = |rel: &str, soname: &str| match &image_name {
         None => format!(
@@ -154,13 +161,17 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
     let target = analysis.policies.find(&abis[0]).expect("chosen from the policies");
 
     // Bundle and rename the libraries, and plan every file's edits: they
-    // depend only on the files as they are now, so they can run here one
-    // by one or in the image in one go.
+    // depend only on the files as they are now.
     let libs_dir = format!("{}.libs", name.name);
     let mut soname_map: BTreeMap<String, (String, String)> = BTreeMap::new(); // old soname -> (new soname, path)
     let mut bundled = Vec::new();
-    let mut patched: Vec<String> = Vec::new();
-    let mut edits: Vec<Edit> = Vec::new();
+    let mut plan: BTreeMap<String, Planned> = BTreeMap::new();
+    let member = |rel: &str| -> Result<Planned, WheelError> {
+        use std::os::unix::fs::PermissionsExt;
+        let src = root.join(rel);
+        let meta = std::fs::metadata(&src).map_err(|source| WheelError::Io { path: src.clone(), source })?;
+        Ok(Planned { src, edits: ElfEdits::default(), executable: meta.permissions().mode() & 0o111 != 0 })
+    };
     for (rel, refs) in &analysis.external_refs_by_file {
         let libs = &refs[target].libs;
         let file = root.join(rel);
@@ -177,16 +188,23 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
             let new_soname = match soname_map.get(soname) {
                 Some((new_soname, _)) => new_soname.clone(),
                 None => {
-                    let (new_soname, new_rel, copied) = copy_library(src, &root, &libs_dir)?;
-                    if copied {
-                        bundled.push(Bundled {
-                            soname: soname.clone(),
-                            source: system_paths.display_path(src),
-                            path: new_rel.clone(),
-                            sha256: String::new(),
-                            package: None,
-                        });
-                        edits.push((new_rel.clone(), args::set_soname(&new_soname)));
+                    let (new_soname, new_rel) = library_name(src, &libs_dir)?;
+                    if !plan.contains_key(&new_rel) {
+                        let in_wheel = root.join(&new_rel);
+                        let lib = if in_wheel.exists() {
+                            member(&new_rel)?
+                        } else {
+                            bundled.push(Bundled {
+                                soname: soname.clone(),
+                                source: system_paths.display_path(src),
+                                path: new_rel.clone(),
+                                sha256: String::new(),
+                                package: None,
+                            });
+                            let edits = ElfEdits { set_soname: Some(new_soname.clone()), ..ElfEdits::default() };
+                            Planned { src: src.clone(), edits, executable: true }
+                        };
+                        plan.insert(new_rel.clone(), lib);
                     }
                     soname_map.insert(soname.clone(), (new_soname.clone(), new_rel));
                     new_soname
@@ -194,12 +212,10 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
             };
             replacements.push((soname.clone(), new_soname));
         }
-        if !remove.is_empty() {
-            edits.push((rel.clone(), args::remove_needed(&remove)));
+        if libs.is_empty() && remove.is_empty() {
+            continue;
         }
-        if !replacements.is_empty() {
-            edits.push((rel.clone(), args::replace_needed(&replacements)));
-        }
+        let mut edits = ElfEdits { remove_needed: remove, replace_needed: replacements, ..ElfEdits::default() };
         if !libs.is_empty() {
             let parts: Vec<&str> = rel.split('/').collect();
             if parts.len() == 3 && parts[0].ends_with(".data") && parts[1] == "scripts" {
@@ -225,61 +241,46 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
                     unique.push(r);
                 }
             }
-            edits.push((rel.clone(), args::set_rpath(&unique.join(":"))));
+            edits.set_rpath = Some(unique.join(":"));
         }
-        if !libs.is_empty() || !remove.is_empty() {
-            patched.push(rel.clone());
-        }
+        let p = match plan.remove(rel) {
+            Some(p) => p,
+            None => member(rel)?,
+        };
+        let merged = ElfEdits { set_soname: p.edits.set_soname.clone(), ..edits };
+        plan.insert(rel.clone(), Planned { edits: merged, ..p });
     }
     // Bundled libraries may need each other: rename those references too.
     for (_, rel) in soname_map.values() {
-        let info = elf::read(&root.join(rel))?;
+        let p = plan.get_mut(rel).expect("planned when bundled");
+        let info = elf::read(&p.src)?;
         let replacements: Vec<(String, String)> =
             info.needed.iter().filter_map(|n| soname_map.get(n).map(|(new, _)| (n.clone(), new.clone()))).collect();
         if replacements.is_empty() {
-            edits.push((rel.clone(), args::remove_rpath()));
+            p.edits.remove_rpath = true;
         } else {
-            edits.push((rel.clone(), args::set_rpath("$ORIGIN")));
-            edits.push((rel.clone(), args::replace_needed(&replacements)));
+            p.edits.set_rpath = Some("$ORIGIN".into());
+            p.edits.replace_needed = replacements;
         }
-        patched.push(rel.clone());
     }
-    // Stripped before patching, as auditwheel does (fewer sections for
-    // patchelf to move); the planned edits touch only the dynamic section.
+    // Stripped before the edits, as auditwheel does: a stripped library is
+    // a copy under the root (the edits then splice over that copy).
     if options.strip {
         let mut files: Vec<&String> = elf_files.iter().chain(soname_map.values().map(|(_, rel)| rel)).collect();
         files.sort();
         files.dedup();
         for rel in files {
-            elf::strip::strip_file(&root.join(rel))?;
-        }
-    }
-    match (&options.within, in_image) {
-        (RepairIn::Image { image, .. }, true) => image.patch(&root, &edits, patchelf.path())?,
-        _ => {
-            for (rel, a) in &edits {
-                patchelf.run(&root.join(rel), a)?;
+            let dest = root.join(rel);
+            if let Some(p) = plan.get_mut(rel.as_str()) {
+                if p.src != dest {
+                    paths::copy_library(&p.src, &dest)?;
+                    p.src = dest.clone();
+                }
             }
+            elf::strip::strip_file(&dest)?;
         }
     }
-
-    // Every patched file must be sound and say what was asked.
-    for rel in &patched {
-        let file = root.join(rel);
-        let info = elf::verify(&file).map_err(|e| fail(format!("{patchelf_name} produced a broken file: {e}")))?;
-        if let Some(old) = info.needed.iter().find(|n| soname_map.contains_key(*n)) {
-            return Err(fail(format!("`{rel}` still needs `{old}` after patching")));
-        }
-    }
-    for (old, (new_soname, rel)) in &soname_map {
-        let info = elf::read(&root.join(rel))?;
-        if info.soname.as_deref() != Some(new_soname.as_str()) {
-            return Err(fail(format!(
-                "bundled `{old}` at `{rel}` has SONAME {:?} after patching, not `{new_soname}`",
-                info.soname
-            )));
-        }
-    }
+    let applied = edits::apply(&root, &plan, &editor, &fail)?;
 
     // Retag the file name and WHEEL (unless --no-update-tags).
     let new_name = if options.update_tags {
@@ -303,7 +304,11 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
     };
     for b in &mut bundled {
         let file = root.join(&b.path);
-        b.sha256 = crate::oci::digest::sha256_file(&file).map_err(|source| WheelError::Io { path: file, source })?;
+        let io = |source| WheelError::Io { path: file.clone(), source };
+        b.sha256 = match applied.entries.iter().find(|e| e.name == b.path).map(|e| &e.source) {
+            Some(EntrySource::Splice(s)) => crate::oci::digest::sha256_reader(s.reader()).map_err(io)?.0.hex(),
+            _ => crate::oci::digest::sha256_file(&file).map_err(io)?,
+        };
         b.package = packages.get(&b.source).cloned();
     }
     let sbom = if bundled.is_empty() {
@@ -319,7 +324,9 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
     };
 
     let output = out_dir.join(new_name.to_string());
-    archive::pack_dir(&root, dist_info, &output, u.zip_time()?)?;
+    let elf_editor = if matches!(editor, Editor::User(_)) { "patchelf" } else { "native" };
+    let entries: Vec<ZipEntry> = applied.entries;
+    archive::pack_dir_with(&root, dist_info, &output, u.zip_time()?, entries)?;
     Ok(RepairReport {
         input: wheel.to_path_buf(),
         output,
@@ -328,7 +335,10 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
         bundled,
         excluded_libs: analysis.excluded.iter().cloned().collect(),
         image: image_name,
-        patchelf: patchelf_name,
+        elf_editor,
+        native_edits: applied.native_edits,
+        patchelf_fallbacks: applied.fallbacks,
+        patchelf: applied.patchelf,
         sbom,
         stripped: options.strip,
     })

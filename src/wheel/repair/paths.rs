@@ -1,14 +1,14 @@
-//! Where bundled libraries go and how files find them: the hashed copy in
+//! Where bundled libraries go and how files find them: the hashed name in
 //! `<pkg>.libs/`, `$ORIGIN`-relative paths, and which existing RPATH
 //! entries stay (those inside the wheel).
 
 use crate::wheel::WheelError;
 use std::path::{Component, Path};
 
-/// Copy a library into `<root>/<libs_dir>/` as `{stem}-{sha256[..8]}.{rest}`
-/// (its SONAME is set to that name by an edit). Returns (new soname, path
-/// inside the wheel, whether it was copied now).
-pub(super) fn copy_library(src: &Path, root: &Path, libs_dir: &str) -> Result<(String, String, bool), WheelError> {
+/// The name a bundled library gets: `{stem}-{sha256[..8]}.{rest}` (its
+/// SONAME is set to that name by an edit). Returns (new soname, path inside
+/// the wheel, under `libs_dir`).
+pub(super) fn library_name(src: &Path, libs_dir: &str) -> Result<(String, String), WheelError> {
     let hash =
         crate::oci::digest::sha256_file(src).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
     let short = &hash[..8];
@@ -18,18 +18,17 @@ pub(super) fn copy_library(src: &Path, root: &Path, libs_dir: &str) -> Result<(S
         Some((stem, rest)) => format!("{stem}-{short}.{rest}"),
         None => format!("{src_name}-{short}"),
     };
-    let rel = format!("{libs_dir}/{new_name}");
-    let dest = root.join(&rel);
-    if dest.exists() {
-        return Ok((new_name, rel, false));
-    }
-    std::fs::create_dir_all(root.join(libs_dir))
-        .map_err(|source| WheelError::Io { path: root.join(libs_dir), source })?;
-    std::fs::copy(src, &dest).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
+    Ok((new_name.clone(), format!("{libs_dir}/{new_name}")))
+}
+
+/// Copy a bundled library to `dest` (`--strip` edits a copy), executable.
+pub(super) fn copy_library(src: &Path, dest: &Path) -> Result<(), WheelError> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))
-        .map_err(|source| WheelError::Io { path: dest.clone(), source })?;
-    Ok((new_name, rel, true))
+    let parent = dest.parent().expect("a member has a parent directory");
+    std::fs::create_dir_all(parent).map_err(|source| WheelError::Io { path: parent.to_path_buf(), source })?;
+    std::fs::copy(src, dest).map_err(|source| WheelError::Io { path: src.to_path_buf(), source })?;
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))
+        .map_err(|source| WheelError::Io { path: dest.to_path_buf(), source })
 }
 
 /// `to` relative to `from`, both relative to the same root (`a/b`, `c` -> `../../c`).
