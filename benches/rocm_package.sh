@@ -55,8 +55,10 @@ build_tools() {
     if [ -z "${QUARRY:-}" ]; then
         cargo build --release --locked --bin quarry >&2
         quarry=$repo/target/release/quarry
+        built="built from $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' with local changes')"
     else
         quarry=$(realpath "$QUARRY")
+        built="given by QUARRY"
     fi
     cargo build --release --locked --example deflate_floor >&2
     floor_bin=$repo/target/release/examples/deflate_floor
@@ -67,7 +69,9 @@ import json, sys
 p = json.load(sys.stdin)["patchelf"]
 print(p.get("path") or "")' || true)
     [ -x "$patchelf" ] || { echo "no patchelf from \`$quarry doctor --json\`" >&2; exit 1; }
-    echo "quarry: $quarry ($(git rev-parse --short HEAD) in $repo); patchelf: $patchelf ($("$patchelf" --version))"
+    echo "quarry: $quarry ($built); patchelf: $patchelf ($("$patchelf" --version))"
+    # Walls depend on what else runs: the load is part of the record.
+    echo "$(date -u +%FT%TZ), nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 # The reference's container image: a Debian 13 rootfs from
@@ -303,6 +307,10 @@ PY
 
 # --- main ----------------------------------------------------------------
 
+case $only in
+    ""|debian|synthetic) ;;
+    *) echo "ONLY=$only: expected debian or synthetic" >&2; exit 2 ;;
+esac
 build_tools
 if [ -n "${THEROCK_SRC:-}" ]; then
     THEROCK_SRC=$(realpath "$THEROCK_SRC")
@@ -311,10 +319,6 @@ else
     echo "reference rows skipped: THEROCK_SRC is not set"
 fi
 : > "$rows"
-case $only in
-    ""|debian|synthetic) ;;
-    *) echo "ONLY=$only: expected debian or synthetic" >&2; exit 2 ;;
-esac
 if [ "$only" != synthetic ]; then
     debian_input
     measure debian
