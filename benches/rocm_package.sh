@@ -252,12 +252,14 @@ measure() { # INPUT
         >/dev/null
     row_from_time "$input" "baseline (model)" "$bench/time.txt"
     rm -rf "$bench/baseline"
-    # The floor: the crate's deflate of the same bytes, on every core.
+    # The floor: libdeflate on the same bytes at the same level, on every
+    # core; and, apart, the walk that joins quarry's pieces into one stream.
     floor_json=$("$floor_bin" "$bench"/out-"$input"-1/dist/*.whl)
     echo "$floor_json" | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-print("%s|floor (deflate only)|%.2f|%.2f|0|0" % (sys.argv[1], j["floor_wall_s"], j["floor_cpu_s"]))' "$input" >> "$rows"
+print("%s|floor (deflate only)|%.2f|%.2f|0|0" % (sys.argv[1], j["floor_wall_s"], j["floor_cpu_s"]))
+print("%s|piece join (walk)|%.2f|%.2f|0|0" % (sys.argv[1], j["join_wall_s"], j["join_cpu_s"]))' "$input" >> "$rows"
     # Cold: the page cache dropped before each run.
     if drop_caches; then
         quarry_run "$input" "quarry cold" "$bench/out-$input-2"

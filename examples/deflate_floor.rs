@@ -1,15 +1,19 @@
 //! The compression floor of `quarry rocm package`, for benches/rocm_package.sh:
-//! the time the crate's own deflate takes for the bytes of the wheels quarry
-//! wrote, with nothing else (no reading, ELF edits, hashing or writing).
+//! the time libdeflate takes, at the crate's level, for the bytes of the
+//! wheels quarry wrote, with nothing else (no reading, ELF edits, hashing
+//! or writing, and not the walk that joins pieces into one stream: that is
+//! timed apart, as `join_*`).
 //!
 //! usage: deflate_floor WHEEL...   (the wheels of one `rocm package` run)
 //!
 //! Every member is inflated untimed (the zip crate's flate2 reader, CRC
 //! checked) into batches of about [`BATCH`] bytes; each batch is cut into
 //! [`PIECE`] pieces starting at each member's start, as `zip_write` cuts
-//! them, and only `deflate::compress_piece` on those pieces is timed, on
-//! `nproc` threads (one compressor each, as `zip_write`'s workers). Prints
-//! JSON: `{bytes, floor_wall_s, floor_cpu_s, compressed, members, threads}`.
+//! them, and `deflate::compress` (libdeflate) on those pieces is timed, on
+//! `nproc` threads (one compressor each, as `zip_write`'s workers); then,
+//! timed apart, `deflate::finish_piece` (finding each piece's final block
+//! and closing it). Prints JSON: `{bytes, floor_wall_s, floor_cpu_s,
+//! join_wall_s, join_cpu_s, compressed, members, threads}`.
 //!
 //! Self-check: the pieces are the same bytes at the same level as in the
 //! wheels, and a member's compressed size is exactly the sum of its pieces
@@ -51,37 +55,75 @@ struct Floor {
     compressed: u64,
     wall: Duration,
     cpu: Duration,
+    join_wall: Duration,
+    join_cpu: Duration,
 }
 
-/// Compress one batch's pieces on `threads` threads; only this is timed.
-fn compress_batch(batch: &[u8], pieces: &[Piece], threads: usize, floor: &mut Floor) -> Result<()> {
+/// Run `work(state, j)` for every j < n on `threads` threads, each with
+/// its own `state`; the results, wall time and the threads' CPU time.
+fn on_threads<S, T: Send>(
+    n: usize,
+    threads: usize,
+    state: impl Fn() -> S + Sync,
+    work: impl Fn(&mut S, usize) -> Result<T, String> + Sync,
+) -> Result<(Vec<T>, Duration, Duration)> {
     let next = AtomicUsize::new(0);
     let started = Instant::now();
     let per_thread = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                let next = &next;
-                s.spawn(move || -> Result<(u64, Duration), String> {
+                let (next, work, state) = (&next, &work, &state);
+                s.spawn(move || -> Result<(Vec<(usize, T)>, Duration), String> {
+                    let mut st = state();
                     let cpu0 = thread_cpu();
-                    let mut c = deflate::compressor();
-                    let mut out = 0u64;
+                    let mut done = Vec::new();
                     loop {
                         let j = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(p) = pieces.get(j) else { break };
-                        out += deflate::compress_piece(&mut c, &batch[p.start..p.start + p.len], p.last)?.len() as u64;
+                        if j >= n {
+                            break;
+                        }
+                        done.push((j, work(&mut st, j)?));
                     }
-                    Ok((out, thread_cpu() - cpu0))
+                    Ok((done, thread_cpu() - cpu0))
                 })
             })
             .collect();
         workers.into_iter().map(|w| w.join().expect("a compression thread panicked")).collect::<Vec<_>>()
     });
-    floor.wall += started.elapsed();
+    let wall = started.elapsed();
+    let (mut all, mut cpu) = (Vec::new(), Duration::ZERO);
     for r in per_thread {
-        let (out, cpu) = r.map_err(anyhow::Error::msg)?;
-        floor.compressed += out;
-        floor.cpu += cpu;
+        let (done, c) = r.map_err(anyhow::Error::msg)?;
+        all.extend(done);
+        cpu += c;
     }
+    all.sort_by_key(|(j, _)| *j);
+    Ok((all.into_iter().map(|(_, t)| t).collect(), wall, cpu))
+}
+
+/// Compress one batch's pieces on `threads` threads (timed), then join them (timed apart).
+fn compress_batch(batch: &[u8], pieces: &[Piece], threads: usize, floor: &mut Floor) -> Result<()> {
+    // One compressor per thread, as zip_write's workers have.
+    let (streams, wall, cpu) = on_threads(pieces.len(), threads, deflate::compressor, |c, j| {
+        let p = &pieces[j];
+        deflate::compress(c, &batch[p.start..p.start + p.len])
+    })?;
+    floor.wall += wall;
+    floor.cpu += cpu;
+    let streams: Vec<std::sync::Mutex<Option<Vec<u8>>>> =
+        streams.into_iter().map(|s| std::sync::Mutex::new(Some(s))).collect();
+    let (joined, wall, cpu) = on_threads(
+        pieces.len(),
+        threads,
+        || (),
+        |_, j| {
+            let s = streams[j].lock().unwrap_or_else(|e| e.into_inner()).take().expect("each piece joined once");
+            deflate::finish_piece(s, pieces[j].last).map(|out| out.len() as u64)
+        },
+    )?;
+    floor.join_wall += wall;
+    floor.join_cpu += cpu;
+    floor.compressed += joined.iter().sum::<u64>();
     floor.bytes += batch.len() as u64;
     Ok(())
 }
@@ -139,6 +181,8 @@ fn main() -> Result<()> {
         "bytes": floor.bytes,
         "floor_wall_s": floor.wall.as_secs_f64(),
         "floor_cpu_s": floor.cpu.as_secs_f64(),
+        "join_wall_s": floor.join_wall.as_secs_f64(),
+        "join_cpu_s": floor.join_cpu.as_secs_f64(),
         "compressed": floor.compressed,
         "members": members,
         "threads": threads,

@@ -84,12 +84,7 @@ fn packages_with_no_patchelf_on_path() {
             0,
         );
     }
-    let note = t.path().join("ldcache");
-    // One well-formed ELF note: namesz 4, descsz 0, type 1, "Nix\0".
-    std::fs::write(&note, [4u32.to_le_bytes(), 0u32.to_le_bytes(), 1u32.to_le_bytes(), *b"Nix\0"].concat()).unwrap();
-    let mut section = std::ffi::OsString::from(".note.nixos.ldcache=");
-    section.push(&note);
-    run_expect(Command::new("objcopy").arg("--add-section").arg(section).arg(lib_dir.join("libnix.so.1")), 0);
+    mark_nix_ldcache(&lib_dir.join("libnix.so.1"));
     let report = package(&arts, &t.path().join("out2"), None);
     let fallbacks = report["patchelf_fallbacks"].as_array().unwrap();
     assert_eq!(fallbacks.len(), 1, "{report}");

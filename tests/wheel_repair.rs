@@ -14,7 +14,7 @@ use common::{have_docker, have_tool, path_without_patchelf, quarry, run_expect, 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use wheel_fixtures::{dir_entries, fixtures, make_wheel, only_wheel, trim_dynamic, zip_names, Fixtures};
+use wheel_fixtures::{dir_entries, fixtures, make_wheel, only_wheel, zip_names, Fixtures};
 
 /// `quarry wheel repair --json` with no patchelf on PATH: quarry edits
 /// natively, no file falls back to patchelf (so none runs).
@@ -312,8 +312,8 @@ fn image_without_or_with_an_old_patchelf_gets_quarrys_own() {
         assert_eq!(String::from_utf8_lossy(&ps.stdout).trim(), "", "containers left behind");
     }
 
-    // A file the native editor refuses (`_cffi_backend` with no spare
-    // `.dynamic` slot for its new RPATH) is edited by quarry's patchelf,
+    // A file the native editor refuses (`_cffi_backend` carrying Nix's
+    // `.note.nixos.ldcache`) is edited by quarry's patchelf,
     // copied into the image; the rest natively, here.
     let x = dir.path().join("cffi-x");
     unzip(&fx.wheel("cffi-"), &x);
@@ -325,7 +325,7 @@ fn image_without_or_with_an_old_patchelf_gets_quarrys_own() {
         }
     }
     let (backend, _) = files.iter().find(|(rel, _)| rel.starts_with("_cffi_backend")).unwrap().clone();
-    trim_dynamic(&x.join(&backend));
+    common::mark_nix_ldcache(&x.join(&backend));
     let listed: Vec<(&str, &Path)> = files.iter().map(|(r, p)| (r.as_str(), p.as_path())).collect();
     let name = fx.wheel("cffi-").file_name().unwrap().to_string_lossy().into_owned();
     let trimmed = make_wheel(&dir.path().join("trimmed"), &name, &listed);

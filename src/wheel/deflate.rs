@@ -20,9 +20,20 @@ pub const LEVEL: i32 = 6;
 
 /// Compress one piece; `last`: the member's final piece (stream left as is).
 pub fn compress_piece(c: &mut Compressor, data: &[u8], last: bool) -> Result<Vec<u8>, String> {
+    finish_piece(compress(c, data)?, last)
+}
+
+/// libdeflate's complete stream of `data` (its last block marked final).
+pub fn compress(c: &mut Compressor, data: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = vec![0u8; c.deflate_compress_bound(data.len())];
     let n = c.deflate_compress(data, &mut out).map_err(|e| format!("deflate: {e:?}"))?;
     out.truncate(n);
+    Ok(out)
+}
+
+/// Make a complete stream a piece the next one can follow (unless `last`):
+/// the final mark cleared, closed by an empty stored block.
+pub fn finish_piece(mut out: Vec<u8>, last: bool) -> Result<Vec<u8>, String> {
     if last {
         return Ok(out);
     }

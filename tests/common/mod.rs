@@ -269,3 +269,17 @@ pub fn wheel_corpus() -> PathBuf {
     });
     d
 }
+
+/// Give the ELF file at `path` a `.note.nixos.ldcache` section (as Nix's
+/// builds carry): quarry's native editor leaves such files to patchelf,
+/// which drops that section when it sets a search path. objcopy adds it.
+pub fn mark_nix_ldcache(path: &Path) {
+    let note = path.with_extension("ldcache-note");
+    // One well-formed ELF note: namesz 4, descsz 0, type 1, "Nix\0".
+    std::fs::write(&note, [4u32.to_le_bytes(), 0u32.to_le_bytes(), 1u32.to_le_bytes(), *b"Nix\0"].concat()).unwrap();
+    let mut section = std::ffi::OsString::from(".note.nixos.ldcache=");
+    section.push(&note);
+    let st = Command::new("objcopy").arg("--add-section").arg(section).arg(path).status().unwrap();
+    assert!(st.success(), "objcopy --add-section failed on {}", path.display());
+    std::fs::remove_file(&note).unwrap();
+}

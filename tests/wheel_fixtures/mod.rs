@@ -158,30 +158,3 @@ pub fn make_wheel(dir: &Path, file_name: &str, files: &[(&str, &Path)]) -> PathB
     z.finish().unwrap();
     path
 }
-
-/// Drop DT_RPATH/DT_RUNPATH of an x86-64 ELF file and trim PT_DYNAMIC to
-/// end at its first DT_NULL: a file with no search path and no spare slot
-/// for a new entry (the native editor refuses to add one; patchelf moves
-/// `.dynamic`, sized from its section header).
-pub fn trim_dynamic(path: &Path) {
-    let mut data = std::fs::read(path).unwrap();
-    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
-    let phoff = u64_at(&data, 0x20) as usize;
-    let phnum = u16::from_le_bytes([data[0x38], data[0x39]]) as usize;
-    let ph = (0..phnum)
-        .map(|i| phoff + i * 56)
-        .find(|&o| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) == 2)
-        .expect("a PT_DYNAMIC");
-    let start = u64_at(&data, ph + 8) as usize;
-    let end = start + u64_at(&data, ph + 32) as usize;
-    // Entries other than DT_RPATH (15) and DT_RUNPATH (29), moved up; DT_NULL after them.
-    let kept: Vec<u8> =
-        data[start..end].chunks(16).filter(|e| ![15, 29].contains(&u64_at(e, 0))).flatten().copied().collect();
-    data[start..end].fill(0);
-    data[start..start + kept.len()].copy_from_slice(&kept);
-    let first_null = (0..).map(|i| start + i * 16).find(|&o| u64_at(&data, o) == 0).unwrap();
-    let trimmed = (first_null + 16 - start) as u64;
-    data[ph + 32..ph + 40].copy_from_slice(&trimmed.to_le_bytes());
-    data[ph + 40..ph + 48].copy_from_slice(&trimmed.to_le_bytes());
-    std::fs::write(path, &data).unwrap();
-}
