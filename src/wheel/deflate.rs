@@ -23,6 +23,35 @@ pub fn compress_piece(c: &mut Compressor, data: &[u8], last: bool) -> Result<Vec
     finish_piece(compress(c, data)?, last)
 }
 
+/// A compressor with its output buffer, kept by a worker across pieces (a
+/// fresh worst-case buffer per piece costs a page-faulted, zeroed 2 MiB).
+pub struct PieceCompressor {
+    compressor: Compressor,
+    buffer: Vec<u8>,
+}
+
+impl PieceCompressor {
+    pub fn new() -> PieceCompressor {
+        PieceCompressor { compressor: compressor(), buffer: Vec::new() }
+    }
+
+    /// [`compress_piece`] through the kept buffer.
+    pub fn compress_piece(&mut self, data: &[u8], last: bool) -> Result<Vec<u8>, String> {
+        let bound = self.compressor.deflate_compress_bound(data.len());
+        if self.buffer.len() < bound {
+            self.buffer.resize(bound, 0);
+        }
+        let n = self.compressor.deflate_compress(data, &mut self.buffer).map_err(|e| format!("deflate: {e:?}"))?;
+        finish_piece(self.buffer[..n].to_vec(), last)
+    }
+}
+
+impl Default for PieceCompressor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// libdeflate's complete stream of `data` (its last block marked final).
 pub fn compress(c: &mut Compressor, data: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = vec![0u8; c.deflate_compress_bound(data.len())];
@@ -66,22 +95,9 @@ impl Bits<'_> {
         self.data.len() * 8
     }
 
-    /// The next `n` (<= 16) bits, LSB first, without consuming them (zeros
-    /// past the end). One unaligned 8-byte load where the data allows: this
-    /// runs once or twice per symbol of every piece.
-    #[inline]
+    /// The next `n` (<= 16) bits, LSB first, without consuming them.
     fn peek(&self, n: usize) -> u32 {
-        let byte = self.pos / 8;
-        let word = match self.data.get(byte..byte + 8) {
-            Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
-            None => {
-                let mut w = [0u8; 8];
-                let rest = self.data.get(byte..).unwrap_or(&[]);
-                w[..rest.len()].copy_from_slice(rest);
-                u64::from_le_bytes(w)
-            }
-        };
-        ((word >> (self.pos % 8)) as u32) & ((1u32 << n) - 1)
+        peek_at(self.data, self.pos, n)
     }
 
     /// Step over `n` bits.
@@ -101,13 +117,21 @@ impl Bits<'_> {
     }
 }
 
-/// Canonical Huffman decoding by table lookup over the next `max` bits.
-/// An entry packs the symbol (bits 0-15), its code length (16-23, 0: no
-/// such code) and the extra bits that follow it (24-31), so the walk steps
-/// over a length or distance and its extra bits in one move.
+/// Bits the first table lookup reads: its table (4 KiB) stays in the L1
+/// cache; longer codes (rare) take a second lookup in a subtable.
+const PRIMARY: usize = 10;
+/// Marks a primary entry that links to a subtable (in its length field,
+/// with the subtable's extra index bits in the low seven).
+const LINK: u32 = 0x80;
+
+/// Canonical Huffman decoding by table lookup. An entry packs the symbol
+/// (bits 0-15), its code length (16-23, 0: no such code) and the extra
+/// bits that follow it (24-31), so the walk steps over a length or
+/// distance and its extra bits in one move. A primary entry whose length
+/// field has [`LINK`] set holds a subtable's offset instead of a symbol.
 struct Huffman {
     table: Vec<u32>,
-    max: usize,
+    primary: usize,
 }
 
 impl Huffman {
@@ -115,7 +139,7 @@ impl Huffman {
     fn new(lengths: &[u8], extra: fn(usize) -> u32) -> Result<Huffman, String> {
         let max = lengths.iter().copied().max().unwrap_or(0) as usize;
         if max == 0 {
-            return Ok(Huffman { table: vec![0], max: 0 });
+            return Ok(Huffman { table: vec![0], primary: 0 });
         }
         let mut count = [0u32; 16];
         for &l in lengths {
@@ -128,7 +152,9 @@ impl Huffman {
             code = (code + count[bits - 1]) << 1;
             next[bits] = code;
         }
-        let mut table = vec![0u32; 1 << max];
+        // Every symbol's code, reversed (codes are sent MSB first and the
+        // tables are indexed by the bits as read).
+        let mut codes = Vec::with_capacity(lengths.len());
         for (sym, &len) in lengths.iter().enumerate() {
             let len = len as usize;
             if len == 0 {
@@ -139,22 +165,43 @@ impl Huffman {
             if c >= 1 << len {
                 return Err("over-subscribed Huffman code".into());
             }
+            codes.push((sym, len, (c.reverse_bits() >> (32 - len)) as usize));
+        }
+        let primary = max.min(PRIMARY);
+        let mask = (1usize << primary) - 1;
+        // Each subtable's index bits: the longest code under its prefix.
+        let mut sub_bits = vec![0usize; 1 << primary];
+        for &(_, len, rev) in codes.iter().filter(|c| c.1 > primary) {
+            let b = &mut sub_bits[rev & mask];
+            *b = (*b).max(len - primary);
+        }
+        let mut table = vec![0u32; 1 << primary];
+        for (prefix, &bits) in sub_bits.iter().enumerate().filter(|(_, &b)| b > 0) {
+            table[prefix] = table.len() as u32 | (LINK | bits as u32) << 16;
+            table.resize(table.len() + (1 << bits), 0);
+        }
+        for (sym, len, rev) in codes {
             let entry = sym as u32 | (len as u32) << 16 | extra(sym) << 24;
-            // Codes are sent MSB first: index the table by the reversed code.
-            let rev = (c.reverse_bits() >> (32 - len)) as usize;
-            let mut i = rev;
-            while i < table.len() {
+            let (start, step, end) = if len <= primary {
+                (rev, 1 << len, 1 << primary)
+            } else {
+                let link = table[rev & mask];
+                let base = (link & 0xffff) as usize;
+                let bits = ((link >> 16) & 0x7f) as usize;
+                (base + (rev >> primary), 1 << (len - primary), base + (1 << bits))
+            };
+            let mut i = start;
+            while i < end {
                 table[i] = entry;
-                i += 1 << len;
+                i += step;
             }
         }
-        Ok(Huffman { table, max })
+        Ok(Huffman { table, primary })
     }
 
-    /// The next code's entry, consumed with its extra bits.
-    #[inline]
+    /// The next code's symbol, consumed with its extra bits.
     fn next(&self, bits: &mut Bits) -> Result<u32, String> {
-        let entry = self.table[bits.peek(self.max) as usize];
+        let entry = lookup(bits.data, bits.pos, &self.table, self.primary);
         let len = (entry >> 16) & 0xff;
         if len == 0 {
             return Err("invalid Huffman code".into());
@@ -162,6 +209,36 @@ impl Huffman {
         bits.skip((len + (entry >> 24)) as usize)?;
         Ok(entry & 0xffff)
     }
+}
+
+/// The `n` (<= 25) bits at bit `pos`, LSB first (zeros past the end): one
+/// unaligned 8-byte load where the data allows.
+#[inline(always)]
+fn peek_at(data: &[u8], pos: usize, n: usize) -> u32 {
+    let byte = pos / 8;
+    let word = match data.get(byte..byte + 8) {
+        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+        None => {
+            let mut w = [0u8; 8];
+            let rest = data.get(byte..).unwrap_or(&[]);
+            w[..rest.len()].copy_from_slice(rest);
+            u64::from_le_bytes(w)
+        }
+    };
+    ((word >> (pos % 8)) as u32) & ((1u32 << n) - 1)
+}
+
+/// The table entry of the code at bit `pos` (0: no such code).
+#[inline(always)]
+fn lookup(data: &[u8], pos: usize, table: &[u32], primary: usize) -> u32 {
+    let entry = table.get(peek_at(data, pos, primary) as usize).copied().unwrap_or(0);
+    let len = (entry >> 16) & 0xff;
+    if len & LINK == 0 {
+        return entry;
+    }
+    let sub = (len & 0x7f) as usize;
+    let index = (entry & 0xffff) as usize + (peek_at(data, pos, primary + sub) >> primary) as usize;
+    table.get(index).copied().unwrap_or(0)
 }
 
 const LENGTH_EXTRA: [u8; 29] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
@@ -181,19 +258,43 @@ fn no_extra(_: usize) -> u32 {
     0
 }
 
+/// Step over one block's symbols up to its end-of-block code. The hot
+/// loop of the walk: the position stays in a local, the tables are read
+/// directly, and a length code's distance follows in the same turn.
 fn skip_symbols(bits: &mut Bits, litlen: &Huffman, dist: &Huffman) -> Result<(), String> {
-    loop {
-        match litlen.next(bits)? {
-            0..=255 => {}
-            256 => return Ok(()),
-            257..=285 => {
-                if dist.next(bits)? >= 30 {
-                    return Err("invalid distance code".into());
-                }
-            }
-            _ => return Err("invalid literal/length code".into()),
+    let data = bits.data;
+    let end = data.len() * 8;
+    let mut pos = bits.pos;
+    let (lt, lp, dt, dp) = (&litlen.table[..], litlen.primary, &dist.table[..], dist.primary);
+    let result: Result<(), &str> = loop {
+        let e = lookup(data, pos, lt, lp);
+        let len = (e >> 16) & 0xff;
+        if len == 0 {
+            break Err("invalid Huffman code");
         }
+        pos += (len + (e >> 24)) as usize;
+        match e & 0xffff {
+            0..=255 => {}
+            256 => break Ok(()),
+            257..=285 => {
+                let d = lookup(data, pos, dt, dp);
+                let dlen = (d >> 16) & 0xff;
+                if dlen == 0 || d & 0xffff >= 30 {
+                    break Err("invalid distance code");
+                }
+                pos += (dlen + (d >> 24)) as usize;
+            }
+            _ => break Err("invalid literal/length code"),
+        }
+        if pos > end {
+            break Err("deflate stream ends inside a block");
+        }
+    };
+    bits.pos = pos;
+    if result.is_ok() && pos > end {
+        return Err("deflate stream ends inside a block".into());
     }
+    result.map_err(String::from)
 }
 
 fn dynamic_tables(bits: &mut Bits) -> Result<(Huffman, Huffman), String> {

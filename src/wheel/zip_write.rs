@@ -237,7 +237,7 @@ impl<W: Write + Seek> ZipOut<W> {
                 let tx = tx.clone();
                 let (next, stop, written, pieces, sizes) = (&next, &stop, &written, pieces_ref, sizes_ref);
                 s.spawn(move || {
-                    let mut compressor = deflate::compressor();
+                    let mut compressor = deflate::PieceCompressor::new();
                     loop {
                         let j = next.fetch_add(1, Ordering::SeqCst);
                         if j >= pieces.len() || stop.load(Ordering::SeqCst) {
@@ -254,7 +254,8 @@ impl<W: Write + Seek> ZipOut<W> {
                             if sizes[p.entry] == 0 {
                                 return Ok((raw, Vec::new()));
                             }
-                            deflate::compress_piece(&mut compressor, &raw, p.last)
+                            compressor
+                                .compress_piece(&raw, p.last)
                                 .map(|c| (raw, c))
                                 .map_err(|why| ZipWriteError::Entry { name: entries[p.entry].name.clone(), why })
                         });
