@@ -446,3 +446,108 @@ fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
     assert_eq!(pe["origin"]["kind"], "env", "{pe}");
     assert_eq!(pe["path"], good.display().to_string());
 }
+
+/// Deterministic bytes that compress like a binary: text runs, repeated
+/// structures and noise.
+fn binary_like(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        match x % 4 {
+            0 => out.extend_from_slice(format!("symbol_{:x}_table entry\n", x >> 40).as_bytes()),
+            1 => out.extend_from_slice(&(x as u32 & 0xffff).to_le_bytes()),
+            2 => out.extend_from_slice(&[0x48, 0x89, 0xe5, (x >> 8) as u8, 0x00, 0x00]),
+            _ => out.extend_from_slice(&x.to_le_bytes()),
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+/// A 40 MiB extension whose edits (libffi bundled: NEEDED renamed, RPATH
+/// set) touch only its start and end keeps the rest of its original
+/// deflate stream: the report counts the copied bytes; every member's CRC
+/// and RECORD hash check (Python's zipfile and hashlib); the library loads
+/// with the bundled libffi and reads its blob back intact; two repairs are
+/// byte-identical.
+#[test]
+fn a_large_edited_member_keeps_its_unchanged_stream() {
+    let Some(fx) = fixtures() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let blob = binary_like(40 << 20);
+    let blob_path = dir.path().join("blob.bin");
+    std::fs::write(&blob_path, &blob).unwrap();
+    let asm = dir.path().join("blob.S");
+    std::fs::write(
+        &asm,
+        format!(
+            ".section .rodata.blob,\"a\"\n.global big_blob\nbig_blob:\n.incbin \"{}\"\n.global big_blob_end\nbig_blob_end:\n.section .note.GNU-stack,\"\",@progbits\n",
+            blob_path.display()
+        ),
+    )
+    .unwrap();
+    let lib = dir.path().join("build/_big.so");
+    let src = r#"
+#include <ffi.h>
+extern const unsigned char big_blob[], big_blob_end[];
+/* The blob's bytes summed, through a libffi call (so libffi is needed). */
+static unsigned long long sum(void) {
+    unsigned long long s = 0;
+    for (const unsigned char *p = big_blob; p < big_blob_end; p++) s += *p;
+    return s;
+}
+unsigned long long blob_sum(void) {
+    ffi_cif cif;
+    unsigned long long out = 0;
+    if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, 0, &ffi_type_uint64, NULL) != FFI_OK) return 0;
+    ffi_call(&cif, FFI_FN(sum), &out, NULL);
+    return out;
+}
+"#;
+    wheel_fixtures::cc_shared(&lib, src, &[asm.to_str().unwrap(), "-lffi"]);
+    let member = "big/_big.cpython-311-x86_64-linux-gnu.so";
+    let wheel = make_wheel(&dir.path().join("in"), "big-1.0-cp311-cp311-linux_x86_64.whl", &[(member, &lib)]);
+
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let report = repair(&fx, &wheel, &a, &[]);
+    assert_eq!(report["bundled"][0]["soname"], "libffi.so.8", "{report}");
+    let copied = report["copied_from_input"][member].as_u64().unwrap_or(0);
+    let original = {
+        let mut z = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+        let e = z.by_name(member).unwrap();
+        e.compressed_size()
+    };
+    // Nearly all of the original stream is kept (the blob is 40 of its ~40 MiB).
+    assert!(copied > original * 9 / 10, "copied {copied} of {original} bytes: {report}");
+    repair(&fx, &wheel, &b, &[]);
+    let repaired = only_wheel(&a);
+    assert_eq!(std::fs::read(&repaired).unwrap(), std::fs::read(only_wheel(&b)).unwrap(), "two repairs differ");
+
+    let x = dir.path().join("x");
+    let check = format!(
+        r#"
+import base64, ctypes, hashlib, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+assert z.testzip() is None
+record = [n for n in z.namelist() if n.endswith(".dist-info/RECORD")][0]
+for line in z.read(record).decode().splitlines():
+    name, digest, _ = line.rsplit(",", 2)
+    if digest:
+        got = base64.urlsafe_b64encode(hashlib.sha256(z.read(name)).digest()).rstrip(b"=").decode()
+        assert digest == "sha256=" + got, name
+z.extractall(sys.argv[2])
+lib = ctypes.CDLL(sys.argv[2] + "/{member}")
+lib.blob_sum.restype = ctypes.c_ulonglong
+print(lib.blob_sum())
+"#
+    );
+    let o = Command::new("python3").arg("-c").arg(&check).arg(&repaired).arg(&x).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected: u64 = blob.iter().map(|&b| u64::from(b)).sum();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), expected.to_string());
+    let dynamic = readelf_dynamic(&x.join(member));
+    assert!(dynamic.contains("Library rpath: [$ORIGIN/../big.libs]"), "{dynamic}");
+}

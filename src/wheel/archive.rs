@@ -3,7 +3,9 @@
 //! writer ([`write_wheel`]: entries sorted with `.dist-info` last and
 //! RECORD at the very end, RECORD generated; see [`super::zip_write`]).
 
+use super::inflate_index::{IndexedInflate, Member, StreamIndex};
 use super::record::{self, Measured, RecordRow};
+pub use super::zip_time::{source_date_epoch, zip_time};
 use super::zip_write::{ZipEntry, ZipOut, ZipWriteError};
 use super::WheelError;
 use crate::layer::path::normalize_member;
@@ -31,7 +33,13 @@ pub struct Scan {
     pub extracted: Vec<String>,
     /// The latest entry timestamp (a deterministic default for rewrites).
     pub latest_time: Option<DateTime>,
+    /// The block index of every extracted member of at least
+    /// [`INDEXED_MEMBER`] bytes (a rewrite may copy its unchanged blocks).
+    pub streams: BTreeMap<String, StreamIndex>,
 }
+
+/// Members this large are inflated with a block index when extracted.
+pub const INDEXED_MEMBER: u64 = 16 << 20;
 
 impl WheelZip {
     pub fn open(path: &Path) -> Result<WheelZip, WheelError> {
@@ -109,7 +117,7 @@ impl WheelZip {
         let mut scan = Scan::default();
         let mut buf = vec![0u8; 1 << 16];
         for i in 0..self.zip.len() {
-            let mut entry = self.zip.by_index(i).map_err(|e| WheelError::Zip {
+            let entry = self.zip.by_index(i).map_err(|e| WheelError::Zip {
                 wheel: self.path.clone(),
                 why: format!("entry {i}: {e}; the wheel is damaged"),
             })?;
@@ -138,6 +146,20 @@ impl WheelZip {
             let damaged = |e: io::Error| WheelError::Zip {
                 wheel: self.path.clone(),
                 why: format!("member `{name}`: {e}; the wheel is damaged (truncated?)"),
+            };
+            let indexed = dest.is_some()
+                && declared >= INDEXED_MEMBER
+                && entry.compression() == zip::CompressionMethod::Deflated
+                && !entry.encrypted();
+            let mut entry = match (indexed, entry.data_start()) {
+                (true, Some(start)) => {
+                    let (compressed, crc) = (entry.compressed_size(), entry.crc32());
+                    drop(entry);
+                    Member::Indexed(
+                        IndexedInflate::open(&self.path, start, compressed, declared, crc).map_err(damaged)?,
+                    )
+                }
+                _ => Member::Zip(entry),
             };
             // The first block decides whether the file is wanted (ELF magic...).
             let mut head_len = 0;
@@ -180,6 +202,9 @@ impl WheelZip {
                 // No fsync: the destination is scratch, read back by this process.
                 f.into_inner().map_err(|e| WheelError::Io { path: path.clone(), source: e.into_error() })?;
                 scan.extracted.push(name.clone());
+                if let Member::Indexed(inflate) = entry {
+                    scan.streams.extend(inflate.into_index().map(|index| (name.clone(), index)));
+                }
             }
             scan.files.insert(name, Measured { sha256: hasher.finalize().into(), size });
         }
@@ -215,28 +240,12 @@ fn create_file(dest: &Path, name: &str, executable: bool) -> Result<(PathBuf, Bu
     Ok((path, BufWriter::with_capacity(1 << 16, f)))
 }
 
-/// SOURCE_DATE_EPOCH from the environment, when set (see `crate::epoch`).
-pub fn source_date_epoch() -> Result<Option<i64>, WheelError> {
-    let epoch = crate::epoch::from_env().map_err(|e| WheelError::BadEpoch { value: e.0 })?;
-    Ok(epoch.map(|e| e.min(i64::MAX as u64) as i64))
-}
-
-/// A zip timestamp for a Unix time: UTC, clipped to the zip range
-/// (1980-01-01 .. 2107-12-31), seconds rounded down to even.
-pub fn zip_time(epoch: i64) -> DateTime {
-    use chrono::{Datelike, Timelike};
-    let min = 315_532_800; // 1980-01-01T00:00:00Z
-    let max = 4_354_819_198; // 2107-12-31T23:59:58Z
-    let t = chrono::DateTime::from_timestamp(epoch.clamp(min, max), 0).unwrap_or_default().naive_utc();
-    DateTime::from_date_and_time(
-        t.year() as u16,
-        t.month() as u8,
-        t.day() as u8,
-        t.hour() as u8,
-        t.minute() as u8,
-        (t.second() & !1) as u8,
-    )
-    .unwrap_or_default()
+/// What [`write_wheel`] wrote.
+pub struct Wrote {
+    /// RECORD's rows in wheel order.
+    pub rows: Vec<RecordRow>,
+    /// Members that copied part of their original stream: compressed bytes copied.
+    pub copied: BTreeMap<String, u64>,
 }
 
 /// Sort key of a wheel member: package files first, then the `.dist-info`
@@ -252,13 +261,13 @@ fn member_order(name: &str, dist_info: &str) -> (u8, u8, String) {
 /// RECORD last), RECORD generated from what was written (an entry named
 /// RECORD or a signature of it is dropped), every member stamped with
 /// `time`; a temporary name is renamed into place, so a failure never
-/// leaves a partial wheel. Returns RECORD's rows in wheel order.
+/// leaves a partial wheel.
 pub fn write_wheel(
     out: &Path,
     dist_info: &str,
     mut entries: Vec<ZipEntry>,
     time: DateTime,
-) -> Result<Vec<RecordRow>, WheelError> {
+) -> Result<Wrote, WheelError> {
     let record_name = format!("{dist_info}/RECORD");
     let signatures = [format!("{record_name}.jws"), format!("{record_name}.p7s")];
     entries.retain(|e| e.name != record_name && !signatures.contains(&e.name));
@@ -274,9 +283,9 @@ pub fn write_wheel(
     let tmp = tempfile::Builder::new().prefix(".quarry-wheel-").suffix(".tmp").tempfile_in(parent).map_err(io)?;
     let file = tmp.reopen().map_err(io)?;
     let mut zip = ZipOut::new(BufWriter::with_capacity(1 << 20, file), out, time);
-    let mut rows: Vec<RecordRow> = zip
-        .write_entries(&entries)
-        .map_err(|e| zip_error(out, e))?
+    let written = zip.write_entries(&entries).map_err(|e| zip_error(out, e))?;
+    let copied = written.iter().filter(|w| w.copied > 0).map(|w| (w.name.clone(), w.copied)).collect();
+    let mut rows: Vec<RecordRow> = written
         .into_iter()
         .map(|w| RecordRow {
             hash: Some(("sha256".into(), record::sha256_field(&w.sha256)["sha256=".len()..].to_string())),
@@ -291,7 +300,7 @@ pub fn write_wheel(
     std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644))
         .map_err(|source| WheelError::Io { path: tmp.path().to_path_buf(), source })?;
     tmp.persist(out).map_err(|e| WheelError::Io { path: out.to_path_buf(), source: e.error })?;
-    Ok(rows)
+    Ok(Wrote { rows, copied })
 }
 
 fn zip_error(wheel: &Path, e: ZipWriteError) -> WheelError {
@@ -304,19 +313,20 @@ fn zip_error(wheel: &Path, e: ZipWriteError) -> WheelError {
 /// Turn the unpacked wheel under `root` into a wheel at `out` (see
 /// [`write_wheel`]; RECORD signatures are dropped, also from `root`).
 pub fn pack_dir(root: &Path, dist_info: &str, out: &Path, time: DateTime) -> Result<(), WheelError> {
-    pack_dir_with(root, dist_info, out, time, Vec::new())
+    pack_dir_with(root, dist_info, out, time, Vec::new()).map(drop)
 }
 
 /// [`pack_dir`] with `substitutes`: entries written instead of the files of
 /// the same name under `root`, or in addition (an edited file streamed from
-/// a splice over its source, never copied).
+/// a splice over its source, never copied). Returns what
+/// [`Wrote::copied`] says.
 pub fn pack_dir_with(
     root: &Path,
     dist_info: &str,
     out: &Path,
     time: DateTime,
     substitutes: Vec<ZipEntry>,
-) -> Result<(), WheelError> {
+) -> Result<BTreeMap<String, u64>, WheelError> {
     use std::os::unix::fs::PermissionsExt;
     let replaced: std::collections::BTreeSet<String> = substitutes.iter().map(|e| e.name.clone()).collect();
     let mut entries = Vec::new();
@@ -355,8 +365,7 @@ pub fn pack_dir_with(
             std::fs::remove_file(&p).map_err(|source| WheelError::Io { path: p.clone(), source })?;
         }
     }
-    write_wheel(out, dist_info, entries, time)?;
-    Ok(())
+    Ok(write_wheel(out, dist_info, entries, time)?.copied)
 }
 
 #[cfg(test)]
@@ -484,7 +493,7 @@ mod zip64_tests {
         }
         assert!(outs[0] == outs[1], "thread count changed the bytes");
         let w1 = dir.path().join("one.whl");
-        let rows = write_wheel(&w1, "p-1.dist-info", entries.clone(), zip_time(0)).unwrap();
+        let rows = write_wheel(&w1, "p-1.dist-info", entries.clone(), zip_time(0)).unwrap().rows;
         let names: Vec<&str> = rows.iter().map(|r| r.path.as_str()).collect();
         assert_eq!(names, ["pkg/a.py", "pkg/big.bin", "pkg/empty", "p-1.dist-info/WHEEL", "p-1.dist-info/RECORD"]);
         let mut w = WheelZip::open(&w1).unwrap();

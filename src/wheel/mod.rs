@@ -14,6 +14,7 @@ pub mod build;
 pub mod check;
 pub mod deflate;
 pub mod image;
+pub mod inflate_index;
 pub mod ldd;
 pub mod local_version;
 pub mod metadata;
@@ -27,6 +28,9 @@ pub mod rocm_init;
 pub mod rocm_packages;
 pub mod unpack;
 pub mod version;
+pub mod zip_headers;
+pub mod zip_reuse;
+pub mod zip_time;
 pub mod zip_write;
 
 use std::path::PathBuf;

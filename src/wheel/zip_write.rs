@@ -15,6 +15,8 @@
 //! needs them. Empty entries are stored, not deflated.
 
 use super::deflate;
+use super::zip_headers::{central_header, end_of_central_directory, local_header, Central};
+use super::zip_reuse::{self, Original, Window};
 use crate::splice::Splice;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -28,9 +30,6 @@ use zip::DateTime;
 
 /// Bytes per piece compressed on its own.
 pub const PIECE: u64 = 2 << 20;
-/// Entries at or above this size get ZIP64 headers (with room for deflate
-/// to grow an incompressible entry past 4 GiB).
-const ZIP64_ENTRY: u64 = 0xF000_0000;
 
 /// What an entry holds.
 #[derive(Debug, Clone)]
@@ -39,6 +38,9 @@ pub enum EntrySource {
     Bytes(Vec<u8>),
     /// An edited file, read from its parts (see [`crate::splice`]).
     Splice(Arc<Splice>),
+    /// An edited member of a zip being rewritten: the unchanged stretch
+    /// of its original stream is copied (see [`super::zip_reuse`]).
+    Reused(Arc<Splice>, Arc<Original>),
 }
 
 /// One file of the archive.
@@ -69,6 +71,8 @@ pub struct Written {
     pub name: String,
     pub sha256: [u8; 32],
     pub size: u64,
+    /// Compressed bytes copied from the entry's original stream.
+    pub copied: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,16 +83,6 @@ pub enum ZipWriteError {
     Changed { path: PathBuf, expected: u64, found: u64 },
     #[error("entry `{name}`: {why}")]
     Entry { name: String, why: String },
-}
-
-struct Central {
-    name: String,
-    crc: u32,
-    compressed: u64,
-    size: u64,
-    offset: u64,
-    executable: bool,
-    stored: bool,
 }
 
 /// A zip being written to `out` (a file: local headers are patched in place).
@@ -102,84 +96,67 @@ pub struct ZipOut<W: Write + Seek> {
     central: Vec<Central>,
 }
 
+/// A piece of an entry: `len` bytes at `offset` read (hashed in order),
+/// and what its compressed bytes are.
 struct Piece {
     entry: usize,
     offset: u64,
     len: usize,
+    job: Job,
+    /// The entry's first and last pieces.
+    first: bool,
     last: bool,
 }
 
+enum Job {
+    /// The bytes deflated; `final_block`: the stream's end.
+    Deflate { final_block: bool },
+    /// The bytes only hashed: a copy stands for them.
+    Hash,
+    /// Bits of the original stream (see [`zip_reuse::copy_bits`]).
+    Copy { original: Arc<Original>, from: u64, to: u64, close: bool },
+}
+
+/// Cut entry `entry` (of `size` bytes) into pieces; `window`: original
+/// blocks copied in place of its unchanged stretch.
+fn plan_pieces(pieces: &mut Vec<Piece>, entry: usize, size: u64, reuse: Option<(Arc<Original>, Window)>) {
+    let at = pieces.len();
+    let deflate = |pieces: &mut Vec<Piece>, from: u64, to: u64, final_block: bool| {
+        let n = (to - from).div_ceil(PIECE).max(1);
+        for k in 0..n {
+            let offset = from + k * PIECE;
+            let len = (to - offset).min(PIECE) as usize;
+            let job = Job::Deflate { final_block: final_block && k + 1 == n };
+            pieces.push(Piece { entry, offset, len, job, first: false, last: false });
+        }
+    };
+    match reuse {
+        None => deflate(pieces, 0, size, true),
+        Some((original, w)) => {
+            deflate(pieces, 0, w.start.out, false);
+            let mut offset = w.start.out;
+            while offset < w.end.out {
+                let len = (w.end.out - offset).min(PIECE) as usize;
+                pieces.push(Piece { entry, offset, len, job: Job::Hash, first: false, last: false });
+                offset += len as u64;
+            }
+            let mut from = w.start.bit;
+            while from < w.end.bit {
+                let to = (from + 8 * zip_reuse::COPY_PIECE).min(w.end.bit);
+                let job = Job::Copy { original: original.clone(), from, to, close: to == w.end.bit };
+                pieces.push(Piece { entry, offset: w.end.out, len: 0, job, first: false, last: false });
+                from = to;
+            }
+            deflate(pieces, w.end.out, size, true);
+        }
+    }
+    pieces[at].first = true;
+    if let Some(p) = pieces.last_mut() {
+        p.last = true;
+    }
+}
+
 type Done = (usize, Result<(Vec<u8>, Vec<u8>), ZipWriteError>);
-
-fn local_header(name: &str, time: DateTime, crc: u32, compressed: u64, size: u64, stored: bool) -> Vec<u8> {
-    let zip64 = size >= ZIP64_ENTRY;
-    let mut h = Vec::with_capacity(30 + name.len() + 20);
-    h.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-    h.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes());
-    h.extend_from_slice(&(1u16 << 11).to_le_bytes()); // UTF-8 names
-    h.extend_from_slice(&(if stored { 0u16 } else { 8 }).to_le_bytes());
-    h.extend_from_slice(&time.timepart().to_le_bytes());
-    h.extend_from_slice(&time.datepart().to_le_bytes());
-    h.extend_from_slice(&crc.to_le_bytes());
-    if zip64 {
-        h.extend_from_slice(&u32::MAX.to_le_bytes());
-        h.extend_from_slice(&u32::MAX.to_le_bytes());
-    } else {
-        h.extend_from_slice(&(compressed as u32).to_le_bytes());
-        h.extend_from_slice(&(size as u32).to_le_bytes());
-    }
-    h.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    h.extend_from_slice(&(if zip64 { 20u16 } else { 0 }).to_le_bytes());
-    h.extend_from_slice(name.as_bytes());
-    if zip64 {
-        h.extend_from_slice(&1u16.to_le_bytes());
-        h.extend_from_slice(&16u16.to_le_bytes());
-        h.extend_from_slice(&size.to_le_bytes());
-        h.extend_from_slice(&compressed.to_le_bytes());
-    }
-    h
-}
-
-fn central_header(c: &Central, time: DateTime) -> Vec<u8> {
-    let big_size = c.size >= ZIP64_ENTRY;
-    let big_offset = c.offset >= u64::from(u32::MAX);
-    let mut extra = Vec::new();
-    if big_size {
-        extra.extend_from_slice(&c.size.to_le_bytes());
-        extra.extend_from_slice(&c.compressed.to_le_bytes());
-    }
-    if big_offset {
-        extra.extend_from_slice(&c.offset.to_le_bytes());
-    }
-    let zip64 = !extra.is_empty();
-    let mut h = Vec::with_capacity(46 + c.name.len() + 28);
-    h.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-    h.extend_from_slice(&(0x0300u16 | if zip64 { 45 } else { 20 }).to_le_bytes()); // made on Unix
-    h.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes());
-    h.extend_from_slice(&(1u16 << 11).to_le_bytes());
-    h.extend_from_slice(&(if c.stored { 0u16 } else { 8 }).to_le_bytes());
-    h.extend_from_slice(&time.timepart().to_le_bytes());
-    h.extend_from_slice(&time.datepart().to_le_bytes());
-    h.extend_from_slice(&c.crc.to_le_bytes());
-    let clip = |v: u64, big: bool| if big { u32::MAX } else { v as u32 };
-    h.extend_from_slice(&clip(c.compressed, big_size).to_le_bytes());
-    h.extend_from_slice(&clip(c.size, big_size).to_le_bytes());
-    h.extend_from_slice(&(c.name.len() as u16).to_le_bytes());
-    h.extend_from_slice(&(if zip64 { extra.len() as u16 + 4 } else { 0 }).to_le_bytes());
-    h.extend_from_slice(&0u16.to_le_bytes()); // comment
-    h.extend_from_slice(&0u16.to_le_bytes()); // disk
-    h.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
-    let mode: u32 = 0o100000 | if c.executable { 0o755 } else { 0o644 };
-    h.extend_from_slice(&(mode << 16).to_le_bytes());
-    h.extend_from_slice(&clip(c.offset, big_offset).to_le_bytes());
-    h.extend_from_slice(c.name.as_bytes());
-    if zip64 {
-        h.extend_from_slice(&1u16.to_le_bytes());
-        h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
-        h.extend_from_slice(&extra);
-    }
-    h
-}
 
 impl<W: Write + Seek> ZipOut<W> {
     /// Start a zip on `out` (at its current position 0); `path` names it in errors.
@@ -210,20 +187,21 @@ impl<W: Write + Seek> ZipOut<W> {
         for e in entries {
             sizes.push(match &e.source {
                 EntrySource::Bytes(b) => b.len() as u64,
-                EntrySource::Splice(s) => s.len(),
+                EntrySource::Splice(s) | EntrySource::Reused(s, _) => s.len(),
                 EntrySource::Path(p) => {
                     std::fs::metadata(p).map_err(|source| ZipWriteError::Io { path: p.clone(), source })?.len()
                 }
             });
         }
         let mut pieces = Vec::new();
-        for (i, &size) in sizes.iter().enumerate() {
-            let n = size.div_ceil(PIECE).max(1);
-            for k in 0..n {
-                let offset = k * PIECE;
-                let len = (size - offset).min(PIECE) as usize;
-                pieces.push(Piece { entry: i, offset, len, last: k + 1 == n });
-            }
+        for (i, (e, &size)) in entries.iter().zip(&sizes).enumerate() {
+            let reuse = match &e.source {
+                EntrySource::Reused(splice, original) => {
+                    zip_reuse::window(splice, original).map(|w| (original.clone(), w))
+                }
+                _ => None,
+            };
+            plan_pieces(&mut pieces, i, size, reuse);
         }
         let window = 4 * self.threads;
         let next = AtomicUsize::new(0);
@@ -251,13 +229,20 @@ impl<W: Write + Seek> ZipOut<W> {
                         }
                         let p = &pieces[j];
                         let r = read_piece(&entries[p.entry], p).and_then(|raw| {
-                            if sizes[p.entry] == 0 {
-                                return Ok((raw, Vec::new()));
+                            let e = &entries[p.entry];
+                            match &p.job {
+                                _ if sizes[p.entry] == 0 => Ok((raw, Vec::new())),
+                                Job::Deflate { final_block } => compressor
+                                    .compress_piece(&raw, *final_block)
+                                    .map(|c| (raw, c))
+                                    .map_err(|why| ZipWriteError::Entry { name: e.name.clone(), why }),
+                                Job::Hash => Ok((raw, Vec::new())),
+                                Job::Copy { original, from, to, close } => {
+                                    zip_reuse::copy_bits(&original.index, *from, *to, *close).map(|c| (raw, c)).map_err(
+                                        |source| ZipWriteError::Io { path: original.index.zip.clone(), source },
+                                    )
+                                }
                             }
-                            compressor
-                                .compress_piece(&raw, p.last)
-                                .map(|c| (raw, c))
-                                .map_err(|why| ZipWriteError::Entry { name: entries[p.entry].name.clone(), why })
                         });
                         if tx.send((j, r)).is_err() {
                             return;
@@ -290,6 +275,7 @@ impl<W: Write + Seek> ZipOut<W> {
         let mut crc = crc32fast::Hasher::new();
         let mut header_at = 0u64;
         let mut compressed = 0u64;
+        let mut copied = 0u64;
         for (j, p) in pieces.iter().enumerate() {
             let (raw, deflated) = loop {
                 if let Some(done) = pending.remove(&j) {
@@ -303,9 +289,10 @@ impl<W: Write + Seek> ZipOut<W> {
             };
             let e = &entries[p.entry];
             let stored = sizes[p.entry] == 0;
-            if p.offset == 0 {
+            if p.first {
                 header_at = self.position;
                 compressed = 0;
+                copied = 0;
                 sha = Sha256::new();
                 crc = crc32fast::Hasher::new();
                 let h = local_header(&e.name, self.time, 0, 0, sizes[p.entry], stored);
@@ -315,6 +302,9 @@ impl<W: Write + Seek> ZipOut<W> {
             crc.update(&raw);
             self.emit(&deflated)?;
             compressed += deflated.len() as u64;
+            if matches!(p.job, Job::Copy { .. }) {
+                copied += deflated.len() as u64;
+            }
             if p.last {
                 let c = Central {
                     name: e.name.clone(),
@@ -333,6 +323,7 @@ impl<W: Write + Seek> ZipOut<W> {
                     name: c.name.clone(),
                     sha256: std::mem::take(&mut sha).finalize().into(),
                     size: c.size,
+                    copied,
                 });
                 self.central.push(c);
             }
@@ -352,34 +343,7 @@ impl<W: Write + Seek> ZipOut<W> {
         }
         let cd_size = self.position - cd_start;
         let count = central.len() as u64;
-        let zip64 = count >= 0xffff || cd_start >= u64::from(u32::MAX) || cd_size >= u64::from(u32::MAX);
-        let mut end = Vec::new();
-        if zip64 {
-            let record_at = self.position;
-            end.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
-            end.extend_from_slice(&44u64.to_le_bytes());
-            end.extend_from_slice(&0x032du16.to_le_bytes());
-            end.extend_from_slice(&45u16.to_le_bytes());
-            end.extend_from_slice(&0u32.to_le_bytes());
-            end.extend_from_slice(&0u32.to_le_bytes());
-            end.extend_from_slice(&count.to_le_bytes());
-            end.extend_from_slice(&count.to_le_bytes());
-            end.extend_from_slice(&cd_size.to_le_bytes());
-            end.extend_from_slice(&cd_start.to_le_bytes());
-            end.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
-            end.extend_from_slice(&0u32.to_le_bytes());
-            end.extend_from_slice(&record_at.to_le_bytes());
-            end.extend_from_slice(&1u32.to_le_bytes());
-        }
-        end.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-        end.extend_from_slice(&0u16.to_le_bytes());
-        end.extend_from_slice(&0u16.to_le_bytes());
-        let n16 = count.min(0xffff) as u16;
-        end.extend_from_slice(&n16.to_le_bytes());
-        end.extend_from_slice(&n16.to_le_bytes());
-        end.extend_from_slice(&(cd_size.min(u64::from(u32::MAX)) as u32).to_le_bytes());
-        end.extend_from_slice(&(cd_start.min(u64::from(u32::MAX)) as u32).to_le_bytes());
-        end.extend_from_slice(&0u16.to_le_bytes());
+        let end = end_of_central_directory(count, cd_start, cd_size, self.position);
         self.emit(&end)?;
         self.out.flush().map_err(|e| self.io(e))?;
         Ok(self.out)
@@ -387,9 +351,12 @@ impl<W: Write + Seek> ZipOut<W> {
 }
 
 fn read_piece(e: &ZipEntry, p: &Piece) -> Result<Vec<u8>, ZipWriteError> {
+    if p.len == 0 {
+        return Ok(Vec::new());
+    }
     match &e.source {
         EntrySource::Bytes(b) => Ok(b[p.offset as usize..p.offset as usize + p.len].to_vec()),
-        EntrySource::Splice(s) => {
+        EntrySource::Splice(s) | EntrySource::Reused(s, _) => {
             let mut buf = vec![0u8; p.len];
             let path = || s.source().map(|src| src.path().to_path_buf()).unwrap_or_else(|| e.name.clone().into());
             s.read_at(p.offset, &mut buf).map_err(|source| ZipWriteError::Io { path: path(), source })?;

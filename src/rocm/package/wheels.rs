@@ -90,7 +90,7 @@ fn finish(
     }
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let out = dir.join(format!("{n}-{}-py3-none-{}.whl", ctx.version, ctx.plat));
-    let rows = crate::wheel::archive::write_wheel(&out, &di, entries, ctx.time)?;
+    let rows = crate::wheel::archive::write_wheel(&out, &di, entries, ctx.time)?.rows;
     let sha256 = crate::oci::digest::sha256_file(&out).map_err(io(&out))?;
     let size = std::fs::metadata(&out).map_err(io(&out))?.len();
     Ok(PackageEntry {

@@ -19,9 +19,11 @@ use super::analyze::{self, Options};
 use super::archive;
 use super::check::arch_from_name;
 use super::image::RepairImage;
+use super::inflate_index::StreamIndex;
 use super::ldd::{is_libpython, SystemPaths};
 use super::metadata;
 use super::unpack::unpack;
+use super::zip_reuse::Original;
 use super::zip_write::{EntrySource, ZipEntry};
 use super::WheelError;
 use crate::elf::edit::ElfEdits;
@@ -29,6 +31,7 @@ use crate::elf::patchelf::{ContainerPatchelf, Patchelf};
 use crate::elf::{self};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where the external libraries come from and who edits the files.
 pub enum RepairIn<'e> {
@@ -111,12 +114,15 @@ pub struct RepairReport {
     /// The SBOM's path inside the wheel, when libraries were bundled.
     pub sbom: Option<String>,
     pub stripped: bool,
+    /// Edited members that kept the unchanged stretch of their original
+    /// deflate stream: compressed bytes copied, by member.
+    pub copied_from_input: BTreeMap<String, u64>,
 }
 
 /// Repair `wheel` into `out_dir`.
 pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
     let fail = |why: String| WheelError::Repair { wheel: wheel.to_path_buf(), why };
-    let u = unpack(wheel, out_dir, "repair")?;
+    let mut u = unpack(wheel, out_dir, "repair")?;
     let (name, dist_info) = (&u.name, &u.dist_info);
     let elf_files: Vec<String> =
         u.scan.extracted.iter().filter(|f| !f.ends_with(".py") && elf::is_elf(&u.root.join(f))).cloned().collect();
@@ -325,8 +331,8 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
 
     let output = out_dir.join(new_name.to_string());
     let elf_editor = if matches!(editor, Editor::User(_)) { "patchelf" } else { "native" };
-    let entries: Vec<ZipEntry> = applied.entries;
-    archive::pack_dir_with(&root, dist_info, &output, u.zip_time()?, entries)?;
+    let entries = reuse_original_streams(applied.entries, &root, &mut u.scan.streams);
+    let copied_from_input = archive::pack_dir_with(&root, dist_info, &output, u.zip_time()?, entries)?;
     Ok(RepairReport {
         input: wheel.to_path_buf(),
         output,
@@ -341,5 +347,25 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
         patchelf: applied.patchelf,
         sbom,
         stripped: options.strip,
+        copied_from_input,
     })
+}
+
+/// Edited members that were extracted with a block index keep what they
+/// can of their original stream (see [`super::zip_reuse`]).
+fn reuse_original_streams(
+    entries: Vec<ZipEntry>,
+    root: &Path,
+    streams: &mut BTreeMap<String, StreamIndex>,
+) -> Vec<ZipEntry> {
+    entries
+        .into_iter()
+        .map(|e| match (e.source, streams.remove(&e.name)) {
+            (EntrySource::Splice(splice), Some(index)) => {
+                let original = Original { index, extracted: root.join(&e.name) };
+                ZipEntry { source: EntrySource::Reused(splice, Arc::new(original)), ..e }
+            }
+            (source, _) => ZipEntry { source, ..e },
+        })
+        .collect()
 }
