@@ -129,5 +129,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for f in &report.patchelf_fallbacks {
         println!("  fallback {} (by {}): {}", f.file, report.patchelf.as_deref().unwrap_or("patchelf"), f.reason);
     }
+    for (file, bytes) in &report.copied_from_input {
+        println!("  kept     {file}: {bytes} bytes of its original deflate stream, not compressed again");
+    }
     Ok(0)
 }
