@@ -3,7 +3,7 @@
 //! writer ([`write_wheel`]: entries sorted with `.dist-info` last and
 //! RECORD at the very end, RECORD generated; see [`super::zip_write`]).
 
-use super::inflate_index::{IndexedInflate, Member, StreamIndex};
+use super::inflate_index::{FileStamp, IndexedInflate, Member, StreamIndex};
 use super::record::{self, Measured, RecordRow};
 pub use super::zip_time::{source_date_epoch, zip_time};
 use super::zip_write::{ZipEntry, ZipOut, ZipWriteError};
@@ -203,7 +203,9 @@ impl WheelZip {
                 f.into_inner().map_err(|e| WheelError::Io { path: path.clone(), source: e.into_error() })?;
                 scan.extracted.push(name.clone());
                 if let Member::Indexed(inflate) = entry {
-                    scan.streams.extend(inflate.into_index().map(|index| (name.clone(), index)));
+                    let stamp = FileStamp::of(&path).map_err(|source| WheelError::Io { path: path.clone(), source })?;
+                    let index = inflate.into_index().map(|i| StreamIndex { extracted: Some(stamp), ..i });
+                    scan.streams.extend(index.map(|index| (name.clone(), index)));
                 }
             }
             scan.files.insert(name, Measured { sha256: hasher.finalize().into(), size });

@@ -38,6 +38,29 @@ pub struct StreamIndex {
     pub size: u64,
     /// Every non-final block's start, in order.
     pub boundaries: Vec<Boundary>,
+    /// The extracted file as written, to tell whether it was changed
+    /// since (stripped or patched in place: its blocks no longer apply).
+    pub extracted: Option<FileStamp>,
+}
+
+/// A file's size, inode and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    ino: u64,
+    mtime_ns: i128,
+}
+
+impl FileStamp {
+    pub fn of(path: &Path) -> io::Result<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        Ok(FileStamp {
+            len: m.len(),
+            ino: m.ino(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
+    }
 }
 
 /// Input read from the zip at a time.
@@ -88,7 +111,14 @@ impl IndexedInflate {
             produced: 0,
             crc: crc32fast::Hasher::new(),
             expect_crc,
-            index: StreamIndex { zip: zip.to_path_buf(), data_start, compressed, size, boundaries: Vec::new() },
+            index: StreamIndex {
+                zip: zip.to_path_buf(),
+                data_start,
+                compressed,
+                size,
+                boundaries: Vec::new(),
+                extracted: None,
+            },
             ended: false,
             stalls: 0,
         })

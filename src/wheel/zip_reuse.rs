@@ -12,7 +12,7 @@
 //! compressed. The block boundaries come from
 //! [`super::inflate_index`], noted when the member was extracted.
 
-use super::inflate_index::{Boundary, StreamIndex};
+use super::inflate_index::{Boundary, FileStamp, StreamIndex};
 use crate::splice::{Part, Splice};
 use std::fs::File;
 use std::io;
@@ -71,6 +71,12 @@ fn unchanged_run(splice: &Splice, original: &Original) -> Option<(u64, u64)> {
 /// The blocks of the original stream that can be copied into `splice`'s
 /// stream, if they cover at least [`MIN_COPY`] bytes.
 pub fn window(splice: &Splice, original: &Original) -> Option<Window> {
+    // The extracted file must be as it was written, or its bytes are not
+    // the original's.
+    let stamp = FileStamp::of(&original.extracted).ok();
+    if stamp.is_none() || stamp != original.index.extracted {
+        return None;
+    }
     let (from, to) = unchanged_run(splice, original)?;
     let b = &original.index.boundaries;
     let first = b.partition_point(|x| x.out < from + HISTORY);
@@ -123,7 +129,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let zip = dir.path().join("z");
         std::fs::write(&zip, [0xAAu8, 0b1011_0110, 0xFF, 0x01, 0x80]).unwrap();
-        let index = StreamIndex { zip, data_start: 1, compressed: 4, size: 0, boundaries: Vec::new() };
+        let index = StreamIndex { zip, data_start: 1, compressed: 4, size: 0, boundaries: Vec::new(), extracted: None };
         // Bits 3..19 of the stream (from the byte 0b1011_0110 on).
         assert_eq!(copy_bits(&index, 3, 19, false).unwrap(), [0b1111_0110, 0b0011_1111]);
         // Bits 1..6, closed: 5 copied bits, the stored header's 3 zero bits
@@ -140,7 +146,15 @@ mod tests {
         let mib = 1u64 << 20;
         std::fs::File::create(&extracted).unwrap().set_len(40 * mib).unwrap();
         let boundaries = (0..8).map(|k| Boundary { out: k * 5 * mib, bit: k * 16 * mib }).collect();
-        let index = StreamIndex { zip: dir.path().join("z"), data_start: 0, compressed: 0, size: 40 * mib, boundaries };
+        let stamp = FileStamp::of(&extracted).ok();
+        let index = StreamIndex {
+            zip: dir.path().join("z"),
+            data_start: 0,
+            compressed: 0,
+            size: 40 * mib,
+            boundaries,
+            extracted: stamp,
+        };
         let original = Original { index, extracted: extracted.clone() };
         let b = |k: u64| Boundary { out: k * 5 * mib, bit: k * 16 * mib };
 
@@ -165,5 +179,11 @@ mod tests {
         let other = dir.path().join("other.so");
         std::fs::copy(&extracted, &other).unwrap();
         assert_eq!(window(&Splice::file(&other).unwrap(), &original), None);
+        // Nor does the extracted file once changed in place (stripped, patched).
+        let splice = Splice::file(&extracted).unwrap();
+        assert!(window(&splice, &original).is_some());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::OpenOptions::new().write(true).open(&extracted).unwrap().write_all_at(b"x", 7).unwrap();
+        assert_eq!(window(&splice, &original), None);
     }
 }
