@@ -469,7 +469,8 @@ fn binary_like(len: usize) -> Vec<u8> {
 
 /// A 40 MiB extension whose edits (libffi bundled: NEEDED renamed, RPATH
 /// set) touch only its start and end keeps the rest of its original
-/// deflate stream: the report counts the copied bytes; every member's CRC
+/// deflate stream, and an unchanged 20 MiB data file nearly all of its:
+/// the report counts the copied bytes; every member's CRC
 /// and RECORD hash check (Python's zipfile and hashlib); the library loads
 /// with the bundled libffi and reads its blob back intact; two repairs are
 /// byte-identical. With `--strip` (the member rewritten before its edits)
@@ -510,19 +511,23 @@ unsigned long long blob_sum(void) {
 "#;
     wheel_fixtures::cc_shared(&lib, src, &[asm.to_str().unwrap(), "-lffi"]);
     let member = "big/_big.cpython-311-x86_64-linux-gnu.so";
-    let wheel = make_wheel(&dir.path().join("in"), "big-1.0-cp311-cp311-linux_x86_64.whl", &[(member, &lib)]);
+    // And a large data file the repair does not change.
+    let data = dir.path().join("data.bin");
+    std::fs::write(&data, &blob[..20 << 20]).unwrap();
+    let files = [(member, lib.as_path()), ("big/data.bin", data.as_path())];
+    let wheel = make_wheel(&dir.path().join("in"), "big-1.0-cp311-cp311-linux_x86_64.whl", &files);
 
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     let report = repair(&fx, &wheel, &a, &[]);
     assert_eq!(report["bundled"][0]["soname"], "libffi.so.8", "{report}");
-    let copied = report["copied_from_input"][member].as_u64().unwrap_or(0);
-    let original = {
+    // Nearly all of each original stream is kept (the blob is 40 of the
+    // library's ~40 MiB; the data file is unchanged).
+    for name in [member, "big/data.bin"] {
+        let copied = report["copied_from_input"][name].as_u64().unwrap_or(0);
         let mut z = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
-        let e = z.by_name(member).unwrap();
-        e.compressed_size()
-    };
-    // Nearly all of the original stream is kept (the blob is 40 of its ~40 MiB).
-    assert!(copied > original * 9 / 10, "copied {copied} of {original} bytes: {report}");
+        let original = z.by_name(name).unwrap().compressed_size();
+        assert!(copied > original * 9 / 10, "{name}: copied {copied} of {original} bytes: {report}");
+    }
     repair(&fx, &wheel, &b, &[]);
     let repaired = only_wheel(&a);
     assert_eq!(std::fs::read(&repaired).unwrap(), std::fs::read(only_wheel(&b)).unwrap(), "two repairs differ");
@@ -530,7 +535,8 @@ unsigned long long blob_sum(void) {
     // Stripped first (in place): its original blocks no longer apply.
     let c = dir.path().join("c");
     let stripped = repair(&fx, &wheel, &c, &["--strip"]);
-    assert_eq!(stripped["copied_from_input"], serde_json::json!({}), "{stripped}");
+    let kept = stripped["copied_from_input"].as_object().unwrap();
+    assert_eq!(kept.keys().collect::<Vec<_>>(), ["big/data.bin"], "{stripped}");
 
     let expected: u64 = blob.iter().map(|&b| u64::from(b)).sum();
     for (out, wheel) in [("x", &repaired), ("y", &only_wheel(&c))] {
@@ -555,6 +561,7 @@ print(lib.blob_sum())
         let o = Command::new("python3").arg("-c").arg(&check).arg(wheel).arg(&x).output().unwrap();
         assert!(o.status.success(), "{}: {}", wheel.display(), String::from_utf8_lossy(&o.stderr));
         assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), expected.to_string());
+        assert_eq!(std::fs::read(x.join("big/data.bin")).unwrap(), blob[..20 << 20]);
     }
     let x = dir.path().join("x");
     let dynamic = readelf_dynamic(&x.join(member));

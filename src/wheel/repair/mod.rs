@@ -351,14 +351,15 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
     })
 }
 
-/// Edited members that were extracted with a block index keep what they
-/// can of their original stream (see [`super::zip_reuse`]).
+/// Members extracted with a block index keep what they can of their
+/// original stream (see [`super::zip_reuse`]): the edited ones around their
+/// edits, the others (as extracted) almost whole.
 fn reuse_original_streams(
     entries: Vec<ZipEntry>,
     root: &Path,
     streams: &mut BTreeMap<String, StreamIndex>,
 ) -> Vec<ZipEntry> {
-    entries
+    let mut out: Vec<ZipEntry> = entries
         .into_iter()
         .map(|e| match (e.source, streams.remove(&e.name)) {
             (EntrySource::Splice(splice), Some(index)) => {
@@ -367,5 +368,17 @@ fn reuse_original_streams(
             }
             (source, _) => ZipEntry { source, ..e },
         })
-        .collect()
+        .collect();
+    for (name, index) in std::mem::take(streams) {
+        use std::os::unix::fs::PermissionsExt;
+        let extracted = root.join(&name);
+        // Only files still as extracted (`zip_reuse` checks again when writing).
+        let (Ok(meta), Ok(splice)) = (std::fs::metadata(&extracted), crate::splice::Splice::file(&extracted)) else {
+            continue;
+        };
+        let executable = meta.permissions().mode() & 0o111 != 0;
+        let original = Arc::new(Original { index, extracted });
+        out.push(ZipEntry { name, source: EntrySource::Reused(Arc::new(splice), original), executable });
+    }
+    out
 }
