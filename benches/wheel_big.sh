@@ -98,7 +98,7 @@ measure() {
 
 q=$(measure "$out/q.time" "$quarry" wheel repair --json -o "$out/q" "$wheel")
 a=$(measure "$out/a.time" auditwheel repair -w "$out/a" "$wheel")
-editor=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["elf_editor"], r["native_edits"], len(r["patchelf_fallbacks"]))' "$out/q.time.out")
+editor=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["elf_editor"], r["native_edits"], len(r["patchelf_fallbacks"]), sum(r["copied_from_input"].values()))' "$out/q.time.out")
 
 # Both outputs must work: the module imports, calls through libffi and has
 # loaded the bundled copy (not the system's).
@@ -111,7 +111,7 @@ print(big.size(), any("big.libs/libffi-" in l for l in open("/proc/self/maps")))
     rm -rf "$out/$d/x"
 done
 
-echo "big-1.0-cp311-cp311-linux_x86_64.whl: $(stat -c %s "$wheel") bytes, a 1 GiB extension; quarry editor: $editor (editor, native edits, fallbacks)"
+echo "big-1.0-cp311-cp311-linux_x86_64.whl: $(stat -c %s "$wheel") bytes, a 1 GiB extension; quarry editor: $editor (editor, native edits, fallbacks, compressed bytes kept from the input)"
 printf '%-34s %8s %8s %12s\n' tool "wall s" "CPU s" "peak RSS MB"
 echo "$q" | awk '{ printf "%-34s %8s %8s %12s\n", "quarry wheel repair", $1, $2, $3 }'
 echo "$a" | awk '{ printf "%-34s %8s %8s %12s\n", "auditwheel repair (patchelf 0.19.3)", $1, $2, $3 }'

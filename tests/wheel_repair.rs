@@ -447,8 +447,9 @@ fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
     assert_eq!(pe["path"], good.display().to_string());
 }
 
-/// Deterministic bytes that compress like a binary: text runs, repeated
-/// structures and noise.
+/// Deterministic bytes that compress like a binary (text runs, repeated
+/// structures and noise), with a 256 KiB incompressible stretch every
+/// 4 MiB (which deflate stores: stored blocks pad to a byte boundary).
 fn binary_like(len: usize) -> Vec<u8> {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut out = Vec::with_capacity(len);
@@ -456,6 +457,10 @@ fn binary_like(len: usize) -> Vec<u8> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
+        if out.len() % (4 << 20) >= (4 << 20) - (256 << 10) {
+            out.extend_from_slice(&x.to_le_bytes());
+            continue;
+        }
         match x % 4 {
             0 => out.extend_from_slice(format!("symbol_{:x}_table entry\n", x >> 40).as_bytes()),
             1 => out.extend_from_slice(&(x as u32 & 0xffff).to_le_bytes()),

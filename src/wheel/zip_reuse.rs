@@ -7,10 +7,15 @@
 //! original blocks that begin at least 32 KiB into that run (so every
 //! back-reference they make lands in unchanged bytes) and end inside it
 //! decode exactly as before after any new prefix. The rewritten stream is:
-//! the new prefix compressed, those blocks copied bit for bit (realigned
-//! to a byte boundary and closed with an empty stored block), the rest
-//! compressed. The block boundaries come from
-//! [`super::inflate_index`], noted when the member was extracted.
+//! the new prefix compressed, a bridge, those blocks copied byte for byte
+//! (closed with an empty stored block), the rest compressed. The blocks
+//! must keep their bit alignment (a stored block pads its header to a byte
+//! boundary), so the bridge brings the stream to the copy's first bit
+//! modulo 8: fixed-Huffman blocks, one with the last few bytes before the
+//! copy as literals when an odd number of bits is needed (a literal of 144
+//! or more takes 9 bits), then empty ones (10 bits each). The block
+//! boundaries come from [`super::inflate_index`], noted when the member
+//! was extracted.
 
 use super::inflate_index::{Boundary, FileStamp, StreamIndex};
 use crate::splice::{Part, Splice};
@@ -85,7 +90,94 @@ pub fn window(splice: &Splice, original: &Original) -> Option<Window> {
     (end.out >= start.out + MIN_COPY && end.bit > start.bit).then_some(Window { start, end })
 }
 
-/// The bits `[from, to)` of the original stream, moved to start on a byte
+/// How the rewritten stream reaches the window's bit alignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bridge {
+    /// How many bytes just before the window go as literals (0: none).
+    pub literals: u64,
+    /// The original byte holding the window's first bit, and that bit.
+    byte: u8,
+    first_bit: u32,
+    /// Where the byte-aligned copy starts, in bits of the original stream.
+    pub copy_from: u64,
+}
+
+/// The bridge into window `w` of `splice`; None when an odd number of bits
+/// is needed and no byte of 144 or more lies in the 32 KiB before it.
+pub fn bridge(splice: &Splice, original: &Original, w: &Window) -> io::Result<Option<Bridge>> {
+    let first_bit = (w.start.bit % 8) as u32;
+    let mut byte = [0u8];
+    File::open(&original.index.zip)?.read_exact_at(&mut byte, original.index.data_start + w.start.bit / 8)?;
+    let literals = if first_bit % 2 == 0 {
+        0
+    } else {
+        let n = HISTORY.min(w.start.out);
+        let mut before = vec![0u8; n as usize];
+        splice.read_at(w.start.out - n, &mut before)?;
+        match before.iter().rposition(|&b| b >= 144) {
+            Some(i) => n - i as u64,
+            None => return Ok(None),
+        }
+    };
+    let copy_from = if first_bit == 0 { w.start.bit } else { (w.start.bit / 8 + 1) * 8 };
+    Ok(Some(Bridge { literals, byte: byte[0], first_bit, copy_from }))
+}
+
+/// Bits written least significant first.
+#[derive(Default)]
+struct BitWriter {
+    out: Vec<u8>,
+    acc: u64,
+    n: u32,
+}
+
+impl BitWriter {
+    fn put(&mut self, value: u64, bits: u32) {
+        self.acc |= value << self.n;
+        self.n += bits;
+        while self.n >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.n -= 8;
+        }
+    }
+
+    /// A Huffman code (sent most significant bit first).
+    fn code(&mut self, code: u32, bits: u32) {
+        self.put(u64::from(code.reverse_bits() >> (32 - bits)), bits);
+    }
+
+    /// A non-final fixed-Huffman block holding `literals`.
+    fn fixed_block(&mut self, literals: &[u8]) {
+        self.put(0b010, 3); // BFINAL 0, BTYPE 01
+        for &b in literals {
+            match b {
+                0..=143 => self.code(0x30 + u32::from(b), 8),
+                _ => self.code(0x190 + u32::from(b) - 144, 9),
+            }
+        }
+        self.code(0, 7); // end of block
+    }
+}
+
+/// The bridge's bytes (see [`Bridge`]); `literals`: the bytes it carries.
+pub fn bridge_bytes(bridge: &Bridge, literals: &[u8]) -> Vec<u8> {
+    let mut w = BitWriter::default();
+    if !literals.is_empty() {
+        w.fixed_block(literals);
+    }
+    while w.n % 8 != bridge.first_bit {
+        w.fixed_block(&[]);
+    }
+    if bridge.first_bit != 0 {
+        // The original byte's bits from the window's first one on.
+        w.put(u64::from(bridge.byte >> bridge.first_bit), 8 - bridge.first_bit);
+    }
+    w.out
+}
+
+/// The bits `[from, to)` of the original stream (`from` a multiple of 8
+/// in practice: see [`Bridge::copy_from`]), moved to start on a byte
 /// boundary; `close`: followed by an empty non-final stored block, which
 /// ends the copy on a byte boundary (otherwise `to - from` must be a
 /// multiple of 8).
@@ -185,5 +277,56 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(10));
         std::fs::OpenOptions::new().write(true).open(&extracted).unwrap().write_all_at(b"x", 7).unwrap();
         assert_eq!(window(&splice, &original), None);
+    }
+
+    /// For every bit alignment of the window's start: a stream made of the
+    /// bridge (with literals when the alignment is odd) and the original
+    /// bytes from there inflates to the literals and the original's data,
+    /// with a stored block right at the window's start (the case a shifted
+    /// copy breaks).
+    #[test]
+    fn the_bridge_keeps_the_original_alignment() {
+        use std::io::Read;
+        for r in 0..8u32 {
+            // The original: blocks up to bit alignment r, then a stored
+            // block (the window's start) and a final fixed block.
+            let mut o = BitWriter::default();
+            if r % 2 == 1 {
+                o.fixed_block(&[200]);
+            }
+            while o.n % 8 != r {
+                o.fixed_block(&[]);
+            }
+            let start_bit = (o.out.len() * 8) as u64 + u64::from(o.n);
+            o.put(0, 3); // a stored block, not final
+            o.put(0, (8 - o.n % 8) % 8);
+            for b in [5u8, 0, 0xfa, 0xff] {
+                o.put(u64::from(b), 8);
+            }
+            for &b in b"HELLO" {
+                o.put(u64::from(b), 8);
+            }
+            o.put(0b011, 3); // final fixed block
+            for &b in b"XY" {
+                o.code(0x30 + u32::from(b), 8);
+            }
+            o.code(0, 7);
+            o.put(0, 7);
+            let original = o.out;
+
+            let literals: &[u8] = if r % 2 == 1 { &[250, 1, 2] } else { &[] };
+            let copy_from = if r == 0 { start_bit } else { (start_bit / 8 + 1) * 8 };
+            let bridge = Bridge {
+                literals: literals.len() as u64,
+                byte: original[(start_bit / 8) as usize],
+                first_bit: r,
+                copy_from,
+            };
+            let mut stream = bridge_bytes(&bridge, literals);
+            stream.extend_from_slice(&original[(copy_from / 8) as usize..]);
+            let mut got = Vec::new();
+            flate2::read::DeflateDecoder::new(&stream[..]).read_to_end(&mut got).unwrap();
+            assert_eq!(got, [literals, b"HELLOXY"].concat(), "alignment {r}");
+        }
     }
 }

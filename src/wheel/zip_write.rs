@@ -113,13 +113,22 @@ enum Job {
     Deflate { final_block: bool },
     /// The bytes only hashed: a copy stands for them.
     Hash,
+    /// The bytes as the literals of a bridge to a copy (see [`zip_reuse::Bridge`]).
+    Bridge(zip_reuse::Bridge),
     /// Bits of the original stream (see [`zip_reuse::copy_bits`]).
     Copy { original: Arc<Original>, from: u64, to: u64, close: bool },
 }
 
+/// What an entry copies from its original stream.
+struct Reuse {
+    original: Arc<Original>,
+    window: Window,
+    bridge: zip_reuse::Bridge,
+}
+
 /// Cut entry `entry` (of `size` bytes) into pieces; `window`: original
 /// blocks copied in place of its unchanged stretch.
-fn plan_pieces(pieces: &mut Vec<Piece>, entry: usize, size: u64, reuse: Option<(Arc<Original>, Window)>) {
+fn plan_pieces(pieces: &mut Vec<Piece>, entry: usize, size: u64, reuse: Option<Reuse>) {
     let at = pieces.len();
     let deflate = |pieces: &mut Vec<Piece>, from: u64, to: u64, final_block: bool| {
         let n = (to - from).div_ceil(PIECE).max(1);
@@ -132,15 +141,18 @@ fn plan_pieces(pieces: &mut Vec<Piece>, entry: usize, size: u64, reuse: Option<(
     };
     match reuse {
         None => deflate(pieces, 0, size, true),
-        Some((original, w)) => {
-            deflate(pieces, 0, w.start.out, false);
+        Some(Reuse { original, window: w, bridge }) => {
+            let literals_at = w.start.out - bridge.literals;
+            deflate(pieces, 0, literals_at, false);
+            let (offset, len, job) = (literals_at, bridge.literals as usize, Job::Bridge(bridge));
+            pieces.push(Piece { entry, offset, len, job, first: false, last: false });
             let mut offset = w.start.out;
             while offset < w.end.out {
                 let len = (w.end.out - offset).min(PIECE) as usize;
                 pieces.push(Piece { entry, offset, len, job: Job::Hash, first: false, last: false });
                 offset += len as u64;
             }
-            let mut from = w.start.bit;
+            let mut from = bridge.copy_from;
             while from < w.end.bit {
                 let to = (from + 8 * zip_reuse::COPY_PIECE).min(w.end.bit);
                 let job = Job::Copy { original: original.clone(), from, to, close: to == w.end.bit };
@@ -196,9 +208,11 @@ impl<W: Write + Seek> ZipOut<W> {
         let mut pieces = Vec::new();
         for (i, (e, &size)) in entries.iter().zip(&sizes).enumerate() {
             let reuse = match &e.source {
-                EntrySource::Reused(splice, original) => {
-                    zip_reuse::window(splice, original).map(|w| (original.clone(), w))
-                }
+                EntrySource::Reused(splice, original) => zip_reuse::window(splice, original).and_then(|window| {
+                    // Unreadable here, it fails when read for the pieces.
+                    let bridge = zip_reuse::bridge(splice, original, &window).ok()??;
+                    Some(Reuse { original: original.clone(), window, bridge })
+                }),
                 _ => None,
             };
             plan_pieces(&mut pieces, i, size, reuse);
@@ -237,6 +251,10 @@ impl<W: Write + Seek> ZipOut<W> {
                                     .map(|c| (raw, c))
                                     .map_err(|why| ZipWriteError::Entry { name: e.name.clone(), why }),
                                 Job::Hash => Ok((raw, Vec::new())),
+                                Job::Bridge(bridge) => {
+                                    let bytes = zip_reuse::bridge_bytes(bridge, &raw);
+                                    Ok((raw, bytes))
+                                }
                                 Job::Copy { original, from, to, close } => {
                                     zip_reuse::copy_bits(&original.index, *from, *to, *close).map(|c| (raw, c)).map_err(
                                         |source| ZipWriteError::Io { path: original.index.zip.clone(), source },
