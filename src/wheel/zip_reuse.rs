@@ -108,7 +108,7 @@ pub fn bridge(splice: &Splice, original: &Original, w: &Window) -> io::Result<Op
     let first_bit = (w.start.bit % 8) as u32;
     let mut byte = [0u8];
     File::open(&original.index.zip)?.read_exact_at(&mut byte, original.index.data_start + w.start.bit / 8)?;
-    let literals = if first_bit % 2 == 0 {
+    let literals = if first_bit.is_multiple_of(2) {
         0
     } else {
         let n = HISTORY.min(w.start.out);
