@@ -49,7 +49,6 @@ impl<const SIZE: usize> Table<SIZE> {
     /// Rebuild for the code `lengths` (<= 15; 0: symbol not used);
     /// `kind(symbol)`: its entry's kind and extra bits (0: invalid symbol).
     fn build(&mut self, lengths: &[u8], kind: fn(usize) -> u32) -> Result<(), &'static str> {
-        self.primary.fill(0);
         self.sub.clear();
         let mut count = [0u32; 16];
         for &l in lengths {
@@ -64,6 +63,11 @@ impl<const SIZE: usize> Table<SIZE> {
             if left < 0 {
                 return Err("over-subscribed Huffman code");
             }
+        }
+        if left > 0 {
+            // Incomplete: the entries no code reaches must read as invalid.
+            // (A complete code writes every primary entry below.)
+            self.primary.fill(0);
         }
         let mut first = [0u32; 16];
         let mut code = 0u32;
@@ -89,11 +93,11 @@ impl<const SIZE: usize> Table<SIZE> {
         }
         let mut next = first;
         for (sym, len, rev) in codes(lengths, &mut next) {
-            let kind = kind(sym);
-            if kind == 0 {
-                continue; // a code for an invalid symbol: left at 0
-            }
-            let entry = kind + len as u32;
+            // A code for an invalid symbol gets 0 entries.
+            let entry = match kind(sym) {
+                0 => 0,
+                kind => kind + len as u32,
+            };
             let (table, start, step, end) = if len <= bits {
                 (&mut self.primary[..], rev, 1 << len, SIZE)
             } else {
@@ -231,28 +235,51 @@ fn code_length_kind(sym: usize) -> u32 {
 /// Step over one block's symbols up to its end-of-block code: the hot
 /// loop of the walk. Each turn refills once, which covers two literals
 /// (15 bits each) or a length and its distance (20 + 28 bits).
+/// The reader's state is kept in locals here (written back at the end
+/// and around the cold refill): through `&mut Reader` every symbol paid a
+/// store and a reload on its critical path.
 fn skip_symbols(r: &mut Reader, litlen: &Table<LITLEN_SIZE>, dist: &Table<DIST_SIZE>) -> Result<(), &'static str> {
-    loop {
-        r.refill()?;
-        let e = litlen.lookup(r.bitbuf);
-        r.consume(e & 0xff);
-        if e & LITERAL != 0 {
-            let e2 = litlen.lookup(r.bitbuf);
-            if e2 & LITERAL != 0 {
-                r.consume(e2 & 0xff);
-            }
-        } else if e & LENGTH != 0 {
-            let d = dist.lookup(r.bitbuf);
-            if d == 0 {
-                return Err("invalid distance code");
-            }
-            r.consume(d & 0xff);
-        } else if e & END_OF_BLOCK != 0 {
-            return Ok(());
+    let data = r.data;
+    let (mut next, mut bitbuf, mut bitsleft) = (r.next, r.bitbuf, r.bitsleft);
+    let result = loop {
+        if let Some(word) = data.get(next..next + 8) {
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            bitbuf |= word << bitsleft;
+            let bytes = (63 - bitsleft) >> 3;
+            next += bytes as usize;
+            bitsleft += bytes << 3;
         } else {
-            return Err("invalid literal/length code");
+            (r.next, r.bitbuf, r.bitsleft) = (next, bitbuf, bitsleft);
+            if let Err(e) = r.refill_slow() {
+                break Err(e);
+            }
+            (next, bitbuf, bitsleft) = (r.next, r.bitbuf, r.bitsleft);
         }
-    }
+        let e = litlen.lookup(bitbuf);
+        bitbuf >>= e & 0xff;
+        bitsleft -= e & 0xff;
+        if e & LITERAL != 0 {
+            let e2 = litlen.lookup(bitbuf);
+            // Branch-free (whether a second literal follows is data, which
+            // a branch mispredicts): its bits, or none.
+            let n2 = (e2 & 0xff) & 0u32.wrapping_sub((e2 & LITERAL) >> LITERAL.trailing_zeros());
+            bitbuf >>= n2;
+            bitsleft -= n2;
+        } else if e & LENGTH != 0 {
+            let d = dist.lookup(bitbuf);
+            if d == 0 {
+                break Err("invalid distance code");
+            }
+            bitbuf >>= d & 0xff;
+            bitsleft -= d & 0xff;
+        } else if e & END_OF_BLOCK != 0 {
+            break Ok(());
+        } else {
+            break Err("invalid literal/length code");
+        }
+    };
+    (r.next, r.bitbuf, r.bitsleft) = (next, bitbuf, bitsleft);
+    result
 }
 
 /// The tables a walk builds, kept across its blocks.
