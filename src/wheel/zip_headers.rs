@@ -1,6 +1,5 @@
-//! The bytes of zip headers as quarry writes them (see
-//! [`super::zip_write`]): local headers, central directory headers and the
-//! end records, with ZIP64 fields where an entry, an offset or the entry
+//! The bytes of zip headers as quarry's zip writer writes them: local
+//! headers, central directory headers and the end records, with ZIP64 fields where an entry, an offset or the entry
 //! count needs them. UTF-8 names, one fixed time, Unix modes 0644/0755.
 
 use zip::DateTime;
