@@ -22,6 +22,7 @@ pub mod oci;
 pub mod plan;
 pub mod progress;
 pub mod pypi;
+pub mod read_once;
 pub mod registry;
 pub mod rocm;
 pub mod sbom;

@@ -3,13 +3,14 @@
 //! overwrites plus an appended tail; describing it this way lets it be read
 //! (and streamed into an archive) without a copy on disk or in memory.
 //!
-//! Depends on nothing else in the crate.
+//! Reads of file parts go through [`crate::read_once`] (a part is streamed
+//! once); depends on nothing else in the crate.
 
+use crate::read_once;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A source file, named for errors: held open, or opened for each read
 /// (see [`Splice::unopened`]).
@@ -17,6 +18,9 @@ use std::sync::Arc;
 pub struct Source {
     path: PathBuf,
     file: Option<File>,
+    /// How `file`'s large reads are done, chosen at the first read (see
+    /// [`read_once::direct_for`]).
+    direct: OnceLock<Option<File>>,
 }
 
 impl Source {
@@ -26,8 +30,15 @@ impl Source {
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         match &self.file {
-            Some(f) => f.read_exact_at(buf, offset),
-            None => File::open(&self.path)?.read_exact_at(buf, offset),
+            Some(f) => {
+                let direct = self.direct.get_or_init(|| read_once::direct_for(f));
+                read_once::read_exact_at(f, direct.as_ref(), buf, offset)
+            }
+            None => {
+                let f = File::open(&self.path)?;
+                let direct = if buf.len() >= read_once::DIRECT_MIN { read_once::direct_for(&f) } else { None };
+                read_once::read_exact_at(&f, direct.as_ref(), buf, offset)
+            }
         }
     }
 }
@@ -77,7 +88,7 @@ impl Splice {
     pub fn file(path: &Path) -> io::Result<Splice> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
-        let source = Arc::new(Source { path: path.to_path_buf(), file: Some(file) });
+        let source = Arc::new(Source { path: path.to_path_buf(), file: Some(file), direct: OnceLock::new() });
         let mut s = Splice::default();
         s.push(Part::File { source, offset: 0, len });
         Ok(s)
@@ -92,7 +103,7 @@ impl Splice {
 
     /// `len` bytes of the file at `path` from `offset`, opened only while read.
     pub fn unopened_range(path: &Path, offset: u64, len: u64) -> Splice {
-        let source = Arc::new(Source { path: path.to_path_buf(), file: None });
+        let source = Arc::new(Source { path: path.to_path_buf(), file: None, direct: OnceLock::new() });
         let mut s = Splice::default();
         s.push(Part::File { source, offset, len });
         s

@@ -1,7 +1,8 @@
 //! The crate's one zip writer: deterministic, parallel, streaming.
 //!
 //! Entries are written in the order given. Every entry is cut into pieces
-//! of [`PIECE`] bytes; worker threads read and deflate pieces (see
+//! of [`PIECE`] bytes; one thread reads them ahead (see
+//! [`crate::read_once`]), worker threads deflate them (see
 //! [`super::deflate`]) while this thread writes them out in order, hashing
 //! each entry (SHA-256 for RECORD, CRC-32 for the zip) as it passes. A
 //! bounded window of pieces is in flight, so memory stays flat however
@@ -16,74 +17,18 @@
 
 use super::deflate;
 use super::zip_headers::{central_header, end_of_central_directory, local_header, Central};
-use super::zip_reuse::{self, Original, Window};
-use crate::splice::Splice;
+use super::zip_pieces::{plan_pieces, read_piece, Job, Piece, Reuse};
+use super::zip_reuse;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
 use zip::DateTime;
 
-/// Bytes per piece compressed on its own.
-pub const PIECE: u64 = 2 << 20;
-
-/// What an entry holds.
-#[derive(Debug, Clone)]
-pub enum EntrySource {
-    Path(PathBuf),
-    Bytes(Vec<u8>),
-    /// An edited file, read from its parts (see [`crate::splice`]).
-    Splice(Arc<Splice>),
-    /// An edited member of a zip being rewritten: the unchanged stretch
-    /// of its original stream is copied (see [`super::zip_reuse`]).
-    Reused(Arc<Splice>, Arc<Original>),
-}
-
-/// One file of the archive.
-#[derive(Debug, Clone)]
-pub struct ZipEntry {
-    pub name: String,
-    pub source: EntrySource,
-    pub executable: bool,
-}
-
-impl ZipEntry {
-    pub fn bytes(name: impl Into<String>, data: impl Into<Vec<u8>>) -> ZipEntry {
-        ZipEntry { name: name.into(), source: EntrySource::Bytes(data.into()), executable: false }
-    }
-
-    pub fn file(name: impl Into<String>, path: impl Into<PathBuf>, executable: bool) -> ZipEntry {
-        ZipEntry { name: name.into(), source: EntrySource::Path(path.into()), executable }
-    }
-
-    pub fn splice(name: impl Into<String>, splice: Arc<Splice>, executable: bool) -> ZipEntry {
-        ZipEntry { name: name.into(), source: EntrySource::Splice(splice), executable }
-    }
-}
-
-/// What was written for an entry (RECORD's fields).
-#[derive(Debug, Clone)]
-pub struct Written {
-    pub name: String,
-    pub sha256: [u8; 32],
-    pub size: u64,
-    /// Compressed bytes copied from the entry's original stream.
-    pub copied: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ZipWriteError {
-    #[error("`{path}`: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("`{path}` changed size while it was being archived ({expected} bytes, then {found})")]
-    Changed { path: PathBuf, expected: u64, found: u64 },
-    #[error("entry `{name}`: {why}")]
-    Entry { name: String, why: String },
-}
+pub use super::zip_entry::{EntrySource, Written, ZipEntry, ZipWriteError};
+pub use super::zip_pieces::PIECE;
 
 /// A zip being written to `out` (a file: local headers are patched in place).
 pub struct ZipOut<W: Write + Seek> {
@@ -96,78 +41,9 @@ pub struct ZipOut<W: Write + Seek> {
     central: Vec<Central>,
 }
 
-/// A piece of an entry: `len` bytes at `offset` read (hashed in order),
-/// and what its compressed bytes are.
-struct Piece {
-    entry: usize,
-    offset: u64,
-    len: usize,
-    job: Job,
-    /// The entry's first and last pieces.
-    first: bool,
-    last: bool,
-}
-
-enum Job {
-    /// The bytes deflated; `final_block`: the stream's end.
-    Deflate { final_block: bool },
-    /// The bytes only hashed: a copy stands for them.
-    Hash,
-    /// The bytes as the literals of a bridge to a copy (see [`zip_reuse::Bridge`]).
-    Bridge(zip_reuse::Bridge),
-    /// Bits of the original stream (see [`zip_reuse::copy_bits`]).
-    Copy { original: Arc<Original>, from: u64, to: u64, close: bool },
-}
-
-/// What an entry copies from its original stream.
-struct Reuse {
-    original: Arc<Original>,
-    window: Window,
-    bridge: zip_reuse::Bridge,
-}
-
-/// Cut entry `entry` (of `size` bytes) into pieces; `window`: original
-/// blocks copied in place of its unchanged stretch.
-fn plan_pieces(pieces: &mut Vec<Piece>, entry: usize, size: u64, reuse: Option<Reuse>) {
-    let at = pieces.len();
-    let deflate = |pieces: &mut Vec<Piece>, from: u64, to: u64, final_block: bool| {
-        let n = (to - from).div_ceil(PIECE).max(1);
-        for k in 0..n {
-            let offset = from + k * PIECE;
-            let len = (to - offset).min(PIECE) as usize;
-            let job = Job::Deflate { final_block: final_block && k + 1 == n };
-            pieces.push(Piece { entry, offset, len, job, first: false, last: false });
-        }
-    };
-    match reuse {
-        None => deflate(pieces, 0, size, true),
-        Some(Reuse { original, window: w, bridge }) => {
-            let literals_at = w.start.out - bridge.literals;
-            deflate(pieces, 0, literals_at, false);
-            let (offset, len, job) = (literals_at, bridge.literals as usize, Job::Bridge(bridge));
-            pieces.push(Piece { entry, offset, len, job, first: false, last: false });
-            let mut offset = w.start.out;
-            while offset < w.end.out {
-                let len = (w.end.out - offset).min(PIECE) as usize;
-                pieces.push(Piece { entry, offset, len, job: Job::Hash, first: false, last: false });
-                offset += len as u64;
-            }
-            let mut from = bridge.copy_from;
-            while from < w.end.bit {
-                let to = (from + 8 * zip_reuse::COPY_PIECE).min(w.end.bit);
-                let job = Job::Copy { original: original.clone(), from, to, close: to == w.end.bit };
-                pieces.push(Piece { entry, offset: w.end.out, len: 0, job, first: false, last: false });
-                from = to;
-            }
-            deflate(pieces, w.end.out, size, true);
-        }
-    }
-    pieces[at].first = true;
-    if let Some(p) = pieces.last_mut() {
-        p.last = true;
-    }
-}
-
+/// A piece's index and its bytes, read.
+type Read = (usize, Result<Vec<u8>, ZipWriteError>);
+/// A piece's index, its bytes and what stands for them in the stream.
 type Done = (usize, Result<(Vec<u8>, Vec<u8>), ZipWriteError>);
 
 impl<W: Write + Seek> ZipOut<W> {
@@ -218,31 +94,47 @@ impl<W: Write + Seek> ZipOut<W> {
             plan_pieces(&mut pieces, i, size, reuse);
         }
         let window = 4 * self.threads;
-        let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         let written = (Mutex::new(0usize), Condvar::new());
+        let (read_tx, read_rx) = mpsc::channel::<Read>();
+        let read_rx = Mutex::new(read_rx);
         let (tx, rx) = mpsc::channel::<Done>();
         let mut results = Vec::with_capacity(entries.len());
         let (sizes_ref, pieces_ref): (&[u64], &[Piece]) = (&sizes, &pieces);
         std::thread::scope(|s| -> Result<(), ZipWriteError> {
+            // One thread reads the pieces in order, at most `window` ahead
+            // of the writer: a read waiting for the disk (a cold page
+            // cache, direct reads) then keeps no compressor waiting.
+            let (stop_ref, written_ref) = (&stop, &written);
+            s.spawn(move || {
+                let mut open = None;
+                for (j, p) in pieces_ref.iter().enumerate() {
+                    {
+                        let mut w = written_ref.0.lock().unwrap_or_else(|e| e.into_inner());
+                        while j >= *w + window && !stop_ref.load(Ordering::SeqCst) {
+                            w = written_ref.1.wait(w).unwrap_or_else(|e| e.into_inner());
+                        }
+                    }
+                    if stop_ref.load(Ordering::SeqCst)
+                        || read_tx.send((j, read_piece(&entries[p.entry], p, &mut open))).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
             for _ in 0..self.threads {
                 let tx = tx.clone();
-                let (next, stop, written, pieces, sizes) = (&next, &stop, &written, pieces_ref, sizes_ref);
+                let (stop, pieces, sizes, read_rx) = (&stop, pieces_ref, sizes_ref, &read_rx);
                 s.spawn(move || {
                     let mut compressor = deflate::PieceCompressor::new();
                     loop {
-                        let j = next.fetch_add(1, Ordering::SeqCst);
-                        if j >= pieces.len() || stop.load(Ordering::SeqCst) {
+                        let next = read_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok((j, raw)) = next else { return };
+                        if stop.load(Ordering::SeqCst) {
                             return;
                         }
-                        {
-                            let mut w = written.0.lock().unwrap_or_else(|e| e.into_inner());
-                            while j >= *w + window && !stop.load(Ordering::SeqCst) {
-                                w = written.1.wait(w).unwrap_or_else(|e| e.into_inner());
-                            }
-                        }
                         let p = &pieces[j];
-                        let r = read_piece(&entries[p.entry], p).and_then(|raw| {
+                        let r = raw.and_then(|raw| {
                             let e = &entries[p.entry];
                             match &p.job {
                                 _ if sizes[p.entry] == 0 => Ok((raw, Vec::new())),
@@ -368,39 +260,6 @@ impl<W: Write + Seek> ZipOut<W> {
     }
 }
 
-fn read_piece(e: &ZipEntry, p: &Piece) -> Result<Vec<u8>, ZipWriteError> {
-    if p.len == 0 {
-        return Ok(Vec::new());
-    }
-    match &e.source {
-        EntrySource::Bytes(b) => Ok(b[p.offset as usize..p.offset as usize + p.len].to_vec()),
-        EntrySource::Splice(s) | EntrySource::Reused(s, _) => {
-            let mut buf = vec![0u8; p.len];
-            let path = || s.source().map(|src| src.path().to_path_buf()).unwrap_or_else(|| e.name.clone().into());
-            s.read_at(p.offset, &mut buf).map_err(|source| ZipWriteError::Io { path: path(), source })?;
-            Ok(buf)
-        }
-        EntrySource::Path(path) => {
-            let io = |source| ZipWriteError::Io { path: path.clone(), source };
-            let f = File::open(path).map_err(io)?;
-            let mut buf = vec![0u8; p.len];
-            let mut got = 0;
-            while got < p.len {
-                let n = f.read_at(&mut buf[got..], p.offset + got as u64).map_err(io)?;
-                if n == 0 {
-                    break;
-                }
-                got += n;
-            }
-            if got < p.len {
-                let found = f.metadata().map(|m| m.len()).unwrap_or(p.offset + got as u64);
-                return Err(ZipWriteError::Changed { path: path.clone(), expected: p.offset + p.len as u64, found });
-            }
-            Ok(buf)
-        }
-    }
-}
-
 /// Write `entries` as a zip at `out` in one go (temporary name, then renamed).
 pub fn write_file(out: &Path, entries: &[ZipEntry], time: DateTime) -> Result<Vec<Written>, ZipWriteError> {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -418,7 +277,10 @@ pub fn write_file(out: &Path, entries: &[ZipEntry], time: DateTime) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::splice::Splice;
+    use std::fs::File;
     use std::io::Read;
+    use std::sync::Arc;
 
     #[test]
     fn a_splice_entry_is_stored_as_its_bytes() {

@@ -192,6 +192,11 @@ impl<'a> Reader<'a> {
             self.bitbuf |= u64::from(byte) << self.bitsleft;
             self.bitsleft += 8;
         }
+        // As the fast refill does: the bits above `bitsleft` are the next
+        // byte's (a lookup made before the next refill may read them).
+        if let Some(&b) = self.data.get(self.next) {
+            self.bitbuf |= u64::from(b) << self.bitsleft;
+        }
         Ok(())
     }
 
@@ -237,47 +242,57 @@ fn code_length_kind(sym: usize) -> u32 {
 /// (15 bits each) or a length and its distance (20 + 28 bits).
 /// The reader's state is kept in locals here (written back at the end
 /// and around the cold refill): through `&mut Reader` every symbol paid a
-/// store and a reload on its critical path.
+/// store and a reload on its critical path. The next turn's first entry
+/// is looked up before the refill (as libdeflate's decoder does), so the
+/// refill is off the chain of dependent lookups: a refill leaves all 64
+/// bits of `bitbuf` holding stream bits, and a turn consumes at most 48,
+/// so the 15 a lookup reads are already there.
 fn skip_symbols(r: &mut Reader, litlen: &Table<LITLEN_SIZE>, dist: &Table<DIST_SIZE>) -> Result<(), &'static str> {
     let data = r.data;
     let (mut next, mut bitbuf, mut bitsleft) = (r.next, r.bitbuf, r.bitsleft);
-    let result = loop {
-        if let Some(word) = data.get(next..next + 8) {
+    let mut refill = |next: &mut usize, bitbuf: &mut u64, bitsleft: &mut u32| -> Result<(), &'static str> {
+        if let Some(word) = data.get(*next..*next + 8) {
             let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-            bitbuf |= word << bitsleft;
-            let bytes = (63 - bitsleft) >> 3;
-            next += bytes as usize;
-            bitsleft += bytes << 3;
+            *bitbuf |= word << *bitsleft;
+            let bytes = (63 - *bitsleft) >> 3;
+            *next += bytes as usize;
+            *bitsleft += bytes << 3;
+            Ok(())
         } else {
-            (r.next, r.bitbuf, r.bitsleft) = (next, bitbuf, bitsleft);
-            if let Err(e) = r.refill_slow() {
-                break Err(e);
-            }
-            (next, bitbuf, bitsleft) = (r.next, r.bitbuf, r.bitsleft);
-        }
-        let e = litlen.lookup(bitbuf);
-        bitbuf >>= e & 0xff;
-        bitsleft -= e & 0xff;
-        if e & LITERAL != 0 {
-            let e2 = litlen.lookup(bitbuf);
-            // Branch-free (whether a second literal follows is data, which
-            // a branch mispredicts): its bits, or none.
-            let n2 = (e2 & 0xff) & 0u32.wrapping_sub((e2 & LITERAL) >> LITERAL.trailing_zeros());
-            bitbuf >>= n2;
-            bitsleft -= n2;
-        } else if e & LENGTH != 0 {
-            let d = dist.lookup(bitbuf);
-            if d == 0 {
-                break Err("invalid distance code");
-            }
-            bitbuf >>= d & 0xff;
-            bitsleft -= d & 0xff;
-        } else if e & END_OF_BLOCK != 0 {
-            break Ok(());
-        } else {
-            break Err("invalid literal/length code");
+            (r.next, r.bitbuf, r.bitsleft) = (*next, *bitbuf, *bitsleft);
+            r.refill_slow()?;
+            (*next, *bitbuf, *bitsleft) = (r.next, r.bitbuf, r.bitsleft);
+            Ok(())
         }
     };
+    let result = refill(&mut next, &mut bitbuf, &mut bitsleft).and_then(|()| {
+        let mut e = litlen.lookup(bitbuf);
+        loop {
+            bitbuf >>= e & 0xff;
+            bitsleft -= e & 0xff;
+            if e & LITERAL != 0 {
+                let e2 = litlen.lookup(bitbuf);
+                // Branch-free (whether a second literal follows is data,
+                // which a branch mispredicts): its bits, or none.
+                let n2 = (e2 & 0xff) & 0u32.wrapping_sub((e2 & LITERAL) >> LITERAL.trailing_zeros());
+                bitbuf >>= n2;
+                bitsleft -= n2;
+            } else if e & LENGTH != 0 {
+                let d = dist.lookup(bitbuf);
+                if d == 0 {
+                    return Err("invalid distance code");
+                }
+                bitbuf >>= d & 0xff;
+                bitsleft -= d & 0xff;
+            } else if e & END_OF_BLOCK != 0 {
+                return Ok(());
+            } else {
+                return Err("invalid literal/length code");
+            }
+            e = litlen.lookup(bitbuf);
+            refill(&mut next, &mut bitbuf, &mut bitsleft)?;
+        }
+    });
     (r.next, r.bitbuf, r.bitsleft) = (next, bitbuf, bitsleft);
     result
 }

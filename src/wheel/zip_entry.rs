@@ -1,0 +1,63 @@
+//! What a zip holds and what was written for it: the crate's zip writer's
+//! vocabulary (see `zip_write`), apart so the pieces an entry is cut into
+//! (`zip_pieces`) can name it.
+
+use super::zip_reuse::Original;
+use crate::splice::Splice;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What an entry holds.
+#[derive(Debug, Clone)]
+pub enum EntrySource {
+    Path(PathBuf),
+    Bytes(Vec<u8>),
+    /// An edited file, read from its parts (see [`crate::splice`]).
+    Splice(Arc<Splice>),
+    /// An edited member of a zip being rewritten: the unchanged stretch
+    /// of its original stream is copied (see `zip_reuse`).
+    Reused(Arc<Splice>, Arc<Original>),
+}
+
+/// One file of the archive.
+#[derive(Debug, Clone)]
+pub struct ZipEntry {
+    pub name: String,
+    pub source: EntrySource,
+    pub executable: bool,
+}
+
+impl ZipEntry {
+    pub fn bytes(name: impl Into<String>, data: impl Into<Vec<u8>>) -> ZipEntry {
+        ZipEntry { name: name.into(), source: EntrySource::Bytes(data.into()), executable: false }
+    }
+
+    pub fn file(name: impl Into<String>, path: impl Into<PathBuf>, executable: bool) -> ZipEntry {
+        ZipEntry { name: name.into(), source: EntrySource::Path(path.into()), executable }
+    }
+
+    pub fn splice(name: impl Into<String>, splice: Arc<Splice>, executable: bool) -> ZipEntry {
+        ZipEntry { name: name.into(), source: EntrySource::Splice(splice), executable }
+    }
+}
+
+/// What was written for an entry (RECORD's fields).
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub name: String,
+    pub sha256: [u8; 32],
+    pub size: u64,
+    /// Compressed bytes copied from the entry's original stream.
+    pub copied: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ZipWriteError {
+    #[error("`{path}`: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("`{path}` changed size while it was being archived ({expected} bytes, then {found})")]
+    Changed { path: PathBuf, expected: u64, found: u64 },
+    #[error("entry `{name}`: {why}")]
+    Entry { name: String, why: String },
+}
