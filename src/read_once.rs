@@ -37,7 +37,7 @@ pub const DIRECT_MIN: usize = 256 << 10;
 const ALIGN: usize = 4096;
 
 /// Bytes per direct read.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = 4 << 20;
 
 /// How `file`'s large reads should be done: its twin for direct reads, or
 /// None when all of it is in the page cache (or direct reads are not
@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(buf, &data[3..]);
         let resident = (0..data.len()).step_by(4096).filter(|&at| all_cached(&file, at as u64, 1)).count();
         // The header read's readahead is a few pages; a buffered read would
-        // have brought in all 513.
+        // have brought in every one.
         assert!(resident <= 64, "{resident} pages came into the page cache: not a direct read");
     }
 }
