@@ -297,11 +297,16 @@ for inp, r in by.items():
         print("  reference/quarry: wall %.2fx, CPU %.2fx  [>= 6x: %s]" % (
             ref[0] / q[0], ref[1] / q[1], verdict(ref[0] / q[0] >= 6)))
         if "reference cold" in r and "quarry cold" in r:
-            print("  cold reference/quarry: wall %.2fx, CPU %.2fx" % (
-                r["reference cold"][0] / r["quarry cold"][0], r["reference cold"][1] / r["quarry cold"][1]))
+            cold = r["reference cold"][0] / r["quarry cold"][0]
+            print("  cold reference/quarry: wall %.2fx, CPU %.2fx  [>= 6x: %s]" % (
+                cold, r["reference cold"][1] / r["quarry cold"][1], verdict(cold >= 6)))
     print("  baseline/quarry: wall %.2fx" % (r["baseline (model)"][0] / q[0]))
     f = r["floor (deflate only)"]
     print("  quarry/floor: wall %.2fx, CPU %.2fx  [<= 1.3x: %s]" % (q[0] / f[0], q[1] / f[1], verdict(q[0] / f[0] <= 1.3)))
+    if "quarry cold" in r:
+        c = r["quarry cold"]
+        print("  quarry cold/floor: wall %.2fx, CPU %.2fx  [<= 1.3x: %s]" % (
+            c[0] / f[0], c[1] / f[1], verdict(c[0] / f[0] <= 1.3)))
     rss = max(v[2] for k, v in r.items() if k.startswith("quarry"))
     print("  quarry peak RSS: %.0f MB  [<= 512 MB: %s]" % (rss, verdict(rss <= 512)))
 PY
