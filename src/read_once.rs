@@ -11,7 +11,7 @@
 //! cached (a warm run) are read the ordinary way, which is cheaper still.
 //!
 //! Whether a file is cached is asked with `mincore` on a mapping of it
-//! (no page is touched, nothing is read), once per file ([`direct_for`]):
+//! (no page is touched, nothing is read), once per file ([`read_directly`]):
 //! a file only partly cached is read directly throughout, because one
 //! ordinary read of its cached pages sets off the kernel's readahead of
 //! the pages after them, and from then on every read finds its pages
@@ -39,23 +39,23 @@ const ALIGN: usize = 4096;
 /// Bytes per direct read.
 const CHUNK: usize = 4 << 20;
 
-/// How `file`'s large reads should be done: its twin for direct reads, or
-/// None when all of it is in the page cache (or direct reads are not
-/// possible here). Chosen once per file; see the module docs.
-pub fn direct_for(file: &File) -> Option<File> {
-    let len = file.metadata().ok()?.len();
-    if len < DIRECT_MIN as u64 || all_cached(file, 0, len as usize) {
-        return None;
-    }
-    direct_twin(file)
+/// Whether `file`'s large reads should be direct: it is not all in the
+/// page cache and direct reads can be opened for it. Chosen once per file;
+/// see the module docs.
+pub fn read_directly(file: &File) -> bool {
+    let Ok(len) = file.metadata().map(|m| m.len()) else { return false };
+    len >= DIRECT_MIN as u64 && !all_cached(file, 0, len as usize) && direct_twin(file).is_some()
 }
 
 /// Fill `buf` with the bytes of `file` at `offset`, as
 /// [`FileExt::read_exact_at`] does (a file too short is `UnexpectedEof`);
-/// through `direct` (from [`direct_for`]) when given and `buf` is large.
-pub fn read_exact_at(file: &File, direct: Option<&File>, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    if let Some(direct) = direct.filter(|_| buf.len() >= DIRECT_MIN) {
-        match read_direct(direct, buf, offset) {
+/// directly when `direct` (from [`read_directly`]) and `buf` is large.
+/// The direct descriptor is opened for the read and closed after it, so
+/// a caller holding many files open holds no more than before.
+pub fn read_exact_at(file: &File, direct: bool, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let twin = if direct && buf.len() >= DIRECT_MIN { direct_twin(file) } else { None };
+    if let Some(twin) = twin {
+        match read_direct(&twin, buf, offset) {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {} // alignment refused: read as usual
             done => return done,
         }
@@ -173,10 +173,10 @@ mod tests {
         let (f, _) = file_of(DIRECT_MIN + 100);
         let file = File::open(f.path()).unwrap();
         let mut buf = vec![0u8; DIRECT_MIN];
-        let err = read_exact_at(&file, None, &mut buf, 200).unwrap_err();
+        let err = read_exact_at(&file, false, &mut buf, 200).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-        if let Some(direct) = direct_twin(&file) {
-            let err = read_exact_at(&file, Some(&direct), &mut buf, 200).unwrap_err();
+        if direct_twin(&file).is_some() {
+            let err = read_exact_at(&file, true, &mut buf, 200).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
         }
     }
@@ -187,9 +187,9 @@ mod tests {
         let file = File::open(f.path()).unwrap();
         assert!(all_cached(&file, 0, data.len()), "just written, so in the page cache");
         assert!(!all_cached(&file, 1, data.len()), "past the end");
-        assert!(direct_for(&file).is_none());
+        assert!(!read_directly(&file));
         let mut buf = vec![0u8; data.len() - 10];
-        read_exact_at(&file, None, &mut buf, 10).unwrap();
+        read_exact_at(&file, false, &mut buf, 10).unwrap();
         assert_eq!(buf, &data[10..]);
     }
 
@@ -201,11 +201,11 @@ mod tests {
         rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
         // A few pages cached (an ELF header read, say) still mean direct reads.
         file.read_exact_at(&mut [0u8; 64], 0).unwrap();
-        let Some(direct) = direct_for(&file) else {
+        if !read_directly(&file) {
             return; // a file system that keeps its pages (tmpfs) or refuses O_DIRECT
-        };
+        }
         let mut buf = vec![0u8; data.len() - 3];
-        read_exact_at(&file, Some(&direct), &mut buf, 3).unwrap();
+        read_exact_at(&file, true, &mut buf, 3).unwrap();
         assert_eq!(buf, &data[3..]);
         let resident = (0..data.len()).step_by(4096).filter(|&at| all_cached(&file, at as u64, 1)).count();
         // The header read's readahead is a few pages; a buffered read would

@@ -18,9 +18,9 @@ use std::sync::{Arc, OnceLock};
 pub struct Source {
     path: PathBuf,
     file: Option<File>,
-    /// How `file`'s large reads are done, chosen at the first read (see
-    /// [`read_once::direct_for`]).
-    direct: OnceLock<Option<File>>,
+    /// Whether `file`'s large reads are direct, chosen at the first read
+    /// (see [`read_once::read_directly`]).
+    direct: OnceLock<bool>,
 }
 
 impl Source {
@@ -31,13 +31,13 @@ impl Source {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         match &self.file {
             Some(f) => {
-                let direct = self.direct.get_or_init(|| read_once::direct_for(f));
-                read_once::read_exact_at(f, direct.as_ref(), buf, offset)
+                let direct = *self.direct.get_or_init(|| read_once::read_directly(f));
+                read_once::read_exact_at(f, direct, buf, offset)
             }
             None => {
                 let f = File::open(&self.path)?;
-                let direct = if buf.len() >= read_once::DIRECT_MIN { read_once::direct_for(&f) } else { None };
-                read_once::read_exact_at(&f, direct.as_ref(), buf, offset)
+                let direct = buf.len() >= read_once::DIRECT_MIN && read_once::read_directly(&f);
+                read_once::read_exact_at(&f, direct, buf, offset)
             }
         }
     }

@@ -85,11 +85,11 @@ pub(super) fn plan_pieces(pieces: &mut Vec<Piece>, entry: usize, size: u64, reus
 }
 
 /// The file of a [`EntrySource::Path`] entry being read, held open across
-/// its pieces, with how its pieces are read (see [`read_once::direct_for`]).
+/// its pieces, with how its pieces are read (see [`read_once::read_directly`]).
 pub(super) struct OpenFile {
     entry: usize,
     file: File,
-    direct: Option<File>,
+    direct: bool,
 }
 
 pub(super) fn read_piece(e: &ZipEntry, p: &Piece, open: &mut Option<OpenFile>) -> Result<Vec<u8>, ZipWriteError> {
@@ -110,11 +110,11 @@ pub(super) fn read_piece(e: &ZipEntry, p: &Piece, open: &mut Option<OpenFile>) -
                 Some(f) if f.entry == p.entry => f,
                 _ => {
                     let file = File::open(path).map_err(io)?;
-                    OpenFile { entry: p.entry, direct: read_once::direct_for(&file), file }
+                    OpenFile { entry: p.entry, direct: read_once::read_directly(&file), file }
                 }
             };
             let mut buf = vec![0u8; p.len];
-            let read = read_once::read_exact_at(&f.file, f.direct.as_ref(), &mut buf, p.offset);
+            let read = read_once::read_exact_at(&f.file, f.direct, &mut buf, p.offset);
             let found = || f.file.metadata().map(|m| m.len()).unwrap_or(0);
             match read {
                 Ok(()) => {}
