@@ -2,8 +2,10 @@
 # Benchmark: a cold build of images/no_rocm_image_debian12.toml with quarry
 # against mmdebstrap installing the same package list (its `required`
 # variant: Essential + Priority required, like quarry's default), in the same
-# run and from the same mirror (this machine's apt sources); then quarry's
-# warm rebuilds. Needs root (mmdebstrap --mode=root) and network.
+# run and from the same mirror (this machine's apt sources for the suite);
+# both run the packages' maintainer scripts. Reports wall and CPU seconds
+# (user + system, the programs they run included) and quarry's ratios; then
+# quarry's warm rebuilds. Needs root (mmdebstrap --mode=root) and network.
 # usage: benches/distro.sh [WORKDIR]   (default: a fresh directory under /tmp)
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,20 +24,18 @@ with open(sys.argv[1], "rb") as f:
 PY
 )
 
+# The same archive for both: the mirror quarry takes for the suite, the suite alone.
+mirror=$("$quarry" lock --dry-run --json "$image" | python3 -c 'import json,sys; r=json.load(sys.stdin)["release"]; print(r[:r.index("/dists/")])')
 sources="$work/sources"
-: > "$sources"
-for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] && grep -qi debian "$f" && { cat "$f"; echo; } >> "$sources"
-done
-[ -s "$sources" ] || grep -v '^\s*#' /etc/apt/sources.list | grep . > "$sources"
+echo "deb $mirror bookworm main" > "$sources"
 
-t() { # t LABEL COMMAND...: wall-clock seconds of one run
+t() { # t LABEL COMMAND...: wall and CPU seconds of one run (in $work/LABEL.time)
     label=$1; shift
-    start=$(date +%s.%N)
-    "$@" > "$work/$label.log" 2>&1 || { cat "$work/$label.log" >&2; exit 1; }
-    end=$(date +%s.%N)
-    printf '%-44s %8.1f s\n' "$label" "$(echo "$end - $start" | bc)"
+    /usr/bin/time -f '%e %U %S' -o "$work/$label.time" "$@" > "$work/$label.log" 2>&1 || { cat "$work/$label.log" >&2; exit 1; }
+    read -r wall user sys < "$work/$label.time"
+    printf '%-44s %8.1f s wall %8.1f s CPU\n' "$label" "$wall" "$(echo "$user + $sys" | bc)"
 }
+secs() { read -r wall user sys < "$work/$1.time"; [ "$2" = wall ] && echo "$wall" || echo "$user + $sys" | bc; }
 
 cp "$image" "$work/no_rocm_image_debian12.toml"
 img="$work/no_rocm_image_debian12.toml"
@@ -45,6 +45,8 @@ echo "cores: $(nproc); packages: $include"
 t "quarry cold (resolve, download, build)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out"
 t "mmdebstrap cold (--variant=required)" mmdebstrap --variant=required --mode=root --format=tar \
     --aptopt='Acquire::Check-Valid-Until "false"' --include="$include" bookworm "$work/mmdebstrap.tar" "$sources"
+q="quarry cold (resolve, download, build)"; m="mmdebstrap cold (--variant=required)"
+echo "quarry / mmdebstrap: wall $(echo "scale=2; $(secs "$q" wall) / $(secs "$m" wall)" | bc), CPU $(echo "scale=2; $(secs "$q" cpu) / $(secs "$m" cpu)" | bc)"
 t "quarry lock" "$quarry" lock "$img" --cache-dir "$work/cache"
 t "quarry warm rebuild (layer cache)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out"
 t "quarry warm rebuild --no-cache (.deb cache)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out" --no-cache

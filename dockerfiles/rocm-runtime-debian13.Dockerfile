@@ -8,12 +8,6 @@ RUN (getent group video || groupadd -r video) && (getent group render || groupad
 # layer: rocm-debian
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kmod=34.2-2 libamd-comgr2=6.0+git20231212.4510c28+dfsg-3+b2 libamdhip64-5=5.7.1-6+deb13u1 libdrm-amdgpu1=2.4.124-2 libdrm-common=2.4.124-2 libdrm2=2.4.124-2 libedit2=3.1-20250104-1 libelf1t64=0.192-4 libfmt10=10.1.1+ds1-4 libhipblas0=5.5.1-4 libhsa-runtime64-1=6.1.2-3 libhsakmt1=6.2.4+ds-1 libkmod2=34.2-2 libllvm17t64=1:17.0.6-22+b2 libnuma1=2.0.19-1 libpci3=1:3.13.0-2 librocblas0=5.5.1+dfsg-7 librocm-smi64-1=6.1.2-1 librocsolver0=5.5.1-7 libxml2=2.12.7+dfsg+really2.9.14-2.1+deb13u3 libz3-4=4.13.3-1 pci.ids=0.0~2025.06.09-1 pciutils=1:3.13.0-2 rocm-smi=6.1.2-1 rocminfo=6.1.2-2 && rm -rf /var/lib/apt/lists/*
 
-# layer: ca-certificates
-WORKDIR /
-USER root
-# quarry runs this step without network (`docker build --network none` does so for every RUN)
-RUN ["/bin/sh", "-ec", "cd /usr/share/ca-certificates\nfind . -name '*.crt' | sed 's|^\\./||' | LC_ALL=C sort > /etc/ca-certificates.conf\nupdate-ca-certificates\ntest -s /etc/ssl/certs/ca-certificates.crt\n"]
-
 ENV LANG="C.UTF-8"
 ENV PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENV ROCM_PATH="/usr"

@@ -119,7 +119,6 @@ fn test_image_smoke_tests_report_no_device(wheel: &Path, work: &Path) {
         [
             "rocm-runtime-debian13/base",
             "rocm-runtime-debian13/rocm-debian",
-            "rocm-runtime-debian13/ca-certificates",
             "rocm",
             "smoke-runner",
             "wheels",

@@ -5,195 +5,28 @@
 //! package, unsatisfiable chain, tampered cache, pin no longer served).
 mod common;
 
+use common::deb_archive::{self, sha256, Archive, Pkg};
 use common::*;
-use flate2::write::GzEncoder;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// (path, content, mode) of a file in a package.
-type Entry<'a> = (&'a str, &'a [u8], u32);
-
-/// A tar.gz of entries, directories first.
-fn targz(entries: &[Entry]) -> Vec<u8> {
-    let mut b = tar::Builder::new(GzEncoder::new(Vec::new(), flate2::Compression::default()));
-    let mut dirs = std::collections::BTreeSet::new();
-    for (p, _, _) in entries {
-        let mut d = Path::new(p).parent();
-        while let Some(x) = d.filter(|x| !x.as_os_str().is_empty() && *x != Path::new(".")) {
-            dirs.insert(x.to_path_buf());
-            d = x.parent();
-        }
-    }
-    for d in dirs {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o755);
-        h.set_size(0);
-        b.append_data(&mut h, format!("{}/", d.display()), std::io::empty()).unwrap();
-    }
-    for (p, data, mode) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_mode(*mode);
-        h.set_size(data.len() as u64);
-        b.append_data(&mut h, p, *data).unwrap();
-    }
-    b.into_inner().unwrap().finish().unwrap()
-}
-
-/// A .deb with a control paragraph and data files.
-fn make_deb(out: &Path, control: &str, files: &[Entry]) {
-    let control_tgz = targz(&[("./control", control.as_bytes(), 0o644)]);
-    let data_tgz = targz(files);
-    let mut ar = ar::Builder::new(std::fs::File::create(out).unwrap());
-    for (name, data) in
-        [("debian-binary", b"2.0\n".to_vec()), ("control.tar.gz", control_tgz), ("data.tar.gz", data_tgz)]
-    {
-        let mut h = ar::Header::new(name.as_bytes().to_vec(), data.len() as u64);
-        h.set_mode(0o644);
-        ar.append(&h, &data[..]).unwrap();
-    }
-}
-
-struct Archive {
-    root: tempfile::TempDir,
-    gnupg: PathBuf,
-    keyring: PathBuf,
-    other_keyring: PathBuf,
-    url: String,
-    requests: Requests,
-}
-
-impl Drop for Archive {
-    fn drop(&mut self) {
-        for home in [&self.gnupg, &self.root.path().join("gnupg-other")] {
-            let _ = Command::new("gpgconf").arg("--homedir").arg(home).args(["--kill", "all"]).status();
-        }
-    }
-}
-
-fn gpg(home: &Path) -> Command {
-    let mut c = Command::new("gpg");
-    c.arg("--homedir").arg(home).args(["--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]);
-    c
-}
-
-fn make_key(home: &Path, keyring: &Path) {
-    std::fs::create_dir_all(home).unwrap();
-    std::fs::set_permissions(home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    run_expect(
-        gpg(home).args(["--quick-gen-key", "quarry test <test@example.invalid>", "ed25519", "sign", "never"]),
-        0,
-    );
-    let out = run_expect(gpg(home).arg("--export"), 0);
-    std::fs::write(keyring, out.stdout).unwrap();
-}
-
-/// Paths requested from a test server, in order.
-type Requests = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
-
-/// Serve `root` over HTTP/1.1 on 127.0.0.1 (GET only, one request per connection).
-fn serve(root: PathBuf, requests: Requests) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut s) = conn else { continue };
-            let root = root.clone();
-            let requests = requests.clone();
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut line = String::new();
-                r.read_line(&mut line).unwrap_or(0);
-                loop {
-                    let mut h = String::new();
-                    if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                        break;
-                    }
-                }
-                let path = line.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
-                requests.lock().unwrap().push(path.clone());
-                let file = root.join(&path);
-                match (path.contains(".."), std::fs::read(&file)) {
-                    (false, Ok(body)) => {
-                        let _ =
-                            write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-                        let _ = s.write_all(&body);
-                    }
-                    _ => {
-                        let _ = write!(s, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                    }
-                }
-            });
-        }
-    });
-    format!("http://{addr}")
-}
-
-fn sha256(data: &[u8]) -> String {
-    quarry::oci::digest::sha256_hex(data)
-}
 
 /// The archive: `app` -> `mid` -> `libx (>= 1)`; `top` -> `old` -> `libx (<< 1)`
 /// (unsatisfiable: the index has libx 1.2 only); `base-tool` is Essential.
 fn archive() -> Option<Archive> {
-    if !have_tool("gpg") || !have_tool("gpgv") {
-        return None;
-    }
-    let root = tempfile::tempdir().unwrap();
-    let gnupg = root.path().join("gnupg");
-    let keyring = root.path().join("test.gpg");
-    make_key(&gnupg, &keyring);
-    let other_keyring = root.path().join("other.gpg");
-    make_key(&root.path().join("gnupg-other"), &other_keyring);
-
-    let www = root.path().join("www");
-    let pool = www.join("pool/main");
-    std::fs::create_dir_all(&pool).unwrap();
-    let pkgs: &[(&str, &str, &str, &[Entry])] = &[
-        (
+    let pkg = |name, version, extra, files| Pkg { name, version, extra, members: &[], files };
+    deb_archive::archive(&[
+        pkg(
             "app",
             "1.0",
             "Depends: mid\n",
             &[("./bin/app", b"#!/bin/sh\necho app\n", 0o755), ("./etc/app.conf", b"x=1\n", 0o644)],
         ),
-        ("mid", "2.0", "Depends: libx (>= 1) | libother\n", &[("./usr/share/mid/README", b"mid\n", 0o644)]),
-        ("libx", "1.2", "", &[("./usr/lib/libx.txt", b"libx\n", 0o644)]),
-        ("old", "1", "Depends: libx (<< 1)\n", &[("./usr/share/old", b"old\n", 0o644)]),
-        ("top", "1", "Depends: old\n", &[("./usr/share/top", b"top\n", 0o644)]),
-        ("base-tool", "3", "Essential: yes\n", &[("./sbin/base-tool", b"tool\n", 0o755)]),
-    ];
-    let mut index = String::new();
-    for (name, version, extra, files) in pkgs {
-        let control = format!("Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: t <t@example.invalid>\n{extra}Description: test package {name}\n");
-        let file = format!("{name}_{version}_amd64.deb");
-        make_deb(&pool.join(&file), &control, files);
-        let bytes = std::fs::read(pool.join(&file)).unwrap();
-        index.push_str(&format!(
-            "{control}Filename: pool/main/{file}\nSize: {}\nSHA256: {}\nPriority: optional\n\n",
-            bytes.len(),
-            sha256(&bytes)
-        ));
-    }
-    let dist = www.join("dists/test");
-    std::fs::create_dir_all(dist.join("main/binary-amd64")).unwrap();
-    let gz = {
-        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::default());
-        e.write_all(index.as_bytes()).unwrap();
-        e.finish().unwrap()
-    };
-    std::fs::write(dist.join("main/binary-amd64/Packages.gz"), &gz).unwrap();
-    let release = format!(
-        "Origin: quarry-test\nSuite: test\nCodename: test\nArchitectures: amd64\nComponents: main\nSHA256:\n {} {} main/binary-amd64/Packages.gz\n",
-        sha256(&gz),
-        gz.len()
-    );
-    std::fs::write(dist.join("Release"), &release).unwrap();
-    run_expect(gpg(&gnupg).arg("--clearsign").arg("-o").arg(dist.join("InRelease")).arg(dist.join("Release")), 0);
-    let requests = Requests::default();
-    let url = serve(www, requests.clone());
-    Some(Archive { root, gnupg, keyring, other_keyring, url, requests })
+        pkg("mid", "2.0", "Depends: libx (>= 1) | libother\n", &[("./usr/share/mid/README", b"mid\n", 0o644)]),
+        pkg("libx", "1.2", "", &[("./usr/lib/libx.txt", b"libx\n", 0o644)]),
+        pkg("old", "1", "Depends: libx (<< 1)\n", &[("./usr/share/old", b"old\n", 0o644)]),
+        pkg("top", "1", "Depends: old\n", &[("./usr/share/top", b"top\n", 0o644)]),
+        pkg("base-tool", "3", "Essential: yes\n", &[("./sbin/base-tool", b"tool\n", 0o755)]),
+    ])
 }
 
 impl Archive {

@@ -22,7 +22,8 @@ pub(super) fn base(
     pins: &PackagePins,
 ) -> Result<(), BuildError> {
     let debs = crate::distro::fetch_debs(&base.set, pins, &exec.cache).map_err(|e| base_err(plan, i, e))?;
-    let tree = crate::distro::assemble(base, pins, &debs, exec.spool()).map_err(|e| base_err(plan, i, e))?;
+    let epoch = exec.opts.source_date_epoch;
+    let tree = crate::distro::assemble(base, pins, &debs, exec.spool(), epoch).map_err(|e| base_err(plan, i, e))?;
     exec.pack(plan, i, &tree)
 }
 
@@ -76,7 +77,9 @@ pub(super) fn layer(exec: &mut Executor, plan: &mut Plan, i: usize, reuse: bool)
     }
     let Work::Packages { set, pins: Some(pins), .. } = &plan.layers[i].work else { unreachable!("resolved above") };
     let debs = crate::distro::fetch_debs(set, pins, &exec.cache).map_err(|e| err(plan, e))?;
-    let tree = crate::distro::assemble_layer(set, pins, &debs, below, exec.spool()).map_err(|e| err(plan, e))?;
+    let epoch = exec.opts.source_date_epoch;
+    let tree = crate::distro::assemble_layer(set, pins, &debs, below, &blobs, exec.spool(), epoch)
+        .map_err(|e| err(plan, e))?;
     exec.pack(plan, i, &tree)?;
     Ok(true)
 }

@@ -94,6 +94,20 @@ enum Command {
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
+    // The sandbox's inside (see `sandbox`): before anything that could
+    // start a thread, as a new user namespace needs a single-threaded process.
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() == Some(std::ffi::OsStr::new(crate::sandbox::ARG)) {
+        let Some(job) = args.next() else { return 2 };
+        return match crate::sandbox::helper_main(std::path::Path::new(&job)) {
+            Ok(()) => 0,
+            Err(e) => {
+                // The parent reads this.
+                eprintln!("{e}");
+                e.exit_code()
+            }
+        };
+    }
     let cli = Cli::parse();
     crate::diagnostics::install(crate::diagnostics::Mode::Human);
     crate::engine::endpoint::select(cli.engine);

@@ -47,8 +47,29 @@ pub struct PackageSet {
     pub keyring: PathBuf,
     /// Packages to install (`name` or `name=version`).
     pub include: Vec<String>,
-    /// Run `dpkg --configure -a` in a container afterwards.
-    pub configure: bool,
+    /// Where the packages' maintainer scripts run.
+    pub configure: Configure,
+}
+
+/// Where a packages base or layer runs its packages' maintainer scripts
+/// and triggers (they always run: an unconfigured image is never shipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Configure {
+    /// In quarry's own sandbox while the layer is made (no engine needed).
+    #[default]
+    Sandbox,
+    /// In a container step after the layer (`configure = "engine"`, or the
+    /// older `true`): for hosts without user namespaces.
+    Engine,
+}
+
+impl Configure {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Configure::Sandbox => "sandbox",
+            Configure::Engine => "engine",
+        }
+    }
 }
 
 /// `[base.packages]`: a rootfs made from an archive.

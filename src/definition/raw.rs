@@ -55,12 +55,20 @@ pub(super) struct PackagesDef {
     #[serde(default)]
     pub include: Vec<String>,
     pub variant: Option<String>,
-    #[serde(default)]
-    pub configure: bool,
+    pub configure: Option<ConfigureDef>,
     #[serde(default)]
     pub groups: BTreeMap<String, u32>,
     #[serde(default)]
     pub users: Vec<UserDef>,
+}
+
+/// `configure = "sandbox" | "engine"` (or the older `true` = "engine",
+/// `false` = the default).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum ConfigureDef {
+    Bool(bool),
+    Mode(String),
 }
 
 /// An account a `packages` base adds (as `useradd -m` would).

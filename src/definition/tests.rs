@@ -21,7 +21,7 @@ fn packages_base_parses_with_defaults() {
     assert_eq!(p.mirror, Mirror::Host);
     assert_eq!(p.variant, Variant::Required);
     assert!(p.keyring.is_absolute() && p.keyring.ends_with("k.gpg"), "relative to the definition");
-    assert!(!p.configure);
+    assert_eq!(p.configure, crate::definition::Configure::Sandbox);
 }
 
 /// Write `files` (name, text) into a fresh directory and load the first.

@@ -80,7 +80,7 @@ impl Repo {
                 cached_or_fetch(fetcher, cache, crate::cache::Bucket::Indexes, &|| Ok(url.clone()), &sha, Some(size))?;
             let file = std::fs::File::open(&path).map_err(|e| DistroError::io(&path, e))?;
             let reader: Box<dyn std::io::Read> = if rel.ends_with(".xz") {
-                Box::new(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(file)))
+                Box::new(liblzma::read::XzDecoder::new_multi_decoder(BufReader::new(file)))
             } else if rel.ends_with(".gz") {
                 Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(file)))
             } else {

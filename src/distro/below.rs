@@ -1,9 +1,10 @@
 //! What the layers below a `packages` layer hold, read from their blobs:
 //! one merged view (whiteouts and opaque directories applied in layer
 //! order) with every directory, symlink and file name, but file *contents*
-//! kept only where the layer's writer needs them: the dpkg `status`, the
-//! loader configuration and cache, and shared objects (for `ld.so.cache`).
-//! Other files are placeholders of size 0, never written to a layer.
+//! kept only where unpacking over them needs them: the dpkg database's
+//! `status`, `diversions` and trigger interests, apt's sources and marks. Other files are
+//! placeholders of size 0, never written to a layer (the sandbox that runs
+//! the scripts lays the layers below out from their blobs).
 
 use super::control::{parse_paragraphs, Paragraph};
 use super::DistroError;
@@ -19,16 +20,21 @@ pub const STATUS: &[u8] = b"var/lib/dpkg/status";
 /// The merged lower filesystem.
 pub struct Below {
     pub tree: Tree,
+    /// The bytes of every regular file below (what laying them out takes).
+    pub content_bytes: u64,
 }
 
-/// Does the layer writer need this file's bytes?
+const TRIGGERS: &[u8] = b"var/lib/dpkg/triggers/";
+
+/// Does unpacking over the layers (or apt's state beside it) need this file's bytes?
 fn keeps_content(path: &[u8]) -> bool {
-    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
     path == STATUS
-        || path == b"etc/ld.so.conf"
-        || path == b"etc/ld.so.cache"
-        || path.starts_with(b"etc/ld.so.conf.d/")
-        || super::ldcache::is_dso(name)
+        || path == b"var/lib/dpkg/diversions"
+        || path.starts_with(TRIGGERS)
+        || path == b"var/lib/apt/extended_states"
+        || path == b"etc/apt/sources.list"
+        || path.starts_with(b"etc/apt/sources.list.d/")
+        || path == b"usr/lib/os-release"
 }
 
 fn layer_reader(blob: &Path) -> std::io::Result<Box<dyn Read>> {
@@ -36,7 +42,7 @@ fn layer_reader(blob: &Path) -> std::io::Result<Box<dyn Read>> {
     Ok(match sniff(blob)? {
         Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, f))),
         Format::Zstd => Box::new(zstd::stream::read::Decoder::new(f)?),
-        Format::Xz => Box::new(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(f))),
+        Format::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(BufReader::new(f))),
         Format::Tar | Format::Zip => Box::new(BufReader::with_capacity(1 << 20, f)),
     })
 }
@@ -54,6 +60,7 @@ impl Below {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         let mut len = 0u64;
         let mut tree = Tree::new();
+        let mut content_bytes = 0u64;
         for blob in blobs {
             let err = |e: std::io::Error| DistroError::Assemble {
                 message: format!("reading the layer below `{}`: {e}", blob.display()),
@@ -91,11 +98,13 @@ impl Below {
                     },
                     tar::EntryType::Regular | tar::EntryType::Continuous if keeps_content(&path) => {
                         let size = std::io::copy(&mut e, &mut out).map_err(err)?;
+                        content_bytes += size;
                         let content = Content::Slice { file: spool_path.clone(), offset: len };
                         len += size;
                         Kind::File { size, content }
                     }
                     tar::EntryType::Regular | tar::EntryType::Continuous => {
+                        content_bytes += e.size();
                         Kind::File { size: 0, content: Content::Bytes(Arc::from(Vec::new())) }
                     }
                     tar::EntryType::Fifo => Kind::Fifo,
@@ -118,7 +127,22 @@ impl Below {
             }
         }
         out.flush().map_err(|e| DistroError::io(&spool_path, e))?;
-        Ok(Below { tree })
+        Ok(Below { tree, content_bytes })
+    }
+
+    /// A kept file as text.
+    pub fn text(&self, path: &[u8]) -> Option<String> {
+        self.read_file(path).map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// The explicit triggers with interests below (`triggers/<name>` files).
+    pub fn trigger_names(&self) -> Vec<String> {
+        self.tree
+            .iter()
+            .filter_map(|(p, _)| p.strip_prefix(TRIGGERS))
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .filter(|n| !n.contains('/') && !matches!(n.as_str(), "File" | "Unincorp" | "Lock"))
+            .collect()
     }
 
     /// The bytes of a kept file.
@@ -158,12 +182,25 @@ impl Below {
         out.into_iter().filter_map(|raw| parse_paragraphs(&raw).into_iter().next().map(|p| (p, raw))).collect()
     }
 
-    /// `sha256:` of the status file, or `none`: what a layer's lock was resolved against.
+    /// What a layer's lock was resolved against: `sha256:` of the packages
+    /// present below (one `name:arch version` line each, sorted), or `none`.
+    /// The installed set, not the status file's bytes: dpkg rewrites those
+    /// (field order, trigger states) without changing what is installed.
     pub fn status_digest(&self) -> String {
-        match self.read_file(STATUS) {
-            Some(b) => crate::oci::Digest::of_bytes(&b).to_string(),
-            None => "none".into(),
+        if self.read_file(STATUS).is_none() {
+            return "none".into();
         }
+        let mut lines: Vec<String> = self
+            .status()
+            .iter()
+            .filter(|p| is_present(p))
+            .map(|p| {
+                let get = |k| p.get(k).unwrap_or_default();
+                format!("{}:{} {}\n", get("Package"), get("Architecture"), get("Version"))
+            })
+            .collect();
+        lines.sort();
+        crate::oci::Digest::of_bytes(lines.concat().as_bytes()).to_string()
     }
 
     pub fn has_dpkg_database(&self) -> bool {

@@ -67,6 +67,30 @@ pub fn for_each_paragraph(r: impl BufRead, mut f: impl FnMut(Paragraph)) -> std:
     Ok(())
 }
 
+/// The first paragraph with values as dpkg keeps them: leading blanks after
+/// the colon dropped, trailing ones kept (a .deb's `Description: x ` stays
+/// so in dpkg's status file).
+pub fn parse_exact(text: &str) -> Paragraph {
+    let mut p = Paragraph::default();
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            if p.fields.is_empty() {
+                continue;
+            }
+            break;
+        }
+        if line.starts_with(' ') || line.starts_with('\t') {
+            if let Some((_, v)) = p.fields.last_mut() {
+                v.push('\n');
+                v.push_str(line);
+            }
+        } else if let Some((k, v)) = line.split_once(':') {
+            p.fields.push((k.trim().to_string(), v.trim_start().to_string()));
+        }
+    }
+    p
+}
+
 pub fn parse_paragraphs(text: &str) -> Vec<Paragraph> {
     let mut v = Vec::new();
     let _ = for_each_paragraph(text.as_bytes(), |p| v.push(p));

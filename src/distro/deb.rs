@@ -19,8 +19,12 @@ pub struct Deb {
     /// Every control member but `control` itself (md5sums, conffiles,
     /// maintainer scripts, triggers, shlibs, symbols, templates...).
     pub control_files: BTreeMap<String, Vec<u8>>,
+    /// The `control` member as written.
+    pub control_text: String,
     /// The data tar's members, as written (normalized, relative).
     pub data: Tree,
+    /// The data tar's member paths in archive order (dpkg's `.list` order).
+    pub order: Vec<Vec<u8>>,
 }
 
 fn bad(deb: &Path, message: impl Into<String>) -> DistroError {
@@ -32,7 +36,7 @@ fn decompress(name: &str, bytes: Vec<u8>, deb: &Path) -> Result<Vec<u8>, DistroE
     let r: Result<usize, std::io::Error> = if name.ends_with(".gz") {
         flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut out)
     } else if name.ends_with(".xz") {
-        xz2::read::XzDecoder::new_multi_decoder(&bytes[..]).read_to_end(&mut out)
+        liblzma::read::XzDecoder::new_multi_decoder(&bytes[..]).read_to_end(&mut out)
     } else if name.ends_with(".zst") {
         zstd::stream::read::Decoder::new(&bytes[..]).and_then(|mut d| d.read_to_end(&mut out))
     } else if name.ends_with(".tar") {
@@ -50,6 +54,7 @@ pub fn read_deb(deb: &Path, spool: &Path) -> Result<Deb, DistroError> {
     let mut ar = ar::Archive::new(std::io::BufReader::new(file));
     let mut control_tar = None;
     let mut data = None;
+    let mut order = Vec::new();
     while let Some(entry) = ar.next_entry() {
         let mut entry = entry.map_err(|e| bad(deb, format!("not a valid .deb (ar) archive: {e}")))?;
         let name = String::from_utf8_lossy(entry.header().identifier()).trim_end_matches('/').to_string();
@@ -63,8 +68,10 @@ pub fn read_deb(deb: &Path, spool: &Path) -> Result<Deb, DistroError> {
                 tempfile::Builder::new().prefix("data-").tempfile_in(spool).map_err(|e| DistroError::io(spool, e))?;
             std::io::copy(&mut entry, &mut tmp).map_err(|e| DistroError::io(deb, e))?;
             let mut tree = Tree::new();
-            read_into(tmp.path(), &mut tree, &Placement::default(), spool)
+            let place = Placement { record_order: true, ..Default::default() };
+            let report = read_into(tmp.path(), &mut tree, &place, spool)
                 .map_err(|e| bad(deb, format!("data member `{name}`: {e}")))?;
+            order = report.order;
             // An uncompressed data tar is read in place: keep its file for
             // the build (the spool directory goes when the build ends).
             if sniff(tmp.path()).map_err(|e| DistroError::io(tmp.path(), e))? == Format::Tar {
@@ -76,6 +83,7 @@ pub fn read_deb(deb: &Path, spool: &Path) -> Result<Deb, DistroError> {
     let control_tar = control_tar.ok_or_else(|| bad(deb, "has no control.tar member"))?;
     let data = data.ok_or_else(|| bad(deb, "has no data.tar member"))?;
     let mut control = None;
+    let mut control_text = String::new();
     let mut control_files = BTreeMap::new();
     let mut t = tar::Archive::new(&control_tar[..]);
     for e in t.entries().map_err(|e| bad(deb, format!("control.tar: {e}")))? {
@@ -91,11 +99,12 @@ pub fn read_deb(deb: &Path, spool: &Path) -> Result<Deb, DistroError> {
         let mut v = Vec::new();
         e.read_to_end(&mut v).map_err(|e| bad(deb, format!("control.tar: {e}")))?;
         if name == "control" {
-            control = parse_paragraphs(&String::from_utf8_lossy(&v)).into_iter().next();
+            control_text = String::from_utf8_lossy(&v).into_owned();
+            control = parse_paragraphs(&control_text).into_iter().next();
         } else {
             control_files.insert(name, v);
         }
     }
     let control = control.ok_or_else(|| bad(deb, "has no `control` file"))?;
-    Ok(Deb { control, control_files, data })
+    Ok(Deb { control, control_files, control_text, data, order })
 }

@@ -3,24 +3,30 @@
 //! definition (`[base.packages]`) -> mirror (given, or this machine's apt
 //! source for the suite) -> signed InRelease (gpgv) -> Packages indexes
 //! (hashes from Release) -> resolution (or `IMAGE.lock`) -> .deb files in the
-//! content-addressed cache (sha256 checked) -> unpacked into one tree with
-//! the dpkg database and the accounts a minimal system needs.
+//! content-addressed cache (sha256 checked) -> unpacked as `dpkg --unpack`
+//! leaves them (`unpack`) -> the packages' own maintainer scripts and
+//! triggers run in quarry's sandbox (`configure`), made reproducible by
+//! rule (`normalize`) -> what no script does: the accounts the definition
+//! declares (`accounts`), apt's sources and automatic marks (`apt_state`).
 
+pub mod accounts;
+pub mod apt_state;
 pub mod archive;
 pub mod below;
+pub mod configure;
 pub mod control;
 pub mod deb;
 pub mod fetch;
-pub mod ldcache;
+pub mod normalize;
 pub mod pins;
 pub mod resolve;
 pub mod sources;
-pub mod system;
+pub mod unpack;
 pub mod usrmerge;
 pub mod version;
 
 use crate::cache::{Cache, CacheError};
-use crate::definition::{Mirror, PackageSet, PackagesBase, Variant};
+use crate::definition::{Configure, Mirror, PackageSet, PackagesBase, UserDef, Variant};
 use crate::layer::Tree;
 use fetch::Fetcher;
 use pins::{PackagePins, PinnedPackage};
@@ -55,6 +61,10 @@ pub enum DistroError {
     Io { path: String, err: std::io::Error },
     #[error(transparent)]
     Cache(#[from] CacheError),
+    #[error("{0}; or set `configure = \"engine\"` in the packages definition to run the scripts in a container step instead")]
+    Sandbox(Box<crate::sandbox::SandboxError>),
+    #[error("the {script} script of package `{package}` failed (exit status {code}); nothing was cached. Its output:\n{output}")]
+    Script { package: String, script: String, code: i32, output: String },
 }
 
 impl DistroError {
@@ -176,6 +186,7 @@ pub fn check_below(pins: &PackagePins, below: &below::Below, what: &str, lock: &
 
 /// Download (or take from the cache) every pinned .deb, verified.
 pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Result<Vec<PathBuf>, DistroError> {
+    let _span = crate::trace::span("packages: download");
     let fetcher = Fetcher::new();
     let mirror = std::sync::OnceLock::new();
     let url_of = |p: &PinnedPackage| -> Result<String, DistroError> {
@@ -249,33 +260,145 @@ fn open_debs(lock: &PackagePins, debs: &[PathBuf], spool: &Path) -> Result<Vec<d
     Ok(out)
 }
 
-/// Unpack the verified .debs into one rootfs tree.
-pub fn assemble(spec: &PackagesBase, lock: &PackagePins, debs: &[PathBuf], spool: &Path) -> Result<Tree, DistroError> {
-    let mut sys = system::System::new(&spec.architecture);
-    for d in open_debs(lock, debs, spool)? {
-        sys.unpack(d, !spec.configure)?;
+/// Did the definition name this package (or is it in the base's variant)?
+/// apt marks the others automatic. mmdebstrap installs the essential set
+/// with dpkg (no marks) and names the `required` ones and the includes to apt.
+fn named(control: &control::Paragraph, include: &[String], variant: Option<Variant>, essential: bool) -> bool {
+    let name = control.get("Package").unwrap_or_default();
+    let in_include = include.iter().any(|i| i.split_once('=').map(|(n, _)| n).unwrap_or(i) == name);
+    let in_variant = match variant {
+        None => false,
+        // apt never marks itself automatic (its pkgCacheGen::ForceEssential).
+        Some(_) if essential || name == "apt" => true,
+        Some(Variant::Required) => control.get("Priority") == Some("required"),
+        Some(Variant::Essential) => false,
+    };
+    in_include || in_variant
+}
+
+/// The verified .debs of a base, unpacked and configured into one rootfs.
+pub fn assemble(
+    spec: &PackagesBase,
+    lock: &PackagePins,
+    debs: &[PathBuf],
+    spool: &Path,
+    epoch: u64,
+) -> Result<Tree, DistroError> {
+    let mut u = unpack::Unpacked::new(&spec.architecture);
+    let opened = crate::trace::time("packages: open .debs", || open_debs(lock, debs, spool))?;
+    let unpack = crate::trace::span("packages: unpack");
+    let essential = unpack::essential_set(&opened.iter().map(|d| &d.control).collect::<Vec<_>>());
+    for d in opened {
+        let e = essential.contains(d.control.get("Package").unwrap_or_default());
+        let named = named(&d.control, &spec.include, Some(spec.variant), e);
+        u.unpack(d, named, e)?;
     }
-    sys.finish(&spec.users, &spec.groups)?;
-    let mut tree = sys.tree;
+    let scripts = u.needs_scripts() || spec.configure == Configure::Engine;
+    if !scripts {
+        u.settle_without_scripts()?;
+    }
+    u.finish()?;
+    drop(unpack);
+    let packages = u.packages.clone();
+    let mut tree = match spec.configure {
+        Configure::Sandbox => {
+            let mut t = if scripts { configure::run_scripts(u, &[], 0, spool, epoch)? } else { u.tree };
+            accounts::add(&mut t, &spec.users, &spec.groups)?;
+            t
+        }
+        // The step after this layer runs the scripts and adds the accounts.
+        Configure::Engine => {
+            configure::stage(&mut u)?;
+            u.tree
+        }
+    };
+    apt_state::add_source(&mut tree, None, &spec.set, &mirror_url(spec)?)?;
+    apt_state::mark_automatic(&mut tree, None, &packages, &spec.architecture)?;
     tree.finalize_hardlinks().map_err(|e| DistroError::Assemble { message: e.to_string() })?;
     Ok(tree)
 }
 
-/// Unpack the verified .debs of a packages layer over the layers `below`:
-/// their files, plus the merged dpkg database and loader cache.
+/// The verified .debs of a packages layer over the layers below (`blobs`,
+/// lowest first): what they add and change, configured.
 pub fn assemble_layer(
     spec: &PackageSet,
     lock: &PackagePins,
     debs: &[PathBuf],
     below: below::Below,
+    blobs: &[PathBuf],
     spool: &Path,
+    epoch: u64,
 ) -> Result<Tree, DistroError> {
-    let mut sys = system::System::over(&spec.architecture, below);
-    for d in open_debs(lock, debs, spool)? {
-        sys.unpack(d, !spec.configure)?;
+    let lower_bytes = below.content_bytes;
+    let mut u = unpack::Unpacked::over(&spec.architecture, below);
+    let opened = crate::trace::time("packages: open .debs", || open_debs(lock, debs, spool))?;
+    let unpack = crate::trace::span("packages: unpack");
+    for d in opened {
+        let named = named(&d.control, &spec.include, None, false);
+        u.unpack(d, named, false)?;
     }
-    sys.finish_layer()?;
-    let mut tree = sys.tree;
+    let scripts = u.needs_scripts() || spec.configure == Configure::Engine;
+    if !scripts {
+        u.settle_without_scripts()?;
+    }
+    u.finish()?;
+    drop(unpack);
+    let packages = u.packages.clone();
+    let below_tree = u.below().cloned().unwrap_or_default();
+    let mut tree = match spec.configure {
+        Configure::Sandbox if scripts => configure::run_scripts(u, blobs, lower_bytes, spool, epoch)?,
+        Configure::Sandbox => u.tree,
+        Configure::Engine => {
+            configure::stage(&mut u)?;
+            u.tree
+        }
+    };
+    apt_state::add_source(&mut tree, Some(&below_tree), spec, &mirror_url(spec)?)?;
+    apt_state::mark_automatic(&mut tree, Some(&below_tree), &packages, &spec.architecture)?;
+    let mut tree = implied_dirs_as_below(tree, &below_tree);
     tree.finalize_hardlinks().map_err(|e| DistroError::Assemble { message: e.to_string() })?;
     Ok(tree)
+}
+
+/// Directories a layer only implies (parents of what it adds) written as
+/// they are below, not with default metadata.
+fn implied_dirs_as_below(mut tree: Tree, below: &Tree) -> Tree {
+    let implied: Vec<(Vec<u8>, crate::layer::Node)> = tree
+        .iter()
+        .filter(|(_, n)| n.implicit)
+        .filter_map(|(p, _)| below.get(p).filter(|b| b.kind.is_dir()).map(|b| (p.clone(), b.clone())))
+        .collect();
+    for (p, mut n) in implied {
+        n.mtime = 0;
+        let _ = tree.insert(p, n);
+    }
+    tree
+}
+
+/// The script of the container step that configures packages left
+/// unpacked (`configure = "engine"`): what the sandbox runs (see
+/// `configure::SCRIPT`), then the definition's accounts as useradd makes them.
+pub fn engine_configure_script(users: &[UserDef], groups: &std::collections::BTreeMap<String, u32>) -> String {
+    let mut s = configure::SCRIPT.to_string();
+    for (g, gid) in groups {
+        s.push_str(&format!("groupadd -g {gid} {g}\n"));
+    }
+    for u in users {
+        let gid = u.gid.unwrap_or(u.uid);
+        s.push_str(&format!("getent group {gid} >/dev/null || groupadd -g {gid} {}\n", u.name));
+        for g in &u.groups {
+            s.push_str(&format!("getent group {g} >/dev/null || groupadd --system {g}\n"));
+        }
+        let home = u.home.clone().unwrap_or_else(|| format!("/home/{}", u.name));
+        let shell = u.shell.clone().unwrap_or_else(|| "/bin/bash".into());
+        let extra = if u.groups.is_empty() { String::new() } else { format!(" -G {}", u.groups.join(",")) };
+        s.push_str(&format!("useradd -m -u {} -g {gid}{extra} -s {shell} -d {home} {}\n", u.uid, u.name));
+        if u.sudo {
+            s.push_str(&format!(
+                "echo '{0} ALL=(ALL:ALL) NOPASSWD: ALL' > /etc/sudoers.d/{0}\nchmod 0440 /etc/sudoers.d/{0}\n",
+                u.name
+            ));
+        }
+    }
+    s
 }

@@ -70,6 +70,9 @@ pub struct Placement {
     pub owner: Option<(u64, u64)>,
     /// Keep device nodes (else they are dropped and counted).
     pub allow_devices: bool,
+    /// Record every member's placed path in archive order (`ReadReport::order`):
+    /// dpkg lists a package's files in the order of its data tar.
+    pub record_order: bool,
 }
 
 impl Placement {
@@ -89,10 +92,12 @@ impl Placement {
     }
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct ReadReport {
     pub members: usize,
     pub dropped_devices: usize,
+    /// Placed paths in archive order, when `Placement::record_order`.
+    pub order: Vec<Vec<u8>>,
 }
 
 /// An append-only file holding the contents of compressed members.
@@ -183,7 +188,9 @@ pub fn read_into(
             TarContent::InPlace(Arc::new(archive.to_path_buf())),
         )?,
         Format::Gzip => read_spooled(flate2::read::MultiGzDecoder::new(BufReader::new(file)), &mut ctx, spool_dir)?,
-        Format::Xz => read_spooled(xz2::read::XzDecoder::new_multi_decoder(BufReader::new(file)), &mut ctx, spool_dir)?,
+        Format::Xz => {
+            read_spooled(liblzma::read::XzDecoder::new_multi_decoder(BufReader::new(file)), &mut ctx, spool_dir)?
+        }
         Format::Zstd => {
             let d = zstd::stream::read::Decoder::new(file).map_err(io_err)?;
             read_spooled(d, &mut ctx, spool_dir)?
@@ -213,6 +220,9 @@ fn read_tar(r: impl Read, ctx: &mut Ctx, mut content: TarContent) -> Result<(), 
         let Some(path) = ctx.member_path(&raw)? else {
             continue;
         };
+        if ctx.place.record_order {
+            ctx.report.order.push(path.clone());
+        }
         let h = entry.header();
         let etype = h.entry_type();
         let mut node = Node::new(Kind::Dir, h.mode().unwrap_or(0o644));

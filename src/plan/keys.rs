@@ -58,13 +58,20 @@ fn encode_pins(k: &mut KeyEncoder, pins: &PackagePins) {
     k.opt_str("below", pins.below.as_deref());
 }
 
+/// Where and how the scripts run: the sandbox's rules version (a fix to
+/// them rebuilds), and the mirror the image's apt sources name.
+fn encode_configure(k: &mut KeyEncoder, set: &PackageSet, mirror: &str) {
+    k.str("configure", set.configure.as_str()).str("scripts", crate::distro::configure::RULES).str("mirror", mirror);
+}
+
 /// A `[base.packages]` rootfs: the pinned files and what the base adds.
 /// The quarry version is in it: how packages are unpacked and the dpkg
 /// database written may change between versions.
-pub fn packages_base(base: &PackagesBase, pins: &PackagePins) -> Key {
-    let mut k = KeyEncoder::new("packages-base", 1);
+pub fn packages_base(base: &PackagesBase, pins: &PackagePins, mirror: &str) -> Key {
+    let mut k = KeyEncoder::new("packages-base", 2);
     k.str("quarry", env!("CARGO_PKG_VERSION")).str("architecture", &base.architecture);
-    k.str("variant", base.variant.as_str()).bool("configure", base.configure);
+    k.str("variant", base.variant.as_str());
+    encode_configure(&mut k, base, mirror);
     encode_pins(&mut k, pins);
     k.u64("groups", base.groups.len() as u64);
     for (name, gid) in &base.groups {
@@ -80,10 +87,10 @@ pub fn packages_base(base: &PackagesBase, pins: &PackagePins) -> Key {
 }
 
 /// A packages layer: the pinned files over the dpkg status below.
-pub fn packages_layer(name: &str, set: &PackageSet, pins: &PackagePins) -> Key {
-    let mut k = KeyEncoder::new("packages-layer", 1);
+pub fn packages_layer(name: &str, set: &PackageSet, pins: &PackagePins, mirror: &str) -> Key {
+    let mut k = KeyEncoder::new("packages-layer", 2);
     k.str("quarry", env!("CARGO_PKG_VERSION")).str("name", name).str("architecture", &set.architecture);
-    k.bool("configure", set.configure);
+    encode_configure(&mut k, set, mirror);
     encode_pins(&mut k, pins);
     k.finish()
 }

@@ -78,7 +78,7 @@ fn key_stability_guard_packages() {
         mirror: crate::definition::Mirror::Host,
         keyring: "/k.gpg".into(),
         include: vec!["jq".into()],
-        configure: false,
+        configure: crate::definition::Configure::Sandbox,
     };
     let base = PackagesBase { set: set.clone(), variant: Variant::Required, groups: Default::default(), users: vec![] };
     let pins = PackagePins {
@@ -101,12 +101,12 @@ fn key_stability_guard_packages() {
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(version, "0.1.0", "a new version changes these keys: update the values below with it");
     assert_eq!(
-        keys::packages_base(&base, &pins).hex(),
-        "6d3c611e8a2e69285fcc80f2febf309f71f841cc8176ea18e391f77354eeccd6"
+        keys::packages_base(&base, &pins, "http://mirror.example/debian").hex(),
+        "6a870dc2f39970eb7845073e1095cb9d5679879ced1e8ec41471e783fabc9bf9"
     );
     assert_eq!(
-        keys::packages_layer("tools", &set, &pins).hex(),
-        "211d96f90973f01d4606c66dc029811bcf557d1f293f17051a48e1e4b0aa20d2"
+        keys::packages_layer("tools", &set, &pins, "http://mirror.example/debian").hex(),
+        "4a98570211f55464b20a76199a44c89f7f8530ad36d196c5cf4491d51dc4e1ae"
     );
 }
 

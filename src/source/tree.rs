@@ -78,6 +78,7 @@ impl FilesScan {
                         map,
                         owner: s.owner,
                         allow_devices: a.devices,
+                        record_order: false,
                     };
                     let r = read_into(&a.path, &mut tree, &place, spool_dir)
                         .map_err(|e| SourceError::new(layer, field("archive"), e.to_string()))?;

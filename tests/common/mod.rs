@@ -3,6 +3,7 @@
 //! missing engine or tool fails the test instead of skipping it.
 #![allow(dead_code)]
 
+pub mod deb_archive;
 pub mod engines;
 pub mod registry;
 pub mod remote;

@@ -1,6 +1,6 @@
 //! Package sets: a `[base.packages]` table and a layer's `[source.packages]`.
 
-use super::super::packages::{Mirror, PackageSet, PackagesBase, Variant};
+use super::super::packages::{Configure, Mirror, PackageSet, PackagesBase, Variant};
 use super::super::platform::Platform;
 use super::super::raw::{self, SourceDef};
 use super::super::{field_err, resolve_path};
@@ -87,7 +87,21 @@ fn validate_package_set(file: &Path, prefix: &str, p: &raw::PackagesDef, platfor
         mirror,
         keyring: resolve_path(file, &p.keyring),
         include: p.include.clone(),
-        configure: p.configure,
+        configure: match &p.configure {
+            None | Some(raw::ConfigureDef::Bool(false)) => Configure::Sandbox,
+            Some(raw::ConfigureDef::Bool(true)) => Configure::Engine,
+            Some(raw::ConfigureDef::Mode(m)) => match m.as_str() {
+                "sandbox" => Configure::Sandbox,
+                "engine" => Configure::Engine,
+                other => {
+                    return Err(field_err(
+                        file,
+                        f("configure"),
+                        format!("`{other}` is not \"sandbox\" (run the scripts in quarry's sandbox, the default) or \"engine\" (in a container step)"),
+                    ))
+                }
+            },
+        },
     })
 }
 

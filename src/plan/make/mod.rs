@@ -222,7 +222,8 @@ impl Planner<'_> {
                 let (pins, note) =
                     pins::base_pins(lock, &path, b, fresh, &self.opts.cache, self.spool).map_err(derr)?;
                 self.scopes[scope].pins.base = Some(pins.clone());
-                let own = keys::packages_base(b, &pins);
+                let mirror = crate::distro::mirror_url(b).map_err(derr)?;
+                let own = keys::packages_base(b, &pins, &mirror);
                 let history =
                     format!("quarry: packages {} {} ({} packages)", b.suite, b.architecture, pins.packages.len());
                 let inputs = deb_inputs(&pins);
@@ -239,10 +240,11 @@ impl Planner<'_> {
                 if let Work::PackagesBase { pins, .. } = &n.work {
                     n.pins = Some(pins.clone());
                 }
-                if b.configure {
+                if b.configure == crate::definition::Configure::Engine {
                     // The packages were left "unpacked": their maintainer
                     // scripts run now, as root with no network, as a step.
-                    let layer = configure_layer("configure", &image.file, "base.packages.configure.");
+                    let script = crate::distro::engine_configure_script(&b.users, &b.groups);
+                    let layer = configure_layer("configure", &image.file, "base.packages.configure.", script);
                     self.configure(scope, layer)?;
                 }
                 Ok(())
@@ -281,7 +283,7 @@ pub(super) fn mark_cached(plan: &mut Plan, cache: &crate::cache::Cache) -> Resul
 }
 
 /// The step that runs every maintainer script of a `packages` base or layer.
-fn configure_layer(name: &str, file: &Path, field_prefix: &str) -> Layer {
+fn configure_layer(name: &str, file: &Path, field_prefix: &str, script: String) -> Layer {
     let mut env = BTreeMap::new();
     env.insert("DEBIAN_FRONTEND".to_string(), "noninteractive".to_string());
     Layer {
@@ -290,10 +292,11 @@ fn configure_layer(name: &str, file: &Path, field_prefix: &str) -> Layer {
         field_prefix: field_prefix.into(),
         kind: LayerKind::Step(StepLayer {
             run: RunDef {
-                script: "dpkg --configure -a".into(),
+                script,
                 network: false,
                 env,
-                user: Some("root".into()),
+                // By number: before base-passwd's scripts run there is no /etc/passwd.
+                user: Some("0:0".into()),
                 workdir: Some("/".into()),
                 shell: None,
             },

@@ -105,7 +105,7 @@ pub fn of_sdist(sdist: &Path) -> Result<BuildSystem, String> {
         let reader: Box<dyn Read> = if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
             Box::new(flate2::read::MultiGzDecoder::new(f))
         } else if name.ends_with(".tar.xz") {
-            Box::new(xz2::read::XzDecoder::new(f))
+            Box::new(liblzma::read::XzDecoder::new(f))
         } else if name.ends_with(".tar") {
             Box::new(f)
         } else {
