@@ -51,4 +51,4 @@ t "quarry lock" "$quarry" lock "$img" --cache-dir "$work/cache"
 t "quarry warm rebuild (layer cache)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out"
 t "quarry warm rebuild --no-cache (.deb cache)" "$quarry" build "$img" --cache-dir "$work/cache" -o "$work/out" --no-cache
 echo "quarry layer: $(du -b "$work/cache/blobs/sha256" | cut -f1) bytes in the cache (gzip); mmdebstrap tar: $(stat -c %s "$work/mmdebstrap.tar") bytes (uncompressed)"
-echo "packages: quarry $(grep -c '^\[\[package' "$work/no_rocm_image_debian12.lock"), mmdebstrap $(tar xOf "$work/mmdebstrap.tar" ./var/lib/dpkg/status | grep -c '^Package:')"
+echo "packages: quarry $(grep -c '^\[\[base\.package' "$work/no_rocm_image_debian12.lock"), mmdebstrap $(tar xOf "$work/mmdebstrap.tar" ./var/lib/dpkg/status | grep -c '^Package:')"
