@@ -26,12 +26,12 @@ pub struct Fetcher {
 /// so). apt resolves a host once per run; so does a `Fetcher`: the first
 /// answer for each scheme and authority is kept for its lifetime (one build).
 #[derive(Debug, Default)]
-struct ResolveOnce {
-    resolver: DefaultResolver,
+struct ResolveOnce<R = DefaultResolver> {
+    resolver: R,
     known: Mutex<HashMap<String, ResolvedSocketAddrs>>,
 }
 
-impl Resolver for ResolveOnce {
+impl<R: Resolver> Resolver for ResolveOnce<R> {
     fn resolve(
         &self,
         uri: &ureq::http::Uri,
@@ -60,12 +60,20 @@ impl Default for Fetcher {
 
 impl Fetcher {
     pub fn new() -> Fetcher {
+        Fetcher::with_resolver(DefaultResolver::default())
+    }
+
+    fn with_resolver(resolver: impl Resolver) -> Fetcher {
         let config = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_secs(30)))
             .timeout_recv_body(Some(Duration::from_secs(300)))
             .http_status_as_error(false)
             .build();
-        let agent = ureq::Agent::with_parts(config, DefaultConnector::default(), ResolveOnce::default());
+        let agent = ureq::Agent::with_parts(
+            config,
+            DefaultConnector::default(),
+            ResolveOnce { resolver, known: Mutex::default() },
+        );
         Fetcher { agent }
     }
 
@@ -189,4 +197,69 @@ pub fn cached_or_fetch(
         return Ok(path);
     }
     fetcher.fetch_pinned(cache, bucket, &url()?, sha256, size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Answers every name with one local address and counts the lookups.
+    #[derive(Debug)]
+    struct Counting {
+        addr: std::net::SocketAddr,
+        lookups: Arc<AtomicUsize>,
+    }
+
+    impl Resolver for Counting {
+        fn resolve(
+            &self,
+            _: &ureq::http::Uri,
+            _: &ureq::config::Config,
+            _: ureq::unversioned::transport::NextTimeout,
+        ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+            self.lookups.fetch_add(1, Ordering::SeqCst);
+            let mut addrs = self.empty();
+            addrs.push(self.addr);
+            Ok(addrs)
+        }
+    }
+
+    /// A keep-alive HTTP/1.1 server answering every GET with "ok".
+    fn serve() -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                std::thread::spawn(move || {
+                    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                    let mut writer = stream;
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                        if line == "\r\n" {
+                            let _ = writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                        }
+                        line.clear();
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_host_is_resolved_once_for_many_downloads() {
+        let lookups = Arc::new(AtomicUsize::new(0));
+        let fetcher = Fetcher::with_resolver(Counting { addr: serve(), lookups: lookups.clone() });
+        for i in 0..5 {
+            let body = fetcher.get_bytes(&format!("http://mirror.invalid/pool/{i}.deb")).unwrap();
+            assert_eq!(body, b"ok");
+        }
+        assert_eq!(lookups.load(Ordering::SeqCst), 1, "one lookup for five requests to one host");
+        fetcher.get_bytes("http://other.invalid/x").unwrap();
+        assert_eq!(lookups.load(Ordering::SeqCst), 2, "another host is looked up");
+    }
 }
