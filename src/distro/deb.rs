@@ -68,7 +68,8 @@ pub fn read_deb(deb: &Path, spool: &Path) -> Result<Deb, DistroError> {
                 tempfile::Builder::new().prefix("data-").tempfile_in(spool).map_err(|e| DistroError::io(spool, e))?;
             std::io::copy(&mut entry, &mut tmp).map_err(|e| DistroError::io(deb, e))?;
             let mut tree = Tree::new();
-            let place = Placement { record_order: true, ..Default::default() };
+            // verified: the .deb matched its pinned sha256 when fetched.
+            let place = Placement { record_order: true, verified: true, ..Default::default() };
             let report = read_into(tmp.path(), &mut tree, &place, spool)
                 .map_err(|e| bad(deb, format!("data member `{name}`: {e}")))?;
             order = report.order;

@@ -73,6 +73,11 @@ pub struct Placement {
     /// Record every member's placed path in archive order (`ReadReport::order`):
     /// dpkg lists a package's files in the order of its data tar.
     pub record_order: bool,
+    /// The archive's bytes were checked against a digest before (a .deb
+    /// against its signed index): skip the compressor's own checksum, which
+    /// can only repeat that check (xz's CRC64 cost 0.8 s of CPU in a 207
+    /// package build).
+    pub verified: bool,
 }
 
 impl Placement {
@@ -189,7 +194,9 @@ pub fn read_into(
         )?,
         Format::Gzip => read_spooled(flate2::read::MultiGzDecoder::new(BufReader::new(file)), &mut ctx, spool_dir)?,
         Format::Xz => {
-            read_spooled(liblzma::read::XzDecoder::new_multi_decoder(BufReader::new(file)), &mut ctx, spool_dir)?
+            let flags = liblzma::stream::CONCATENATED | if place.verified { liblzma::stream::IGNORE_CHECK } else { 0 };
+            let stream = liblzma::stream::Stream::new_stream_decoder(u64::MAX, flags).map_err(|e| io_err(e.into()))?;
+            read_spooled(liblzma::read::XzDecoder::new_stream(BufReader::new(file), stream), &mut ctx, spool_dir)?
         }
         Format::Zstd => {
             let d = zstd::stream::read::Decoder::new(file).map_err(io_err)?;

@@ -79,6 +79,7 @@ impl FilesScan {
                         owner: s.owner,
                         allow_devices: a.devices,
                         record_order: false,
+                        verified: false,
                     };
                     let r = read_into(&a.path, &mut tree, &place, spool_dir)
                         .map_err(|e| SourceError::new(layer, field("archive"), e.to_string()))?;
