@@ -211,7 +211,7 @@ fn compare(ours: &Tree, ours_root: &Path, theirs: &Tree, theirs_root: &Path, own
         match (a, b) {
             (Some(_), None) if ours_only(p) => continue,
             (Some(a), Some(b)) if a.kind == b.kind && (a.mode, a.uid, a.gid) == (b.mode, b.uid, b.gid) => {
-                if let Some(_) = SAME_SET.iter().find(|(f, _)| f == p) {
+                if SAME_SET.iter().any(|(f, _)| f == p) {
                     let para = p.ends_with("extended_states");
                     if sorted_units(&read(ours_root, p), para) == sorted_units(&read(theirs_root, p), para) {
                         continue;

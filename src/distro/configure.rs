@@ -248,7 +248,7 @@ fn assemble(path: &[u8], e: impl std::fmt::Display) -> DistroError {
 
 /// Name the package and script that failed, with the end of its output.
 fn script_failure(mut code: i32, log: &str) -> DistroError {
-    let part = log.lines().filter_map(|l| l.strip_prefix("==> ")).last().unwrap_or("configure").to_string();
+    let part = log.lines().filter_map(|l| l.strip_prefix("==> ")).next_back().unwrap_or("configure").to_string();
     let (mut package, mut script) = match part.strip_prefix("preinst of ") {
         Some(p) => (p.to_string(), "preinst".to_string()),
         None => (String::new(), part.clone()),

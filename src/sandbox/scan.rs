@@ -34,7 +34,7 @@ fn walk(skip: &[Vec<u8>]) -> io::Result<BTreeMap<Vec<u8>, fs::Metadata>> {
         for e in fs::read_dir(abs(&dir))? {
             let e = e?;
             let p = crate::layer::path::join(&dir, e.file_name().as_bytes());
-            if skip.iter().any(|s| *s == p) {
+            if skip.contains(&p) {
                 continue;
             }
             let m = fs::symlink_metadata(abs(&p))?;
