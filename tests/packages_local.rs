@@ -7,7 +7,6 @@ mod common;
 
 use common::deb_archive::{self, sha256, Archive, Pkg};
 use common::*;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The archive: `app` -> `mid` -> `libx (>= 1)`; `top` -> `old` -> `libx (<< 1)`
@@ -95,33 +94,7 @@ fn layer_entries(
     out: &Path,
     built: &serde_json::Value,
 ) -> std::collections::BTreeMap<String, (tar::EntryType, Vec<u8>)> {
-    layer_entries_at(out, built, 0)
-}
-
-/// path -> (type, content) of the `i`th layer of a built image.
-fn layer_entries_at(
-    out: &Path,
-    built: &serde_json::Value,
-    i: usize,
-) -> std::collections::BTreeMap<String, (tar::EntryType, Vec<u8>)> {
-    let digest = built["layers"][i]["digest"].as_str().unwrap().trim_start_matches("sha256:").to_string();
-    let f = std::fs::File::open(out.join("blobs/sha256").join(digest)).unwrap();
-    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
-    let mut m = std::collections::BTreeMap::new();
-    for e in a.entries().unwrap() {
-        let mut e = e.unwrap();
-        let mut data = Vec::new();
-        if e.header().entry_type() == tar::EntryType::Symlink {
-            data = e.link_name_bytes().unwrap().to_vec();
-        } else {
-            e.read_to_end(&mut data).unwrap();
-        }
-        m.insert(
-            e.path().unwrap().display().to_string().trim_end_matches('/').to_string(),
-            (e.header().entry_type(), data),
-        );
-    }
-    m
+    deb_archive::layer_entries(out, built, 0)
 }
 
 #[test]
@@ -320,8 +293,8 @@ fn packages_layer_adds_only_what_the_layers_below_lack() {
         built["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(layer_names, ["base", "tools"]);
 
-    let base = layer_entries_at(&out, &built, 0);
-    let files = layer_entries_at(&out, &built, 1);
+    let base = deb_archive::layer_entries(&out, &built, 0);
+    let files = deb_archive::layer_entries(&out, &built, 1);
     for p in [
         "usr/bin/app",
         "etc/app.conf",

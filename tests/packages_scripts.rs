@@ -11,7 +11,6 @@ mod common;
 use common::deb_archive::{self, Archive, Pkg};
 use common::*;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -107,28 +106,6 @@ fn build(img: &Path, cache: &Path, out: &Path, extra: &[&str], code: i32) -> std
     run_expect(&mut c, code)
 }
 
-/// path -> (type, content or link target) of layer `i`.
-fn layer(out: &Path, built: &serde_json::Value, i: usize) -> BTreeMap<String, (tar::EntryType, Vec<u8>)> {
-    let digest = built["layers"][i]["digest"].as_str().unwrap().trim_start_matches("sha256:");
-    let f = std::fs::File::open(out.join("blobs/sha256").join(digest)).unwrap();
-    let mut a = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
-    let mut m = BTreeMap::new();
-    for e in a.entries().unwrap() {
-        let mut e = e.unwrap();
-        let mut data = Vec::new();
-        if e.header().entry_type() == tar::EntryType::Symlink {
-            data = e.link_name_bytes().unwrap().to_vec();
-        } else {
-            e.read_to_end(&mut data).unwrap();
-        }
-        m.insert(
-            e.path().unwrap().display().to_string().trim_end_matches('/').to_string(),
-            (e.header().entry_type(), data),
-        );
-    }
-    m
-}
-
 fn text(m: &BTreeMap<String, (tar::EntryType, Vec<u8>)>, p: &str) -> String {
     String::from_utf8_lossy(&m.get(p).unwrap_or_else(|| panic!("no {p} in {:?}", m.keys().collect::<Vec<_>>())).1)
         .into_owned()
@@ -147,7 +124,7 @@ fn scripts_and_a_trigger_run_across_layers() {
     let out = work.path().join("out");
     let built = stdout_json(&build(&img, &packages_cache(), &out, &[], 0));
 
-    let one = layer(&out, &built, 1);
+    let one = deb_archive::layer_entries(&out, &built, 1);
     // The preinst ran as dpkg runs it: `install`, its package named, its
     // control archive in tmp.ci/.
     assert_eq!(text(&one, "var/lib/good/preinst"), "install good good\n");
@@ -172,7 +149,7 @@ fn scripts_and_a_trigger_run_across_layers() {
     );
 
     // A file of the next layer activates the trigger good declared below.
-    let two = layer(&out, &built, 2);
+    let two = deb_archive::layer_entries(&out, &built, 2);
     assert_eq!(text(&two, "var/lib/good/triggered"), "/usr/share/good/plugins\n");
     assert!(!two.contains_key("var/lib/good/postinst"), "good is not configured again");
     let status = text(&two, "var/lib/dpkg/status");

@@ -3,8 +3,10 @@
 //! for apt and curl. Every download is streamed to a temporary file in the
 //! cache, hashed on the way, checked, then renamed into place.
 
-use super::DistroError;
+use super::pins::{PackagePins, PinnedPackage};
+use super::{mirror_url, DistroError};
 use crate::cache::{Bucket, Cache};
+use crate::definition::PackageSet;
 use crate::oci::blob::BlobError;
 use crate::oci::Digest;
 use std::collections::HashMap;
@@ -197,6 +199,51 @@ pub fn cached_or_fetch(
         return Ok(path);
     }
     fetcher.fetch_pinned(cache, bucket, &url()?, sha256, size)
+}
+
+/// Download (or take from the cache) every pinned .deb, verified.
+pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Result<Vec<PathBuf>, DistroError> {
+    let _span = crate::trace::span("packages: download");
+    let fetcher = Fetcher::new();
+    let mirror = std::sync::OnceLock::new();
+    let url_of = |p: &PinnedPackage| -> Result<String, DistroError> {
+        let m = match mirror.get() {
+            Some(m) => m,
+            None => {
+                let m = mirror_url(spec)?;
+                mirror.get_or_init(|| m)
+            }
+        };
+        Ok(format!("{m}/{}", p.file))
+    };
+    // A few downloads at a time: latency, not bandwidth, dominates small files.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<PathBuf, DistroError>>>> =
+        lock.packages.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..6 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(p) = lock.packages.get(i) else { break };
+                let r = cached_or_fetch(&fetcher, cache, Bucket::Debs, &|| url_of(p), &p.sha256, Some(p.size));
+                let failed = r.is_err();
+                *results[i].lock().expect("not poisoned") = Some(r);
+                if failed {
+                    next.store(usize::MAX / 2, std::sync::atomic::Ordering::Relaxed);
+                    break;
+                }
+            });
+        }
+    });
+    let mut out = Vec::new();
+    for r in results {
+        match r.into_inner().expect("not poisoned") {
+            Some(Ok(p)) => out.push(p),
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

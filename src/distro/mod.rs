@@ -17,6 +17,7 @@ pub mod configure;
 pub mod control;
 pub mod deb;
 pub mod fetch;
+pub use fetch::fetch_debs;
 pub mod normalize;
 pub mod pins;
 pub mod resolve;
@@ -184,58 +185,6 @@ pub fn check_below(pins: &PackagePins, below: &below::Below, what: &str, lock: &
     Ok(())
 }
 
-/// Download (or take from the cache) every pinned .deb, verified.
-pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Result<Vec<PathBuf>, DistroError> {
-    let _span = crate::trace::span("packages: download");
-    let fetcher = Fetcher::new();
-    let mirror = std::sync::OnceLock::new();
-    let url_of = |p: &PinnedPackage| -> Result<String, DistroError> {
-        let m = match mirror.get() {
-            Some(m) => m,
-            None => {
-                let m = mirror_url(spec)?;
-                mirror.get_or_init(|| m)
-            }
-        };
-        Ok(format!("{m}/{}", p.file))
-    };
-    // A few downloads at a time: latency, not bandwidth, dominates small files.
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Result<PathBuf, DistroError>>>> =
-        lock.packages.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    std::thread::scope(|s| {
-        for _ in 0..6 {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(p) = lock.packages.get(i) else { break };
-                let r = fetch::cached_or_fetch(
-                    &fetcher,
-                    cache,
-                    crate::cache::Bucket::Debs,
-                    &|| url_of(p),
-                    &p.sha256,
-                    Some(p.size),
-                );
-                let failed = r.is_err();
-                *results[i].lock().expect("not poisoned") = Some(r);
-                if failed {
-                    next.store(usize::MAX / 2, std::sync::atomic::Ordering::Relaxed);
-                    break;
-                }
-            });
-        }
-    });
-    let mut out = Vec::new();
-    for r in results {
-        match r.into_inner().expect("not poisoned") {
-            Some(Ok(p)) => out.push(p),
-            Some(Err(e)) => return Err(e),
-            None => {}
-        }
-    }
-    Ok(out)
-}
-
 /// Open every verified .deb, checking each holds the pinned package.
 fn open_debs(lock: &PackagePins, debs: &[PathBuf], spool: &Path) -> Result<Vec<deb::Deb>, DistroError> {
     use rayon::prelude::*;
@@ -276,6 +225,29 @@ fn named(control: &control::Paragraph, include: &[String], variant: Option<Varia
     in_include || in_variant
 }
 
+/// Unpack every opened .deb into `u` as `dpkg --unpack` would; `marks` says
+/// of a package whether apt would mark it named (not automatic) and whether
+/// it is in the essential set. Returns whether scripts must run; when none
+/// need to, the packages are settled as configured here.
+fn unpack_all(
+    u: &mut unpack::Unpacked,
+    opened: Vec<deb::Deb>,
+    configure: Configure,
+    marks: impl Fn(&control::Paragraph) -> (bool, bool),
+) -> Result<bool, DistroError> {
+    let _span = crate::trace::span("packages: unpack");
+    for d in opened {
+        let (named, essential) = marks(&d.control);
+        u.unpack(d, named, essential)?;
+    }
+    let scripts = u.needs_scripts() || configure == Configure::Engine;
+    if !scripts {
+        u.settle_without_scripts()?;
+    }
+    u.finish()?;
+    Ok(scripts)
+}
+
 /// The verified .debs of a base, unpacked and configured into one rootfs.
 pub fn assemble(
     spec: &PackagesBase,
@@ -286,19 +258,11 @@ pub fn assemble(
 ) -> Result<Tree, DistroError> {
     let mut u = unpack::Unpacked::new(&spec.architecture);
     let opened = crate::trace::time("packages: open .debs", || open_debs(lock, debs, spool))?;
-    let unpack = crate::trace::span("packages: unpack");
     let essential = unpack::essential_set(&opened.iter().map(|d| &d.control).collect::<Vec<_>>());
-    for d in opened {
-        let e = essential.contains(d.control.get("Package").unwrap_or_default());
-        let named = named(&d.control, &spec.include, Some(spec.variant), e);
-        u.unpack(d, named, e)?;
-    }
-    let scripts = u.needs_scripts() || spec.configure == Configure::Engine;
-    if !scripts {
-        u.settle_without_scripts()?;
-    }
-    u.finish()?;
-    drop(unpack);
+    let scripts = unpack_all(&mut u, opened, spec.configure, |c| {
+        let e = essential.contains(c.get("Package").unwrap_or_default());
+        (named(c, &spec.include, Some(spec.variant), e), e)
+    })?;
     let packages = u.packages.clone();
     let mut tree = match spec.configure {
         Configure::Sandbox => {
@@ -332,17 +296,7 @@ pub fn assemble_layer(
     let lower_bytes = below.content_bytes;
     let mut u = unpack::Unpacked::over(&spec.architecture, below);
     let opened = crate::trace::time("packages: open .debs", || open_debs(lock, debs, spool))?;
-    let unpack = crate::trace::span("packages: unpack");
-    for d in opened {
-        let named = named(&d.control, &spec.include, None, false);
-        u.unpack(d, named, false)?;
-    }
-    let scripts = u.needs_scripts() || spec.configure == Configure::Engine;
-    if !scripts {
-        u.settle_without_scripts()?;
-    }
-    u.finish()?;
-    drop(unpack);
+    let scripts = unpack_all(&mut u, opened, spec.configure, |c| (named(c, &spec.include, None, false), false))?;
     let packages = u.packages.clone();
     let below_tree = u.below().cloned().unwrap_or_default();
     let mut tree = match spec.configure {

@@ -198,3 +198,32 @@ pub fn archive(pkgs: &[Pkg]) -> Option<Archive> {
     let url = serve(www, requests.clone());
     Some(Archive { root, gnupg, keyring, other_keyring, url, requests })
 }
+
+/// path -> (type, content or link target) of the `i`th layer of a built
+/// image (`built`: `quarry build --json`'s output) in the OCI layout `out`.
+pub fn layer_entries(
+    out: &Path,
+    built: &serde_json::Value,
+    i: usize,
+) -> std::collections::BTreeMap<String, (tar::EntryType, Vec<u8>)> {
+    use std::io::Read;
+    let digest = built["layers"][i]["digest"].as_str().unwrap().trim_start_matches("sha256:");
+    let f = std::fs::File::open(out.join("blobs/sha256").join(digest)).unwrap();
+    // Layers are multi-member gzip (1 MiB blocks): a plain GzDecoder would stop after the first.
+    let mut a = tar::Archive::new(flate2::read::MultiGzDecoder::new(f));
+    let mut m = std::collections::BTreeMap::new();
+    for e in a.entries().unwrap() {
+        let mut e = e.unwrap();
+        let mut data = Vec::new();
+        if e.header().entry_type() == tar::EntryType::Symlink {
+            data = e.link_name_bytes().unwrap().to_vec();
+        } else {
+            e.read_to_end(&mut data).unwrap();
+        }
+        m.insert(
+            e.path().unwrap().display().to_string().trim_end_matches('/').to_string(),
+            (e.header().entry_type(), data),
+        );
+    }
+    m
+}
