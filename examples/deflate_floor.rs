@@ -8,22 +8,22 @@
 //!
 //! Every member is inflated untimed (the zip crate's flate2 reader, CRC
 //! checked) into batches of about [`BATCH`] bytes; each batch is cut into
-//! [`PIECE`] pieces starting at each member's start, as `zip_write` cuts
+//! [`PIECE`] pieces starting at each member's start, as `zip::write` cuts
 //! them, and `deflate::compress` (libdeflate) on those pieces is timed, on
-//! `nproc` threads (one compressor each, as `zip_write`'s workers); then,
+//! `nproc` threads (one compressor each, as `zip::write`'s workers); then,
 //! timed apart, `deflate::finish_piece` (finding each piece's final block
 //! and closing it). Prints JSON: `{bytes, floor_wall_s, floor_cpu_s,
 //! join_wall_s, join_cpu_s, compressed, members, threads}`.
 //!
 //! Self-check: the pieces are the same bytes at the same level as in the
 //! wheels, and a member's compressed size is exactly the sum of its pieces
-//! (`zip_write` writes them back to back; empty members are stored, 0
+//! (`zip::write` writes them back to back; empty members are stored, 0
 //! bytes), so `compressed` must equal the sum of the members' compressed
 //! sizes, or this is not the same work and it exits with an error.
 
 use anyhow::{bail, Context, Result};
-use quarry::wheel::deflate;
-use quarry::wheel::zip_write::PIECE;
+use quarry::zip::deflate;
+use quarry::zip::write::PIECE;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -103,7 +103,7 @@ fn on_threads<S, T: Send>(
 
 /// Compress one batch's pieces on `threads` threads (timed), then join them (timed apart).
 fn compress_batch(batch: &[u8], pieces: &[Piece], threads: usize, floor: &mut Floor) -> Result<()> {
-    // One compressor per thread, as zip_write's workers have.
+    // One compressor per thread, as zip::write's workers have.
     let (streams, wall, cpu) = on_threads(pieces.len(), threads, deflate::compressor, |c, j| {
         let p = &pieces[j];
         deflate::compress(c, &batch[p.start..p.start + p.len])
@@ -157,7 +157,7 @@ fn main() -> Result<()> {
                 batch.clear();
                 pieces.clear();
             }
-            // Pieces start at the member's start, as zip_write cuts them.
+            // Pieces start at the member's start, as zip::write cuts them.
             let start = batch.len();
             m.read_to_end(&mut batch).with_context(|| format!("{wheel}: inflating {name}"))?;
             let mut at = start;

@@ -31,3 +31,4 @@ pub mod source;
 pub mod splice;
 pub mod trace;
 pub mod wheel;
+pub mod zip;

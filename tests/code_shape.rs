@@ -231,6 +231,28 @@ fn no_import_cycles_between_modules() {
     assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
 }
 
+/// The top-level modules each top-level module imports (its own excluded).
+fn top_level_imports() -> BTreeMap<String, BTreeSet<String>> {
+    graph().remove(&Vec::new()).unwrap_or_default()
+}
+
+#[test]
+fn the_zip_engine_knows_nothing_of_wheels_or_rocm() {
+    // `zip` is a floor that `wheel` and `rocm` build on, not a part of them.
+    let imports = top_level_imports();
+    let zip = imports.get("zip").cloned().unwrap_or_default();
+    let above: Vec<&String> = zip.iter().filter(|m| *m == "wheel" || *m == "rocm").collect();
+    assert!(above.is_empty(), "src/zip imports {above:?}");
+    assert!(imports.get("wheel").is_some_and(|w| w.contains("zip")), "wheel writes through crate::zip");
+    let wheel_files: Vec<String> = walkdir::WalkDir::new(src().join("wheel"))
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("zip_") && n != "zip_time.rs" || n == "deflate" || n == "inflate_index.rs")
+        .collect();
+    assert!(wheel_files.is_empty(), "zip or deflate code back under src/wheel: {wheel_files:?}");
+}
+
 #[test]
 fn build_path_files_stay_small() {
     // The middle of the house: definition -> plan -> build, and the layer

@@ -1,14 +1,14 @@
 //! Wheel zips: the crate's one zip reader ([`WheelZip`]: safe paths, every
 //! byte hashed while it streams by) and the wheel layer over the one zip
 //! writer ([`write_wheel`]: entries sorted with `.dist-info` last and
-//! RECORD at the very end, RECORD generated; see [`super::zip_write`]).
+//! RECORD at the very end, RECORD generated; see [`crate::zip::write`]).
 
-use super::inflate_index::{FileStamp, IndexedInflate, Member, StreamIndex};
 use super::record::{self, Measured, RecordRow};
 pub use super::zip_time::{source_date_epoch, zip_time};
-use super::zip_write::{ZipEntry, ZipOut, ZipWriteError};
 use super::WheelError;
 use crate::layer::path::normalize_member;
+use crate::zip::inflate_index::{FileStamp, IndexedInflate, Member, StreamIndex};
+use crate::zip::write::{ZipEntry, ZipOut, ZipWriteError};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -259,7 +259,7 @@ fn member_order(name: &str, dist_info: &str) -> (u8, u8, String) {
 }
 
 /// Write the wheel `out` from `entries` with the one zip writer
-/// ([`super::zip_write`]): entries sorted (package files, `.dist-info`,
+/// ([`crate::zip::write`]): entries sorted (package files, `.dist-info`,
 /// RECORD last), RECORD generated from what was written (an entry named
 /// RECORD or a signature of it is dropped), every member stamped with
 /// `time`; a temporary name is renamed into place, so a failure never
@@ -448,7 +448,7 @@ mod zip64_tests {
         let dir = tempfile::tempdir().unwrap();
         let entries: Vec<ZipEntry> = (0..70_000).map(|i| ZipEntry::bytes(format!("p/{i:05}"), Vec::new())).collect();
         let out = dir.path().join("many.zip");
-        super::super::zip_write::write_file(&out, &entries, zip_time(0)).unwrap();
+        crate::zip::write::write_file(&out, &entries, zip_time(0)).unwrap();
         let data = std::fs::read(&out).unwrap();
         // The ZIP64 end-of-central-directory record and locator are present.
         assert!(data.windows(4).any(|w| w == b"PK\x06\x06") && data.windows(4).any(|w| w == b"PK\x06\x07"));
@@ -466,7 +466,7 @@ mod zip64_tests {
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("big.bin");
         let mut x = 7u64;
-        let data: Vec<u8> = (0..(super::super::zip_write::PIECE as usize * 3 + 12_345))
+        let data: Vec<u8> = (0..(crate::zip::write::PIECE as usize * 3 + 12_345))
             .map(|i| {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
                 if i % 3 == 0 {

@@ -1,5 +1,5 @@
-//! Wheels: names, tags and local versions; deterministic zip reading and
-//! writing; RECORD; WHEEL/METADATA; the manylinux policies; the native
+//! Wheels: names, tags and local versions; reading and writing wheels
+//! (over the zip engine in `crate::zip`); RECORD; WHEEL/METADATA; the manylinux policies; the native
 //! check (what auditwheel's `show` reports) and repair (bundle external
 //! libraries, retag, rewrite).
 //!
@@ -12,9 +12,7 @@ pub mod analyze;
 pub mod archive;
 pub mod build;
 pub mod check;
-pub mod deflate;
 pub mod image;
-pub mod inflate_index;
 pub mod ldd;
 pub mod local_version;
 pub mod metadata;
@@ -28,12 +26,7 @@ pub mod rocm_init;
 pub mod rocm_packages;
 pub mod unpack;
 pub mod version;
-pub mod zip_entry;
-pub mod zip_headers;
-pub mod zip_pieces;
-pub mod zip_reuse;
 pub mod zip_time;
-pub mod zip_write;
 
 use std::path::PathBuf;
 

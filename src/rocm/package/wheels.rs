@@ -14,7 +14,7 @@ use super::{DroppedEntry, Options, PackageEntry, PackageError, PackageReport, DE
 use crate::layer::tree::Kind;
 use crate::rocm::python::{script_function, CORE_CLI, DEVEL_CLI, PROFILER_CLI};
 use crate::splice::Splice;
-use crate::wheel::zip_write::{EntrySource, ZipEntry};
+use crate::zip::write::{EntrySource, ZipEntry};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,11 +8,11 @@
 //! edited file is verified and checked against what was asked.
 
 use super::super::image::RepairImage;
-use super::super::zip_write::ZipEntry;
 use super::super::WheelError;
 use crate::elf::edit::{edit, EditError, ElfEdits};
 use crate::elf::patchelf::{pinned, Patchelf, PatchelfError};
 use crate::elf::{self, ElfInfo};
+use crate::zip::write::ZipEntry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

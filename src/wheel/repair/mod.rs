@@ -19,16 +19,16 @@ use super::analyze::{self, Options};
 use super::archive;
 use super::check::arch_from_name;
 use super::image::RepairImage;
-use super::inflate_index::StreamIndex;
 use super::ldd::{is_libpython, SystemPaths};
 use super::metadata;
 use super::unpack::unpack;
-use super::zip_reuse::Original;
-use super::zip_write::{EntrySource, ZipEntry};
 use super::WheelError;
 use crate::elf::edit::ElfEdits;
 use crate::elf::patchelf::{ContainerPatchelf, Patchelf};
 use crate::elf::{self};
+use crate::zip::inflate_index::StreamIndex;
+use crate::zip::reuse::Original;
+use crate::zip::write::{EntrySource, ZipEntry};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -352,7 +352,7 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
 }
 
 /// Members extracted with a block index keep what they can of their
-/// original stream (see [`super::zip_reuse`]): the edited ones around their
+/// original stream (see [`crate::zip::reuse`]): the edited ones around their
 /// edits, the others (as extracted) almost whole.
 fn reuse_original_streams(
     entries: Vec<ZipEntry>,
@@ -372,7 +372,7 @@ fn reuse_original_streams(
     for (name, index) in std::mem::take(streams) {
         use std::os::unix::fs::PermissionsExt;
         let extracted = root.join(&name);
-        // Only files still as extracted (`zip_reuse` checks again when writing).
+        // Only files still as extracted (`zip::reuse` checks again when writing).
         let (Ok(meta), Ok(splice)) = (std::fs::metadata(&extracted), crate::splice::Splice::file(&extracted)) else {
             continue;
         };

@@ -1,8 +1,8 @@
 //! What a zip holds and what was written for it: the crate's zip writer's
-//! vocabulary (see `zip_write`), apart so the pieces an entry is cut into
-//! (`zip_pieces`) can name it.
+//! vocabulary (see `write`), apart so the pieces an entry is cut into
+//! (`pieces`) can name it.
 
-use super::zip_reuse::Original;
+use super::reuse::Original;
 use crate::splice::Splice;
 use std::io;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ pub enum EntrySource {
     /// An edited file, read from its parts (see [`crate::splice`]).
     Splice(Arc<Splice>),
     /// An edited member of a zip being rewritten: the unchanged stretch
-    /// of its original stream is copied (see `zip_reuse`).
+    /// of its original stream is copied (see `reuse`).
     Reused(Arc<Splice>, Arc<Original>),
 }
 

@@ -16,9 +16,9 @@
 //! needs them. Empty entries are stored, not deflated.
 
 use super::deflate;
-use super::zip_headers::{central_header, end_of_central_directory, local_header, Central};
-use super::zip_pieces::{plan_pieces, read_piece, Job, Piece, Reuse};
-use super::zip_reuse;
+use super::headers::{central_header, end_of_central_directory, local_header, Central};
+use super::pieces::{plan_pieces, read_piece, Job, Piece, Reuse};
+use super::reuse;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 use zip::DateTime;
 
-pub use super::zip_entry::{EntrySource, Written, ZipEntry, ZipWriteError};
-pub use super::zip_pieces::PIECE;
+pub use super::entry::{EntrySource, Written, ZipEntry, ZipWriteError};
+pub use super::pieces::PIECE;
 
 /// A zip being written to `out` (a file: local headers are patched in place).
 pub struct ZipOut<W: Write + Seek> {
@@ -84,9 +84,9 @@ impl<W: Write + Seek> ZipOut<W> {
         let mut pieces = Vec::new();
         for (i, (e, &size)) in entries.iter().zip(&sizes).enumerate() {
             let reuse = match &e.source {
-                EntrySource::Reused(splice, original) => zip_reuse::window(splice, original).and_then(|window| {
+                EntrySource::Reused(splice, original) => reuse::window(splice, original).and_then(|window| {
                     // Unreadable here, it fails when read for the pieces.
-                    let bridge = zip_reuse::bridge(splice, original, &window).ok()??;
+                    let bridge = reuse::bridge(splice, original, &window).ok()??;
                     Some(Reuse { original: original.clone(), window, bridge })
                 }),
                 _ => None,
@@ -144,11 +144,11 @@ impl<W: Write + Seek> ZipOut<W> {
                                     .map_err(|why| ZipWriteError::Entry { name: e.name.clone(), why }),
                                 Job::Hash => Ok((raw, Vec::new())),
                                 Job::Bridge(bridge) => {
-                                    let bytes = zip_reuse::bridge_bytes(bridge, &raw);
+                                    let bytes = reuse::bridge_bytes(bridge, &raw);
                                     Ok((raw, bytes))
                                 }
                                 Job::Copy { original, from, to, close } => {
-                                    zip_reuse::copy_bits(&original.index, *from, *to, *close).map(|c| (raw, c)).map_err(
+                                    reuse::copy_bits(&original.index, *from, *to, *close).map(|c| (raw, c)).map_err(
                                         |source| ZipWriteError::Io { path: original.index.zip.clone(), source },
                                     )
                                 }

@@ -1,9 +1,9 @@
-//! The pieces an entry is cut into for the zip writer (see `zip_write`):
+//! The pieces an entry is cut into for the zip writer (see `write`):
 //! what each stands for in the entry's stream (deflated, copied from an
 //! original stream, a bridge to such a copy) and how its bytes are read.
 
-use super::zip_entry::{EntrySource, ZipEntry, ZipWriteError};
-use super::zip_reuse::{self, Original, Window};
+use super::entry::{EntrySource, ZipEntry, ZipWriteError};
+use super::reuse::{self, Original, Window};
 use crate::read_once;
 use std::fs::File;
 use std::io;
@@ -29,9 +29,9 @@ pub(super) enum Job {
     Deflate { final_block: bool },
     /// The bytes only hashed: a copy stands for them.
     Hash,
-    /// The bytes as the literals of a bridge to a copy (see [`zip_reuse::Bridge`]).
-    Bridge(zip_reuse::Bridge),
-    /// Bits of the original stream (see [`zip_reuse::copy_bits`]).
+    /// The bytes as the literals of a bridge to a copy (see [`reuse::Bridge`]).
+    Bridge(reuse::Bridge),
+    /// Bits of the original stream (see [`reuse::copy_bits`]).
     Copy { original: Arc<Original>, from: u64, to: u64, close: bool },
 }
 
@@ -39,7 +39,7 @@ pub(super) enum Job {
 pub(super) struct Reuse {
     pub(super) original: Arc<Original>,
     pub(super) window: Window,
-    pub(super) bridge: zip_reuse::Bridge,
+    pub(super) bridge: reuse::Bridge,
 }
 
 /// Cut entry `entry` (of `size` bytes) into pieces; `window`: original
@@ -70,7 +70,7 @@ pub(super) fn plan_pieces(pieces: &mut Vec<Piece>, entry: usize, size: u64, reus
             }
             let mut from = bridge.copy_from;
             while from < w.end.bit {
-                let to = (from + 8 * zip_reuse::COPY_PIECE).min(w.end.bit);
+                let to = (from + 8 * reuse::COPY_PIECE).min(w.end.bit);
                 let job = Job::Copy { original: original.clone(), from, to, close: to == w.end.bit };
                 pieces.push(Piece { entry, offset: w.end.out, len: 0, job, first: false, last: false });
                 from = to;

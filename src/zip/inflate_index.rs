@@ -1,7 +1,7 @@
 //! Inflating a zip member while noting where each of its deflate blocks
 //! begins, so a rewritten member can copy the unchanged stretch of the
 //! original stream instead of compressing it again (the zip writer's
-//! reuse of a [`StreamIndex`], in `zip_reuse`).
+//! reuse of a [`StreamIndex`], in `reuse`).
 //!
 //! A block boundary is a point where the decoder needs nothing but the
 //! last 32 KiB of output: from there, the original blocks decode the same
