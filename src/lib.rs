@@ -25,6 +25,7 @@ pub mod pypi;
 pub mod read_once;
 pub mod registry;
 pub mod rocm;
+pub mod rocm_artifacts;
 pub mod sandbox;
 pub mod sbom;
 pub mod source;

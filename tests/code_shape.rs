@@ -1,10 +1,14 @@
 //! The shape of the source tree, checked on every test run: no import
 //! cycles between modules (at the top level, and among the children of any
-//! module), no file of the build path over its size budget, and no
-//! printing to stderr outside the command line and the diagnostics sink.
-//! The module graph is read from the sources (`use` statements and paths
-//! starting at `crate::` or `super::`); test modules are left out, they may
-//! reach anywhere.
+//! module), every import pointing down the floors ARCHITECTURE.md lists,
+//! no file of the build path over its size budget and no other file over
+//! 400 lines without saying why, and no printing to stderr outside the
+//! command line and the diagnostics sink. The module graph is read from the
+//! whole of every source file (`use` statements and paths starting at
+//! `crate::` or `super::`); test modules are left out, they may reach
+//! anywhere: inline ones (`#[cfg(test)] mod tests { .. }`) are cut out of
+//! their file wherever they sit, and files declared as test modules
+//! (`#[cfg(test)] mod tests;`) are not read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -13,14 +17,17 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Every source file with its module path (`distro::below`; `` for lib.rs).
+/// Every source file with its module path (`distro::below`; `` for lib.rs),
+/// test-module files left out.
 fn modules() -> Vec<(Vec<String>, PathBuf)> {
     let mut out = Vec::new();
+    let mut test_files = BTreeSet::new();
     for e in walkdir::WalkDir::new(src()).into_iter().filter_map(|e| e.ok()) {
         let p = e.path();
         if p.extension().is_none_or(|x| x != "rs") {
             continue;
         }
+        test_files.extend(test_module_files(p, &std::fs::read_to_string(p).unwrap()));
         let rel = p.strip_prefix(src()).unwrap();
         let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
         let last = parts.pop().unwrap();
@@ -33,15 +40,102 @@ fn modules() -> Vec<(Vec<String>, PathBuf)> {
         }
         out.push((parts, p.to_path_buf()));
     }
+    out.retain(|(_, p)| !test_files.contains(p));
     out
 }
 
-/// The file's text without its `#[cfg(test)]` module (quarry keeps those last).
-fn non_test_code(text: &str) -> &str {
-    match text.find("#[cfg(test)]\nmod ") {
-        Some(i) => &text[..i],
-        None => text,
+/// The files of the modules `file` declares under `#[cfg(test)]` (`mod tests;`).
+fn test_module_files(file: &Path, text: &str) -> Vec<PathBuf> {
+    let dir = match file.file_name().and_then(|n| n.to_str()) {
+        Some("mod.rs" | "lib.rs" | "main.rs") => file.parent().unwrap().to_path_buf(),
+        _ => file.with_extension(""),
+    };
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        rest = &rest[i + "#[cfg(test)]".len()..];
+        let decl = rest.trim_start();
+        let Some((name, _)) = decl.strip_prefix("mod ").and_then(|d| d.split_once(';')) else { continue };
+        let name = name.trim();
+        if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.push(dir.join(format!("{name}.rs")));
+            out.push(dir.join(name).join("mod.rs"));
+        }
     }
+    out
+}
+
+/// The byte just past the `}` closing the block that opens at `open` (a
+/// `{`), reading strings, raw strings, chars and comments as Rust does.
+fn block_end(code: &str, open: usize) -> usize {
+    let b = code.as_bytes();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let (mut i, mut depth) = (open, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => i = code[i..].find('\n').map_or(b.len(), |e| i + e),
+            b'/' if b.get(i + 1) == Some(&b'*') => i = code[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 1),
+            b'r' if (i == 0 || !is_ident(b[i - 1])) && matches!(b.get(i + 1), Some(b'"' | b'#')) => {
+                let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+                if b.get(i + 1 + hashes) == Some(&b'"') {
+                    let close = format!("\"{}", "#".repeat(hashes));
+                    let from = i + 2 + hashes;
+                    i = code[from..].find(&close).map_or(b.len(), |e| from + e + close.len() - 1);
+                }
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            // A char literal ('{', '\'', '\u{7b}'); a lifetime ('a) has no closing quote.
+            b'\'' => {
+                if b.get(i + 1) == Some(&b'\\') {
+                    i = code[i + 3..].find('\'').map_or(b.len(), |e| i + 3 + e);
+                } else if let Some(c) = code[i + 1..].chars().next() {
+                    if code[i + 1 + c.len_utf8()..].starts_with('\'') {
+                        i += c.len_utf8() + 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+/// The file's code without its inline `#[cfg(test)]` modules, wherever they sit.
+fn non_test_code(text: &str) -> String {
+    const MARK: &str = "#[cfg(test)]";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(MARK) {
+        let after = &rest[i + MARK.len()..];
+        let decl = after.trim_start();
+        let inline = decl.strip_prefix("mod ").is_some_and(|d| {
+            let name_end = d.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(d.len());
+            d[name_end..].trim_start().starts_with('{')
+        });
+        out.push_str(&rest[..i]);
+        if inline {
+            let open = rest.len() - decl.len() + decl.find('{').unwrap();
+            rest = &rest[block_end(rest, open)..];
+        } else {
+            out.push_str(MARK);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Expand `a::{b, c::{d, e}}` into `a::b`, `a::c::d`, `a::c::e`.
@@ -147,7 +241,7 @@ fn graph() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
     for (m, file) in &mods {
         let text = std::fs::read_to_string(file).unwrap();
         let is_mod_rs = file.file_name().is_some_and(|n| n == "mod.rs");
-        for r in references(non_test_code(&text)) {
+        for r in references(&non_test_code(&text)) {
             let Some(target) = resolve(&r, m, &known, is_mod_rs) else { continue };
             let common = m.iter().zip(&target).take_while(|(a, b)| a == b).count();
             // A module naming its ancestor or its own descendant is not an edge between siblings.
@@ -217,6 +311,17 @@ fn the_reader_sees_what_it_should() {
     edges.entry("a".into()).or_default().insert("b".into());
     edges.entry("b".into()).or_default().insert("a".into());
     assert_eq!(find_cycle(&edges).unwrap(), ["a", "b", "a"]);
+    // A test module is cut out wherever it sits, braces in strings and chars
+    // notwithstanding; a declared one (`mod tests;`) cuts nothing after it.
+    let code = "use crate::a;\n#[cfg(test)]\nmod tests;\nuse crate::b;\n#[cfg(test)]\nmod t {\n    \
+                fn f() { let _ = ('{', \"}}\", r#\"{\"#); } // }\n}\nuse crate::c;\n";
+    let kept = non_test_code(code);
+    assert!(["crate::a", "crate::b", "crate::c"].iter().all(|m| kept.contains(m)), "{kept}");
+    assert!(!kept.contains("fn f"), "{kept}");
+    assert_eq!(
+        test_module_files(Path::new("/s/x/mod.rs"), "#[cfg(test)]\nmod tests;\n"),
+        [Path::new("/s/x/tests.rs"), Path::new("/s/x/tests/mod.rs")]
+    );
 }
 
 #[test]
@@ -253,23 +358,104 @@ fn the_zip_engine_knows_nothing_of_wheels_or_rocm() {
     assert!(wheel_files.is_empty(), "zip or deflate code back under src/wheel: {wheel_files:?}");
 }
 
+/// Lines of the file's own code (its inline test modules left out).
+fn code_lines(path: &Path) -> usize {
+    non_test_code(&std::fs::read_to_string(path).unwrap()).lines().count()
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .map(|e| e.into_path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect()
+}
+
 #[test]
 fn build_path_files_stay_small() {
-    // The middle of the house: definition -> plan -> build, and the layer
-    // and store leaves it runs on.
+    // The middle of the house: definition -> plan -> build, the sources
+    // and layers they run on, the cache and the OCI floor under them. No
+    // file there may say why it is long: it is split instead.
     let mut over = Vec::new();
-    for dir in ["definition", "plan", "build", "source", "layer", "store"] {
-        for e in walkdir::WalkDir::new(src().join(dir)).into_iter().filter_map(|e| e.ok()) {
-            if e.path().extension().is_some_and(|x| x == "rs") {
-                let text = std::fs::read_to_string(e.path()).unwrap();
-                let code = non_test_code(&text).lines().count();
-                if code > 400 {
-                    over.push(format!("{} ({code} lines before its tests)", e.path().display()));
-                }
+    for dir in ["definition", "plan", "build", "source", "layer", "cache", "oci"] {
+        assert!(src().join(dir).is_dir(), "src/{dir} is budgeted but gone: update this list");
+        for file in rust_files(&src().join(dir)) {
+            let code = code_lines(&file);
+            if code > 400 {
+                over.push(format!("{} ({code} lines besides its tests)", file.display()));
             }
         }
     }
     assert!(over.is_empty(), "files over 400 lines:\n{}", over.join("\n"));
+}
+
+/// The line a long file's module docs give its reason on.
+const LONG_FILE_REASON: &str = "//! Over 400 lines:";
+
+#[test]
+fn every_other_long_file_says_why() {
+    let mut silent = Vec::new();
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines = text.lines().count();
+        let docs: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!")).collect();
+        if lines > 400 && !docs.iter().any(|l| l.starts_with(LONG_FILE_REASON)) {
+            silent.push(format!("{} ({lines} lines)", file.display()));
+        }
+    }
+    assert!(
+        silent.is_empty(),
+        "files over 400 lines without a `{LONG_FILE_REASON} ...` line in their module docs (split them, or say why):\n{}",
+        silent.join("\n")
+    );
+}
+
+/// The floors ARCHITECTURE.md lists under `## Floors`, top first: each a
+/// numbered line naming its modules in backticks.
+fn floors() -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md")).unwrap();
+    let section = text.split("\n## Floors").nth(1).expect("ARCHITECTURE.md has a `## Floors` section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut out = Vec::new();
+    for line in section.lines() {
+        let Some((n, rest)) = line.split_once(". ") else { continue };
+        if n.is_empty() || !n.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        // The names before the first `:`.
+        let names = rest.split(':').next().unwrap();
+        out.push(names.split('`').skip(1).step_by(2).map(str::to_string).collect());
+    }
+    out
+}
+
+#[test]
+fn every_import_points_down_the_floors() {
+    let floors = floors();
+    let floor_of: BTreeMap<&str, usize> =
+        floors.iter().enumerate().flat_map(|(i, f)| f.iter().map(move |m| (m.as_str(), i))).collect();
+    let top: BTreeSet<String> =
+        modules().into_iter().filter(|(m, _)| m.len() == 1).map(|(m, _)| m[0].clone()).collect();
+    let listed: BTreeSet<String> = floor_of.keys().map(|m| m.to_string()).collect();
+    let unlisted: Vec<&String> = top.difference(&listed).collect();
+    let gone: Vec<&String> = listed.difference(&top).collect();
+    assert!(unlisted.is_empty(), "modules ARCHITECTURE.md's floors do not list: {unlisted:?}");
+    assert!(gone.is_empty(), "ARCHITECTURE.md's floors list modules that do not exist: {gone:?}");
+    assert_eq!(floor_of.len(), floors.iter().map(Vec::len).sum::<usize>(), "a module on two floors");
+    let mut up = Vec::new();
+    for (from, targets) in top_level_imports() {
+        for to in targets {
+            if floor_of[to.as_str()] < floor_of[from.as_str()] {
+                up.push(format!(
+                    "{from} (floor {}) imports {to} (floor {})",
+                    floor_of[from.as_str()] + 1,
+                    floor_of[to.as_str()] + 1
+                ));
+            }
+        }
+    }
+    assert!(up.is_empty(), "imports pointing up ARCHITECTURE.md's floors:\n{}", up.join("\n"));
 }
 
 #[test]

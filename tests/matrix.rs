@@ -401,3 +401,67 @@ fn a_failed_cell_is_named_and_running_it_again_fixed_completes_the_matrix() {
     assert_eq!(status(&r, "cell-bad"), "ok", "{r:#}");
     assert_eq!(common::leaked_quarry_containers(), Vec::<String>::new());
 }
+
+#[test]
+fn a_matrix_cell_refuses_a_too_old_patchelf_as_the_cli_does() {
+    // A wheel cell and `quarry wheel build` go through one setup: a
+    // repairing build with a QUARRY_PATCHELF older than 0.19 is refused by
+    // both, with the same words, before any image is loaded or built (the
+    // image is an engine reference nobody has: reaching for it would fail
+    // differently).
+    if !have_registry() {
+        return;
+    }
+    let reg = Registry::start("");
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    write(&w.join("proj/pyproject.toml"), "[project]\nname = \"p\"\nversion = \"1\"\n");
+    let fake = w.join("old-patchelf");
+    write(&fake, "#!/bin/sh\necho 'patchelf 0.14.5'\n");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let matrix = w.join("old.toml");
+    write(
+        &matrix,
+        "name = \"old\"\n[job]\nkind = \"wheel\"\nsource = \"proj\"\nimage = \"quarry-no-such-image:{v}\"\nrepair = true\n\
+         [axes]\nv = [\"1\"]\n",
+    );
+    let cell = stdout_json(&quarry_matrix(&["plan", "--no-keys", "--json"], &matrix, "", 0))["cells"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let registry = format!("{}/quarry-old", reg.addr());
+    let refused = |out: std::process::Output, who: &str| {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(err.contains("0.14.5") && err.contains("0.19") && err.contains("QUARRY_PATCHELF"), "{who}: {err}");
+        assert!(!err.contains("quarry-no-such-image"), "{who} reached for the image: {err}");
+        err.lines().find(|l| l.contains("0.14.5")).map(|l| l[l.find("patchelf").unwrap_or(0)..].to_string()).unwrap()
+    };
+    let by_cell = refused(
+        run_expect(
+            quarry()
+                .args(["matrix", "run", "--cell", &cell, "-o"])
+                .arg(w.join("cells"))
+                .arg(&matrix)
+                .arg("--cache-dir")
+                .arg(packages_cache())
+                .args(["--cache-registry", &registry])
+                .env("QUARRY_PATCHELF", &fake),
+            1,
+        ),
+        "matrix run",
+    );
+    let by_cli = refused(
+        run_expect(
+            quarry()
+                .args(["wheel", "build", "--repair", "--image", "quarry-no-such-image:1", "-o"])
+                .arg(w.join("wheels"))
+                .arg(w.join("proj"))
+                .arg("--cache-dir")
+                .arg(packages_cache())
+                .env("QUARRY_PATCHELF", &fake),
+            1,
+        ),
+        "wheel build",
+    );
+    assert_eq!(by_cell, by_cli, "the same refusal");
+}

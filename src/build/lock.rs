@@ -4,7 +4,6 @@
 //! executor builds exactly those layers first, and the result says so.
 
 use super::{BuildError, BuildOptions, Executor};
-use crate::cache::Cache;
 use crate::definition::Image;
 use crate::plan::lockfile::{LockFile, LockFileError};
 use crate::plan::{PinMode, PlanError, Work};
@@ -22,10 +21,10 @@ pub struct Locked {
 
 /// Pin every package and PyPI file of `image` afresh and write its lock.
 pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<Locked, BuildError> {
-    let cache = Cache::open_with(&opts.cache)?;
-    let mut plan = crate::plan::make(image, &opts.plan_options(&cache, PinMode::Fresh))?;
+    let cache = &opts.cache;
+    let mut plan = crate::plan::make(image, &opts.plan_options(PinMode::Fresh))?;
     let top = plan.scopes.len() - 1;
-    let mut exec = Executor::new(opts, &cache, false)?;
+    let mut exec = Executor::new(opts, cache, false)?;
     let mut built_to_resolve = Vec::new();
     for i in 0..plan.layers.len() {
         let unresolved = matches!(plan.layers[i].work, Work::Packages { pins: None, .. });
@@ -42,7 +41,7 @@ pub fn lock_image(image: &Image, opts: &BuildOptions) -> Result<Locked, BuildErr
             err: Box::new(err),
         })?;
         let spool = exec.spool().to_path_buf();
-        crate::plan::resolve_packages(&mut plan, i, &below, &cache, &spool)?;
+        crate::plan::resolve_packages(&mut plan, i, &below, cache, &spool)?;
         if !built.is_empty() {
             built_to_resolve.push((plan.layers[i].name.clone(), built));
         }

@@ -16,7 +16,7 @@ mod step;
 pub use execute::Executor;
 pub use lock::{lock_image, Locked};
 
-use crate::cache::{Cache, CacheConfig, CacheError};
+use crate::cache::{Cache, CacheError};
 use crate::definition::{DefinitionError, Image};
 use crate::layer::compress::LayerCodec;
 use crate::oci::layout::{self, LayoutError};
@@ -57,7 +57,8 @@ pub struct BuildOptions {
     pub sets: BTreeMap<String, String>,
     pub output: Option<PathBuf>,
     pub compression: LayerCodec,
-    pub cache: CacheConfig,
+    /// The open cache every lookup and commit goes through.
+    pub cache: Cache,
     pub no_cache: bool,
     /// Rehash every input file instead of trusting the stat memo.
     pub verify: bool,
@@ -73,7 +74,7 @@ impl BuildOptions {
     /// else (`load`, `run`): gzip, all cores, SOURCE_DATE_EPOCH from the env.
     pub fn defaults(
         sets: BTreeMap<String, String>,
-        cache: CacheConfig,
+        cache: Cache,
         progress: Progress,
     ) -> Result<BuildOptions, crate::epoch::BadEpoch> {
         Ok(BuildOptions {
@@ -91,9 +92,9 @@ impl BuildOptions {
     }
 
     /// How a plan for these options is made.
-    pub fn plan_options(&self, cache: &Cache, pins: PinMode) -> PlanOptions {
+    pub fn plan_options(&self, pins: PinMode) -> PlanOptions {
         PlanOptions {
-            cache: cache.clone(),
+            cache: self.cache.clone(),
             codec: self.compression,
             source_date_epoch: self.source_date_epoch,
             verify: self.verify,
@@ -107,13 +108,13 @@ impl BuildOptions {
     /// file the memo lacks with `--no-cache`, which looks nothing up).
     /// With a registry tier every key is known first: a layer another
     /// machine built is then fetched instead of packed.
-    pub fn build_plan_options(&self, cache: &Cache, pins: PinMode) -> PlanOptions {
-        let key_hashing = match (self.no_cache, self.cache.registry.is_some()) {
+    pub fn build_plan_options(&self, pins: PinMode) -> PlanOptions {
+        let key_hashing = match (self.no_cache, self.cache.has_shared_tier()) {
             (true, _) => KeyHashing::WhilePacking,
             (false, true) => KeyHashing::Upfront,
             (false, false) => KeyHashing::WhilePackingNewSources,
         };
-        PlanOptions { key_hashing, ..self.plan_options(cache, pins) }
+        PlanOptions { key_hashing, ..self.plan_options(pins) }
     }
 
     /// Where the layout of `image` goes: `--output`, else `out/NAME`.
@@ -171,9 +172,8 @@ pub fn build(image_file: &Path, opts: &BuildOptions) -> Result<BuildResult, Buil
 }
 
 pub fn build_image(image: &Image, opts: &BuildOptions) -> Result<BuildResult, BuildError> {
-    let cache = Cache::open_with(&opts.cache)?;
-    let mut plan = crate::plan::make(image, &opts.build_plan_options(&cache, PinMode::Locked))?;
-    build_plan(&mut plan, opts, &cache)
+    let mut plan = crate::plan::make(image, &opts.build_plan_options(PinMode::Locked))?;
+    build_plan(&mut plan, opts, &opts.cache)
 }
 
 /// Execute a plan and write its layout.

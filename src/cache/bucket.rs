@@ -26,6 +26,20 @@ pub enum Bucket {
     Notes,
 }
 
+/// How a bucket's entries sit in its local directory (what `cache du` and
+/// `cache prune` walk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A record per key naming a blob of the content store (layers).
+    Records,
+    /// Blobs of the content store no record names (pulled images).
+    Blobs,
+    /// One file or directory per entry.
+    Entries,
+    /// A directory per kind, an entry per name in it (notes).
+    Kinds,
+}
+
 impl Bucket {
     pub const ALL: [Bucket; 10] = [
         Bucket::Layers,
@@ -54,6 +68,22 @@ impl Bucket {
             Bucket::Debs => "debs",
             Bucket::Indexes => "indexes",
             Bucket::Notes => "notes",
+        }
+    }
+
+    /// How its entries sit in [`Bucket::dir`].
+    pub(crate) fn shape(self) -> Shape {
+        match self {
+            Bucket::Layers => Shape::Records,
+            Bucket::Images => Shape::Blobs,
+            Bucket::Notes => Shape::Kinds,
+            Bucket::Kernels
+            | Bucket::Wheels
+            | Bucket::CompilerObjects
+            | Bucket::Tools
+            | Bucket::Pypi
+            | Bucket::Debs
+            | Bucket::Indexes => Shape::Entries,
         }
     }
 

@@ -4,7 +4,8 @@
 //! files, Debian packages and indexes.
 //!
 //! Tiers: the local directory (`local`) always; with `--cache-registry`, an
-//! OCI registry that many machines share (`remote`): a lookup that misses
+//! OCI registry that many machines share (`remote`, behind the shared-tier
+//! interface of `tier`, which a new tier implements): a lookup that misses
 //! locally asks the registry, pulls and verifies every blob of the entry
 //! into the local tier and uses it from there; what this machine makes is
 //! committed locally, then pushed (unless the tier is read-only, or the
@@ -22,6 +23,7 @@ pub mod key;
 mod lease;
 mod local;
 pub mod remote;
+mod tier;
 pub mod usage;
 
 pub use bucket::Bucket;
@@ -36,6 +38,7 @@ use local::Local;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tier::SharedTier;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -120,7 +123,8 @@ struct Inner {
     registry_notes: PathBuf,
     /// None for a cache opened only to be inspected.
     lease: Option<Lease>,
-    remote: Option<remote::RegistryTier>,
+    /// The shared tier, when one is configured (see `tier`).
+    remote: Option<Box<dyn SharedTier>>,
 }
 
 /// The cache, cheap to clone.
@@ -147,7 +151,8 @@ impl Cache {
         };
         let local = Local::open(&cfg.dir).map_err(err("cannot open"))?;
         let lease = Some(Lease::take(&cfg.dir).map_err(err("cannot take a lease"))?);
-        let remote = cfg.registry.as_ref().map(remote::RegistryTier::new);
+        // The one place a shared tier is chosen.
+        let remote = cfg.registry.as_ref().map(|r| Box::new(remote::RegistryTier::new(r)) as Box<dyn SharedTier>);
         let registry_notes = local.note_dir(REGISTRY_NOTES);
         Ok(Cache(Arc::new(Inner { local, registry_notes, lease, remote })))
     }
@@ -364,6 +369,11 @@ impl Cache {
 
     pub fn write_note(&self, kind: &str, name: &str, data: &[u8]) -> Result<(), CacheError> {
         self.0.local.write_note(kind, name, data).map_err(self.io(format!("cannot write a `{kind}` note")))
+    }
+
+    /// Whether a tier many machines share is configured.
+    pub fn has_shared_tier(&self) -> bool {
+        self.0.remote.is_some()
     }
 
     /// What the registry tier did so far (None without one).

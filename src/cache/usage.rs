@@ -8,7 +8,7 @@
 //! never removes an entry stamped since the start of a live lease: what a
 //! running build found or made stays.
 
-use super::bucket::Bucket;
+use super::bucket::{Bucket, Shape};
 use super::lease::PruneGuard;
 use super::local::Local;
 use super::CacheError;
@@ -62,43 +62,36 @@ fn children(dir: &Path) -> Vec<PathBuf> {
 fn inventory(local: &Local) -> (Vec<Item>, BTreeMap<PathBuf, u32>) {
     let mut items = Vec::new();
     let mut blob_refs: BTreeMap<PathBuf, u32> = BTreeMap::new();
-    for rec in children(&local.bucket_dir(Bucket::Layers)) {
-        let blob = std::fs::read(&rec)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<LayerBlob>(&b).ok())
-            .map(|l| local.blobs().path(&l.digest))
-            .filter(|p| p.is_file());
-        if let Some(b) = &blob {
-            *blob_refs.entry(b.clone()).or_default() += 1;
-        }
-        let bytes = size_of(&rec);
-        items.push(Item { bucket: Bucket::Layers, used: mtime(&rec), path: rec, bytes, blob });
-    }
-    for blob in children(local.blobs().dir()) {
-        if !blob_refs.contains_key(&blob) {
-            let bytes = size_of(&blob);
-            items.push(Item { bucket: Bucket::Images, used: mtime(&blob), path: blob, bytes, blob: None });
-        }
-    }
-    let singles = [
-        Bucket::Kernels,
-        Bucket::Wheels,
-        Bucket::CompilerObjects,
-        Bucket::Tools,
-        Bucket::Pypi,
-        Bucket::Debs,
-        Bucket::Indexes,
-    ];
-    for bucket in singles {
-        for p in children(&local.bucket_dir(bucket)) {
-            let bytes = size_of(&p);
-            items.push(Item { bucket, used: mtime(&p), path: p, bytes, blob: None });
-        }
-    }
-    for kind in children(&local.bucket_dir(Bucket::Notes)) {
-        for p in children(&kind) {
-            let bytes = size_of(&p);
-            items.push(Item { bucket: Bucket::Notes, used: mtime(&p), path: p, bytes, blob: None });
+    // Records first: a blob a record names counts in its layer, not as an image.
+    let mut buckets = Bucket::ALL;
+    buckets.sort_by_key(|b| b.shape() != Shape::Records);
+    for bucket in buckets {
+        let item = |p: PathBuf, blob| Item { bucket, used: mtime(&p), bytes: size_of(&p), path: p, blob };
+        match bucket.shape() {
+            Shape::Records => {
+                for rec in children(&local.bucket_dir(bucket)) {
+                    let blob = std::fs::read(&rec)
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<LayerBlob>(&b).ok())
+                        .map(|l| local.blobs().path(&l.digest))
+                        .filter(|p| p.is_file());
+                    if let Some(b) = &blob {
+                        *blob_refs.entry(b.clone()).or_default() += 1;
+                    }
+                    items.push(item(rec, blob));
+                }
+            }
+            Shape::Blobs => {
+                let unnamed: Vec<PathBuf> =
+                    children(local.blobs().dir()).into_iter().filter(|b| !blob_refs.contains_key(b)).collect();
+                items.extend(unnamed.into_iter().map(|b| item(b, None)));
+            }
+            Shape::Entries => items.extend(children(&local.bucket_dir(bucket)).into_iter().map(|p| item(p, None))),
+            Shape::Kinds => {
+                for kind in children(&local.bucket_dir(bucket)) {
+                    items.extend(children(&kind).into_iter().map(|p| item(p, None)));
+                }
+            }
         }
     }
     (items, blob_refs)

@@ -37,7 +37,7 @@ impl ImageArgs {
             sets: crate::definition::parse_sets(&self.sets).map_err(|e| anyhow!(e))?,
             output: self.output.clone(),
             compression: LayerCodec::new(self.compression, self.compression_level).map_err(|e| anyhow!(e))?,
-            cache: self.cache.config(),
+            cache: crate::cache::Cache::open_with(&self.cache.config())?,
             no_cache: false,
             verify: self.verify,
             threads: crate::layer::compress::default_threads(),

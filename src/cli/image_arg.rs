@@ -5,7 +5,7 @@
 //! builds.
 
 use crate::build::{build, BuildOptions, BuildResult};
-use crate::cache::CacheConfig;
+use crate::cache::{Cache, CacheConfig};
 use crate::engine::{Engine, EngineError};
 use crate::oci::layout::open_image;
 use crate::progress::Progress;
@@ -88,7 +88,7 @@ pub fn build_definition(file: &Path, opts: &BuildOptions) -> Result<BuildResult,
     let mut opts = opts.clone();
     if opts.output.is_none() {
         let img = crate::definition::load_image(file, &opts.sets)?;
-        opts.output = Some(crate::cache::layout_dir(&opts.cache.dir, &img.name));
+        opts.output = Some(crate::cache::layout_dir(opts.cache.root(), &img.name));
     }
     build(file, &opts)
 }
@@ -99,7 +99,7 @@ pub fn build_definition(file: &Path, opts: &BuildOptions) -> Result<BuildResult,
 pub fn build_for_engine(
     file: &Path,
     sets: &[String],
-    cache: &CacheConfig,
+    cache: &Cache,
     progress: Progress,
 ) -> anyhow::Result<(PathBuf, String)> {
     let sets = crate::definition::parse_sets(sets).map_err(|e| anyhow::anyhow!(e))?;
@@ -114,7 +114,7 @@ pub fn build_for_engine(
 pub fn build_image(
     arg: &str,
     sets: &[String],
-    cache: &CacheConfig,
+    cache: &Cache,
     progress: Progress,
 ) -> anyhow::Result<crate::engine::build_image::BuildImage> {
     use crate::engine::build_image::BuildImage;
@@ -139,7 +139,7 @@ pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &Cach
             tag
         }
         ImageArg::Definition(f) => {
-            let (dir, tag) = build_for_engine(&f, sets, cache, Progress::new(false, false))?;
+            let (dir, tag) = build_for_engine(&f, sets, &Cache::open_with(cache)?, Progress::new(false, false))?;
             engine.load_layout(&dir, &tag, &scratch)?;
             tag
         }

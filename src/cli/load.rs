@@ -26,7 +26,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             (d, t)
         }
         ImageArg::Definition(f) => {
-            image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(a.json, false))?
+            image_arg::build_for_engine(&f, &a.def.sets, &crate::cache::Cache::open_with(&cache)?, Progress::new(a.json, false))?
         }
         ImageArg::Reference(r) => bail!("`{r}` is neither an OCI layout directory nor an image definition (.toml); `quarry load` loads those into the engine"),
     };

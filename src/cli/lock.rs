@@ -75,7 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let cache_dir = a.cache_dir.unwrap_or_else(crate::cache::default_dir);
-    let opts = BuildOptions::defaults(sets, crate::cache::CacheConfig::local(cache_dir), Progress::new(a.json, false))
+    let opts = BuildOptions::defaults(sets, crate::cache::Cache::open(&cache_dir)?, Progress::new(a.json, false))
         .map_err(|e| anyhow!(e))?;
     let locked =
         crate::build::lock_image(image, &opts).with_context(|| format!("locking `{}`", image.file.display()))?;

@@ -142,17 +142,17 @@ fn load(c: &Common, json: bool) -> anyhow::Result<(Matrix, Option<crate::engine:
         matrix::definition::JobKind::Image => None,
         _ if m.job.image_is_template() => None,
         _ => {
-            Some(image_arg::build_image(&m.job.image, &c.sets, &cache_config(c, &registry), Progress::new(json, true))?)
+            Some(image_arg::build_image(&m.job.image, &c.sets, &open_cache(c, &registry)?, Progress::new(json, true))?)
         }
     };
     Ok((m, image, registry))
 }
 
 /// The cache, with the registry tier the matrix uses.
-fn cache_config(c: &Common, registry: &str) -> crate::cache::CacheConfig {
+fn open_cache(c: &Common, registry: &str) -> anyhow::Result<crate::cache::Cache> {
     let mut args = c.cache.clone();
     args.cache_registry = Some(registry.to_string());
-    args.config()
+    Ok(crate::cache::Cache::open_with(&args.config())?)
 }
 
 fn shared<'a>(
@@ -164,7 +164,7 @@ fn shared<'a>(
 ) -> anyhow::Result<Shared<'a>> {
     Ok(Shared {
         matrix: m,
-        cache: cache_config(c, registry),
+        cache: open_cache(c, registry)?,
         image,
         out,
         gpus: scheduler::slurm_gpus()?,

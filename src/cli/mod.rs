@@ -170,12 +170,6 @@ pub(crate) struct DefinitionArgs {
     pub cache: cache_args::CacheArgs,
 }
 
-impl DefinitionArgs {
-    pub fn cache_dir(&self) -> std::path::PathBuf {
-        self.cache.dir()
-    }
-}
-
 /// Route warnings and notes for this command's output flags (see `diagnostics`).
 pub(crate) fn set_output_mode(json: bool, quiet: bool) {
     crate::diagnostics::install(crate::diagnostics::Mode::from_flags(json, quiet));

@@ -1,7 +1,6 @@
 //! `quarry plan`: what a build would do, without building.
 
 use super::build::ImageArgs;
-use crate::cache::Cache;
 use crate::plan::PinMode;
 use crate::progress::Progress;
 
@@ -18,10 +17,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let opts = a.image.options(Progress::hidden())?;
     let image = crate::definition::load_image(&a.image.image, &opts.sets)?;
-    let cache = Cache::open_with(&opts.cache)?;
-    let mut plan = crate::plan::make(&image, &opts.plan_options(&cache, PinMode::Locked))?;
+    let cache = &opts.cache;
+    let mut plan = crate::plan::make(&image, &opts.plan_options(PinMode::Locked))?;
     let output = opts.output_for(&plan.name);
-    let would_write = crate::build::manifest_if_cached(&mut plan, &opts, &cache)?;
+    let would_write = crate::build::manifest_if_cached(&mut plan, &opts, cache)?;
     let written = crate::oci::layout::open_image(&output, Some(&plan.tag), None).ok().map(|i| i.manifest_digest);
     let up_to_date = would_write.is_some() && would_write == written;
     if a.json {

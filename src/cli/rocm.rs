@@ -1,4 +1,4 @@
-use crate::rocm::artifacts::{self, Selection};
+use crate::rocm_artifacts::{self as artifacts, Selection};
 use anyhow::Context;
 use std::path::PathBuf;
 

@@ -82,9 +82,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let tag = image_arg::layout_tag(&d)?;
             Some((d, tag))
         }
-        ImageArg::Definition(f) => {
-            Some(image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(false, false))?)
-        }
+        ImageArg::Definition(f) => Some(image_arg::build_for_engine(
+            &f,
+            &a.def.sets,
+            &crate::cache::Cache::open_with(&cache)?,
+            Progress::new(false, false),
+        )?),
         ImageArg::Reference(r) => {
             opts.image = r;
             None

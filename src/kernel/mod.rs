@@ -22,7 +22,7 @@ pub mod key;
 pub mod target_id;
 pub mod targets;
 
-use crate::cache::{Bucket, Cache, CacheConfig, RemoteReport, Sharing, Tier};
+use crate::cache::{Bucket, Cache, RemoteReport, Sharing, Tier};
 use crate::engine::compiler_cache::{self, Stats, CCACHE_DIR};
 use crate::engine::copy::CopyIn;
 use crate::engine::gpu::{GpuPlan, TargetList};
@@ -52,7 +52,7 @@ pub struct KernelOptions {
     pub outputs: Vec<String>,
     pub network: bool,
     pub allow_missing_targets: bool,
-    pub cache: CacheConfig,
+    pub cache: Cache,
     pub compiler_cache: compiler_cache::Mode,
     /// Build even when the cache has the outputs (and start the compiler
     /// cache empty); what is built is still committed.
@@ -145,7 +145,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     if !o.source.is_dir() {
         return Err(KernelError::Input(format!("source `{}` is not a directory", o.source.display())));
     }
-    let cache = Cache::open_with(&o.cache)?;
+    let cache = &o.cache;
     let mut engine = None;
     let reading = crate::trace::span("kernel: read inputs (source, image)");
     let read = inputs::Inputs::read(o, &mut engine)?;
@@ -257,7 +257,7 @@ fn run_in_container(
 ) -> Result<Ran, KernelError> {
     let engine = crate::engine::build_image::connect(engine)?;
     let loading = crate::trace::span("kernel: image in the engine");
-    let reference = o.image.in_engine(engine, image, &crate::cache::scratch_dir(&o.cache.dir))?;
+    let reference = o.image.in_engine(engine, image, &crate::cache::scratch_dir(o.cache.root()))?;
     drop(loading);
     let mut env = targets::env(&o.targets.targets);
     env.extend(o.env.iter().cloned());

@@ -12,8 +12,7 @@ use super::cells::Cell;
 use super::definition::{fill, JobKind, JobSource, Matrix};
 use super::product::{files_of, ProductFile};
 use super::MatrixError;
-use crate::cache::{CacheConfig, Key, KeyEncoder};
-use crate::elf::patchelf::ContainerPatchelf;
+use crate::cache::{Cache, Key, KeyEncoder};
 use crate::engine::build_image::BuildImage;
 use crate::engine::gpu::{self, GpuMode, GpuPlan, TargetList};
 use std::collections::BTreeMap;
@@ -27,7 +26,7 @@ const TARGETS_AXIS: &str = "targets";
 pub struct CellContext<'a> {
     pub matrix: &'a Matrix,
     /// The cache, with the registry tier the products go to.
-    pub cache: CacheConfig,
+    pub cache: Cache,
     /// Wheel and kernel jobs: the build image (a definition already built).
     pub image: Option<BuildImage>,
     /// Where the cell's products go.
@@ -86,11 +85,16 @@ fn targets_of(cell: &Cell) -> TargetList {
     }
 }
 
-fn gpu_of(cx: &CellContext, cell: &Cell) -> Result<GpuPlan, MatrixError> {
-    if cell.needs.gpus == 0 || !cx.running {
-        return Ok(gpu::plan(GpuMode::None, &[])?);
+/// GPUs are passed to a cell that needs them, when it runs (planning needs none).
+fn gpu_mode(cx: &CellContext, cell: &Cell) -> GpuMode {
+    match cell.needs.gpus == 0 || !cx.running {
+        true => GpuMode::None,
+        false => GpuMode::Amd,
     }
-    Ok(gpu::plan(GpuMode::Amd, cx.gpus.as_deref().unwrap_or_default())?)
+}
+
+fn gpu_of(cx: &CellContext, cell: &Cell) -> Result<GpuPlan, MatrixError> {
+    Ok(gpu::plan(gpu_mode(cx, cell), cx.gpus.as_deref().unwrap_or_default())?)
 }
 
 /// The cell's build image: the one every cell shares, or the engine image
@@ -117,14 +121,13 @@ fn source_of(cx: &CellContext, cell: &Cell) -> Result<PathBuf, MatrixError> {
                 .sha256_for(&cell.values)
                 .map_err(|e| MatrixError::Input(format!("{}: job.source.sha256: {e}", file())))?
                 .ok_or_else(|| MatrixError::Input(format!("{}: job.source: not a package-index source", file())))?;
-            let cache = crate::cache::Cache::open_with(&cx.cache)?;
             let req = crate::definition::PypiRequest {
                 requirement,
                 format: crate::definition::PypiFormat::Sdist,
                 platform: None,
                 python: None,
             };
-            Ok(crate::pypi::fetch(&cache, &req, Some(&hash))?.path)
+            Ok(crate::pypi::fetch(&cx.cache, &req, Some(&hash))?.path)
         }
         None => Err(MatrixError::Input(format!("{}: job.source: none given", file()))),
     }
@@ -136,38 +139,27 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
     let env = env_of(m, cell);
     Ok(match m.job.kind {
         JobKind::Wheel => {
-            let label = m.job.local_version.as_ref().map(|t| fill(t, &cell.values));
-            let cache_dir = cx.cache.dir.clone();
-            if m.job.repair {
-                if let Some(arch) = crate::elf::patchelf::pinned::host_arch() {
-                    crate::elf::patchelf::pinned::fetch(&cache_dir, arch)?;
-                }
-            }
-            let lock = m.job.lock.clone().unwrap_or_else(|| m.file.with_extension("lock"));
-            CellBuild::Wheel(Box::new(crate::wheel::build::BuildOptions {
-                source: source_of(cx, cell)?,
-                image: image_of(cx, cell)?,
-                output: cx.out.clone(),
+            // The same setup as `quarry wheel build`, with what the matrix
+            // file says. The target list is fixed (the axis, else the
+            // environment or the default list, never the GPUs detected
+            // here): a cell's key must be the same where it is planned and
+            // where it runs.
+            let request = crate::wheel::build::BuildRequest {
                 pythons: cell.values.get(PYTHON_AXIS).map(|p| vec![p.clone()]),
                 axes: env.into_iter().map(|(k, v)| (k, vec![v])).collect(),
-                local_version: label,
+                local_version: m.job.local_version.as_ref().map(|t| fill(t, &cell.values)),
                 repair: m.job.repair,
-                patchelf: ContainerPatchelf::Pinned { cache_dir },
                 exclude: m.job.exclude.clone(),
                 test: m.job.test.clone(),
-                test_image: None,
-                test_requires: Vec::new(),
-                find_links: None,
-                gpu: gpu_of(cx, cell)?,
-                targets: targets_of(cell),
+                gpu: gpu_mode(cx, cell),
+                gpu_devices: cx.gpus.clone().unwrap_or_default(),
+                targets: Some(targets_of(cell)),
                 isolation: m.job.isolation,
-                network: false,
-                lock: Some(lock),
-                cache: cx.cache.clone(),
-                compiler_cache: crate::engine::compiler_cache::Mode::Auto,
-                no_cache: false,
-                rocm: None,
-            }))
+                lock: Some(m.job.lock.clone().unwrap_or_else(|| m.file.with_extension("lock"))),
+                ..crate::wheel::build::BuildRequest::new(source_of(cx, cell)?, cx.out.clone(), cx.cache.clone())
+            };
+            let prepared = crate::wheel::build::prepare(request)?;
+            CellBuild::Wheel(Box::new(prepared.with_image(image_of(cx, cell)?, None)))
         }
         JobKind::Kernel => CellBuild::Kernel(Box::new(crate::kernel::KernelOptions {
             source: source_of(cx, cell)?,
@@ -257,8 +249,7 @@ impl CellBuild {
 /// every key is known without building.
 fn image_key(definition: &Path, opts: &crate::build::BuildOptions) -> Result<Option<Key>, MatrixError> {
     let image = crate::definition::load_image(definition, &opts.sets)?;
-    let cache = crate::cache::Cache::open_with(&opts.cache)?;
-    let plan = crate::plan::make(&image, &opts.plan_options(&cache, crate::plan::PinMode::Locked))?;
+    let plan = crate::plan::make(&image, &opts.plan_options(crate::plan::PinMode::Locked))?;
     let keys: Option<Vec<Key>> = plan.layers.iter().map(|n| n.key).collect();
     let Some(keys) = keys else { return Ok(None) };
     let mut k = KeyEncoder::new("matrix-image", 1);

@@ -7,7 +7,7 @@ use super::definition::{JobKind, Matrix, Needs};
 use super::job::{self, CellContext};
 use super::product::Products;
 use super::MatrixError;
-use crate::cache::CacheConfig;
+use crate::cache::Cache;
 use crate::engine::build_image::BuildImage;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ pub struct MatrixPlan {
 /// What every cell shares.
 pub struct Shared<'a> {
     pub matrix: &'a Matrix,
-    pub cache: CacheConfig,
+    pub cache: Cache,
     pub image: Option<BuildImage>,
     /// Each cell's products go to `<out>/<cell id>`.
     pub out: PathBuf,

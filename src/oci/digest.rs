@@ -176,26 +176,6 @@ pub fn digest_file(path: &Path) -> io::Result<(Digest, u64)> {
     sha256_reader(std::fs::File::open(path)?)
 }
 
-/// Incremental hasher for cache keys: length-prefixed fields so that
-/// ("ab","c") and ("a","bc") never collide.
-#[derive(Clone, Default)]
-pub struct KeyHasher(Sha256);
-
-impl KeyHasher {
-    pub fn new() -> Self {
-        KeyHasher(Sha256::new())
-    }
-    pub fn field(&mut self, data: impl AsRef<[u8]>) -> &mut Self {
-        let d = data.as_ref();
-        self.0.update((d.len() as u64).to_le_bytes());
-        self.0.update(d);
-        self
-    }
-    pub fn finish(self) -> String {
-        hex::encode(&self.0.finalize()[..])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,14 +208,5 @@ mod tests {
         {
             assert!(Digest::parse(&bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn key_fields_are_delimited() {
-        let mut a = KeyHasher::new();
-        a.field("ab").field("c");
-        let mut b = KeyHasher::new();
-        b.field("a").field("bc");
-        assert_ne!(a.finish(), b.finish());
     }
 }

@@ -1,7 +1,7 @@
-//! ROCm builds: reading artifact directories (`artifacts`; their overlay
-//! into a dist tree is `source::rocm`) and packaging them as
-//! pip-installable packages (`package`, with the `rocm_sdk` Python sources).
+//! ROCm builds packaged as pip-installable packages (`package`, with the
+//! `rocm_sdk` Python sources). The artifact directories they start from are
+//! read by [`crate::rocm_artifacts`] (below both this and `source::rocm`,
+//! which overlays them into a dist tree).
 
-pub mod artifacts;
 pub mod package;
 pub mod python;

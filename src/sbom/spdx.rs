@@ -14,6 +14,9 @@
 //! The document types are written here rather than taken from a crate: the
 //! subset quarry writes is small, and owning the field order and which
 //! optional fields appear is what makes the bytes reproducible.
+//!
+//! Over 400 lines: one SPDX 2.3 document, its types and their checks
+//! (under 400); the other 180 are its tests.
 
 use super::inventory::{BaseKind, Inventory, LocalKind};
 use super::SbomError;

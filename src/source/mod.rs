@@ -45,7 +45,7 @@ enum Scanned {
     File(std::fs::Metadata),
     Archive(std::fs::Metadata),
     Remove,
-    Rocm(crate::rocm::artifacts::Artifacts, crate::rocm::artifacts::Selection, Vec<dir::DirScan>),
+    Rocm(crate::rocm_artifacts::Artifacts, crate::rocm_artifacts::Selection, Vec<dir::DirScan>),
     /// A ROCm dist tree given as `rocm`: copied like a `dir`.
     RocmTree(dir::DirScan),
     /// A wheel, known by its sha256 (pinned, or fetched already).
@@ -56,9 +56,7 @@ enum Scanned {
 /// `artifact_manifest.txt`) rather than a dist tree?
 pub fn is_rocm_artifacts(dir: &Path) -> bool {
     std::fs::read_dir(dir)
-        .map(|entries| {
-            entries.filter_map(|e| e.ok()).any(|e| e.path().join(crate::rocm::artifacts::MANIFEST).is_file())
-        })
+        .map(|entries| entries.filter_map(|e| e.ok()).any(|e| e.path().join(crate::rocm_artifacts::MANIFEST).is_file()))
         .unwrap_or(false)
 }
 
@@ -155,7 +153,7 @@ pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan
                         format!(
                             "`{}` is neither a ROCm dist tree (with `bin/` or `lib/`) nor an artifacts directory (subdirectories with `{}`)",
                             r.dir.display(),
-                            crate::rocm::artifacts::MANIFEST
+                            crate::rocm_artifacts::MANIFEST
                         ),
                     ));
                 }
@@ -170,8 +168,8 @@ pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan
 }
 
 fn scan_rocm_artifacts(layer: &Layer, s: &Source, field: String, r: &RocmSource) -> Result<Scanned, SourceError> {
-    let a = crate::rocm::artifacts::read(&r.dir).map_err(|e| SourceError::new(layer, field.clone(), e.to_string()))?;
-    let sel = crate::rocm::artifacts::Selection { components: r.components.clone(), targets: r.targets.clone() };
+    let a = crate::rocm_artifacts::read(&r.dir).map_err(|e| SourceError::new(layer, field.clone(), e.to_string()))?;
+    let sel = crate::rocm_artifacts::Selection { components: r.components.clone(), targets: r.targets.clone() };
     // Scanned now for the fingerprint; flattened again when built.
     let opts = dir_options(s, &[], &[], false);
     let mut scans = Vec::new();

@@ -5,7 +5,7 @@
 
 use super::dir::DirOptions;
 use crate::layer::Tree;
-use crate::rocm::artifacts::{Artifacts, Selection};
+use crate::rocm_artifacts::{Artifacts, Selection};
 
 #[derive(Debug, thiserror::Error)]
 #[error("artifact `{artifact}`: {message}")]

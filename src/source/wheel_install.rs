@@ -14,6 +14,7 @@
 //!   relative symlink `DEST/bin/NAME` to that file; the others are left out.
 //!   `bin = { NAME = "path/in/wheel" }` adds or overrides links.
 
+use crate::layer::archive::Placement;
 use crate::layer::path::{display, join, normalize_dest, normalize_member};
 use crate::layer::{Content, Kind, Node, Tree};
 use std::collections::BTreeMap;
@@ -214,27 +215,30 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
     Ok(installed)
 }
 
-/// The wheel's files as a tree, read with the crate's one zip reader
-/// (`wheel::archive::WheelZip`: safe names, nothing written outside the
-/// spool directory) into a fresh directory under `spool`.
+/// The wheel's files as a tree, read with the layer's archive reader (safe
+/// names, nothing written outside the spool directory `spool`). A wheel
+/// holds regular files only: each gets the mode pip gives it (0755 when the
+/// archive marks it executable, else 0644), directories are implied, and a
+/// link is refused.
 fn read_wheel(wheel: &Path, spool: &Path) -> Result<Tree, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("wheel-")
-        .tempdir_in(spool)
-        .map_err(|e| format!("`{}`: {e}", spool.display()))?
-        .keep();
-    let mut zip = crate::wheel::archive::WheelZip::open(wheel).map_err(|e| e.to_string())?;
-    let scan = zip.scan(Some(&dir), |_, _| true).map_err(|e| e.to_string())?;
+    let mut raw = Tree::new();
+    crate::layer::archive::read_into(wheel, &mut raw, &Placement::default(), spool).map_err(|e| e.to_string())?;
     let mut tree = Tree::new();
-    for name in &scan.extracted {
-        let path = dir.join(name);
-        let meta = std::fs::metadata(&path).map_err(|e| format!("`{}`: {e}", path.display()))?;
-        let node = Node::new(
-            Kind::File { size: meta.len(), content: Content::Host(path) },
-            meta.permissions().mode() & 0o7777,
-        );
-        tree.insert(name.clone().into_bytes(), node).map_err(|e| format!("`{}`: {e}", wheel.display()))?;
+    for (name, node) in raw.iter() {
+        let mode = if node.mode & 0o111 != 0 { 0o755 } else { 0o644 };
+        match &node.kind {
+            Kind::Dir => {}
+            Kind::File { .. } => tree
+                .insert(name.clone(), Node::new(node.kind.clone(), mode))
+                .map_err(|e| format!("`{}`: {e}", wheel.display()))?,
+            _ => {
+                return Err(format!(
+                    "`{}`: member `{}` is not a regular file; wheels hold regular files only",
+                    wheel.display(),
+                    display(name)
+                ))
+            }
+        }
     }
     Ok(tree)
 }
@@ -305,5 +309,30 @@ mod tests {
         let opts = Install { bin: &bad, ..opts };
         let e = wheel_into_tree(&whl, &opts, &mut Tree::new(), d.path()).unwrap_err();
         assert!(e.contains("bin.x") && e.contains("demo/nope"), "{e}");
+    }
+
+    #[test]
+    fn members_get_pips_modes_and_nothing_but_files_or_safe_names_pass() {
+        let d = tempfile::tempdir().unwrap();
+        let whl = wheel(
+            d.path(),
+            &[("demo/run", b"x", 0o775), ("demo/secret", b"y", 0o600), ("demo-1.0.dist-info/RECORD", b"", 0o644)],
+        );
+        let t = read_wheel(&whl, d.path()).unwrap();
+        assert_eq!(t.get(b"demo/run").unwrap().mode, 0o755);
+        assert_eq!(t.get(b"demo/secret").unwrap().mode, 0o644);
+        let escape = d.path().join("escape");
+        std::fs::create_dir(&escape).unwrap();
+        let whl = wheel(&escape, &[("../evil", b"x", 0o644)]);
+        let e = read_wheel(&whl, d.path()).unwrap_err();
+        assert!(e.contains("../evil"), "{e}");
+        let link = d.path().join("link");
+        std::fs::create_dir(&link).unwrap();
+        let p = link.join("demo-1.0-py3-none-any.whl");
+        let mut z = zip::ZipWriter::new(std::fs::File::create(&p).unwrap());
+        z.add_symlink("demo/l", "/etc/passwd", zip::write::SimpleFileOptions::default()).unwrap();
+        z.finish().unwrap();
+        let e = read_wheel(&p, d.path()).unwrap_err();
+        assert!(e.contains("demo/l") && e.contains("regular files only"), "{e}");
     }
 }

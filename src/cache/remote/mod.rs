@@ -19,7 +19,8 @@
 
 mod entry;
 
-use super::{Bucket, Cache, Entry, Key, Sharing, Staged};
+use super::tier::SharedTier;
+use super::{Bucket, Cache, CacheError, Entry, Key, Sharing, Staged};
 use crate::oci::LayerBlob;
 use crate::registry::{Client, Reference, RegistryError};
 use std::sync::Mutex;
@@ -259,36 +260,6 @@ impl RegistryTier {
         rep.bytes_pushed += bytes;
     }
 
-    /// Push a layer this machine has when the registry lacks it (its push
-    /// was killed before the tag, or it was built before the tier was used).
-    pub fn backfill_layer(
-        &self,
-        key: &Key,
-        blob: &LayerBlob,
-        cache: &Cache,
-        sharing: &Sharing,
-    ) -> Result<(), RemoteError> {
-        if self.cfg.mode == Mode::Ro || *sharing != Sharing::Shared || self.has(Bucket::Layers, &key.hex())? {
-            return Ok(());
-        }
-        self.push_layer(key, blob, cache, sharing)
-    }
-
-    /// [`RegistryTier::backfill_layer`] for a directory entry.
-    pub fn backfill_entry(
-        &self,
-        bucket: Bucket,
-        name: &str,
-        e: &Entry,
-        cache: &Cache,
-        sharing: &Sharing,
-    ) -> Result<(), RemoteError> {
-        if self.cfg.mode == Mode::Ro || *sharing != Sharing::Shared || self.has(bucket, name)? {
-            return Ok(());
-        }
-        self.push_entry(bucket, name, e, cache, sharing)
-    }
-
     pub fn push_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), RemoteError> {
         let tag = Self::tag(Bucket::Layers, &key.hex());
         let what = format!("layer entry {tag}");
@@ -320,5 +291,43 @@ impl RegistryTier {
             self.pushed(bytes);
         }
         Ok(())
+    }
+}
+
+/// The registry tier as the cache sees every shared tier.
+impl SharedTier for RegistryTier {
+    fn has(&self, bucket: Bucket, name: &str) -> Result<bool, CacheError> {
+        Ok(RegistryTier::has(self, bucket, name)?)
+    }
+
+    fn fetch_layer(&self, key: &Key, cache: &Cache) -> Result<Option<LayerBlob>, CacheError> {
+        Ok(RegistryTier::fetch_layer(self, key, cache)?)
+    }
+
+    fn fetch_entry(&self, bucket: Bucket, name: &str, cache: &Cache) -> Result<Option<Staged>, CacheError> {
+        Ok(RegistryTier::fetch_entry(self, bucket, name, cache)?)
+    }
+
+    fn push_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), CacheError> {
+        Ok(RegistryTier::push_layer(self, key, blob, cache, sharing)?)
+    }
+
+    fn push_entry(
+        &self,
+        bucket: Bucket,
+        name: &str,
+        entry: &Entry,
+        cache: &Cache,
+        sharing: &Sharing,
+    ) -> Result<(), CacheError> {
+        Ok(RegistryTier::push_entry(self, bucket, name, entry, cache, sharing)?)
+    }
+
+    fn writable(&self) -> bool {
+        self.cfg.mode == Mode::Rw
+    }
+
+    fn report(&self) -> RemoteReport {
+        RegistryTier::report(self)
     }
 }

@@ -1,11 +1,9 @@
 use crate::cli::image_arg;
-use crate::elf::patchelf::{pinned, ContainerPatchelf};
 use crate::engine::compiler_cache::Mode as CompilerCacheMode;
-use crate::engine::gpu::{self, GpuMode};
+use crate::engine::gpu::GpuMode;
 use crate::progress::Progress;
-use crate::wheel::build::{build, parse_axis, BuildOptions, RocmBuild};
-use crate::wheel::rocm_init::{RocmPin, VersionPolicy};
-use crate::wheel::rocm_packages::RocmPackages;
+use crate::wheel::build::{build, parse_axis, prepare, BuildRequest, RocmRequest};
+use crate::wheel::rocm_init::VersionPolicy;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -102,49 +100,51 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::super::set_output_mode(a.json, false);
-    let cache_dir = a.def.cache_dir();
-    let cache = a.def.cache.config();
-    let axes = a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?;
-    let pythons = match a.python.as_str() {
-        "auto" => None,
-        list => Some(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
-    };
-    // A QUARRY_PATCHELF older than 0.19, or quarry's own that cannot be
-    // fetched (for this machine's architecture, the images' usual one), is
-    // an error now, not after the builds.
-    let patchelf = match a.repair {
-        true => ContainerPatchelf::choose(&cache_dir, None)?,
-        false => ContainerPatchelf::Pinned { cache_dir: cache_dir.clone() },
-    };
-    if let (true, ContainerPatchelf::Pinned { cache_dir }) = (a.repair, &patchelf) {
-        if let Some(arch) = pinned::host_arch() {
-            pinned::fetch(cache_dir, arch)?;
-        }
-    }
-    let gpu_plan = gpu::plan(a.gpu, &[])?;
-    let targets = match a.gpu {
-        GpuMode::None => gpu::build_targets(&[]),
-        _ => gpu::targets_for_builds(),
-    };
     if a.test.is_none() && (a.test_image.is_some() || !a.test_requires.is_empty()) {
         anyhow::bail!("--test-image and --test-requires apply to --test CMD; give the test command too");
     }
-    let rocm = match &a.rocm_packages {
-        Some(dir) => {
-            let packages = RocmPackages::read(dir)?;
-            let pin = RocmPin {
-                version: packages.version.clone(),
-                policy: a.rocm_version_policy,
-                preload: a.preload.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-                fail_on_mismatch: a.rocm_fail_on_version_mismatch,
-            };
-            let extras = a.rocm_extras.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-            Some(RocmBuild { packages, extras, pin })
-        }
-        None if !a.preload.is_empty() || a.rocm_fail_on_version_mismatch => {
-            anyhow::bail!("--preload and --rocm-fail-on-version-mismatch apply to --rocm-packages DIR; give the ROCm packages too")
-        }
-        None => None,
+    if a.rocm_packages.is_none() && (!a.preload.is_empty() || a.rocm_fail_on_version_mismatch) {
+        anyhow::bail!(
+            "--preload and --rocm-fail-on-version-mismatch apply to --rocm-packages DIR; give the ROCm packages too"
+        )
+    }
+    let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
+    let request = BuildRequest {
+        pythons: match a.python.as_str() {
+            "auto" => None,
+            list => Some(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
+        },
+        axes: a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?,
+        local_version: a.local_version,
+        repair: a.repair,
+        exclude: a.exclude,
+        test: a.test,
+        test_requires: a.test_requires,
+        find_links: a.find_links,
+        gpu: a.gpu,
+        isolation: !a.no_build_isolation,
+        network: a.network,
+        lock: a.lock,
+        compiler_cache: a.compiler_cache,
+        no_cache: a.no_cache,
+        rocm: a.rocm_packages.map(|dir| RocmRequest {
+            dir,
+            extras: a.rocm_extras,
+            preload: a.preload,
+            policy: a.rocm_version_policy,
+            fail_on_mismatch: a.rocm_fail_on_version_mismatch,
+        }),
+        ..BuildRequest::new(a.source.clone(), a.output, cache.clone())
+    };
+    let source = a.source;
+    let failed = |e: crate::wheel::build::BuildError| {
+        eprintln!("quarry: wheel build of `{}`: {e}", source.display());
+        e.exit_code()
+    };
+    // Checked before any image is built: a bad input costs nothing.
+    let prepared = match prepare(request) {
+        Ok(p) => p,
+        Err(e) => return Ok(failed(e)),
     };
     // Layouts are loaded into the engine only when a build or a test runs.
     let progress = Progress::new(a.json, true);
@@ -153,52 +153,26 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(t) => Some(image_arg::build_image(t, &a.def.sets, &cache, progress)?),
         None => None,
     };
-    let source = a.source.clone();
-    let opts = BuildOptions {
-        source: a.source,
-        image,
-        output: a.output,
-        pythons,
-        axes,
-        local_version: a.local_version,
-        repair: a.repair,
-        patchelf,
-        exclude: a.exclude,
-        test: a.test,
-        test_image,
-        test_requires: a.test_requires,
-        find_links: a.find_links,
-        gpu: gpu_plan,
-        targets,
-        isolation: !a.no_build_isolation,
-        network: a.network,
-        lock: a.lock,
-        cache,
-        compiler_cache: a.compiler_cache,
-        no_cache: a.no_cache,
-        rocm,
-    };
+    let opts = prepared.with_image(image, test_image);
     let built = match build(&opts) {
         Ok(b) => b,
-        Err(e) => {
-            eprintln!("quarry: wheel build of `{}`: {e}", source.display());
-            return Ok(e.exit_code());
-        }
+        Err(e) => return Ok(failed(e)),
     };
+    // Notes go through the diagnostics sink: shown to a person, not in --json.
     for b in built.iter().filter(|b| b.pure) {
-        eprintln!(
-            "quarry: note: {} is a pure (none-any) wheel: nothing was compiled, so there was nothing to repair",
+        log::info!(
+            "note: {} is a pure (none-any) wheel: nothing was compiled, so there was nothing to repair",
             b.wheel.display()
         );
     }
     for b in &built {
         if let Some(req) = &b.rocm_requirement {
             let name = b.wheel.file_name().unwrap_or_default().to_string_lossy();
-            eprintln!("quarry: {name}: requires {req}; _rocm_init.py in {}", b.rocm_init.join(", "));
+            log::info!("{name}: requires {req}; _rocm_init.py in {}", b.rocm_init.join(", "));
         }
         if let Some(libs) = &b.rocm_excluded {
-            eprintln!(
-                "quarry: repair left out {} libraries the ROCm packages provide (rocm_sdk loads them){}{}",
+            log::info!(
+                "repair left out {} libraries the ROCm packages provide (rocm_sdk loads them){}{}",
                 libs.len(),
                 if libs.is_empty() { "" } else { ": " },
                 libs.join(", ")

@@ -4,8 +4,6 @@ mod build;
 mod check;
 mod repair;
 
-use crate::cli::image_arg;
-use crate::engine::Engine;
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -26,14 +24,4 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         Command::Check(a) => check::run(a),
         Command::Repair(a) => repair::run(a),
     }
-}
-
-/// The engine reference of an IMAGE argument (as for `quarry run`).
-fn image_in_engine(
-    engine: &Engine,
-    arg: &str,
-    sets: &[String],
-    cache: &crate::cache::CacheConfig,
-) -> anyhow::Result<String> {
-    image_arg::image_in_engine(engine, arg, sets, cache)
 }

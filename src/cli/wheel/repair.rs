@@ -73,8 +73,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(arg) => {
             let patchelf = ContainerPatchelf::choose(&cache_dir, a.patchelf.as_deref())?;
             engine = Engine::connect()?;
-            let image =
-                super::image_in_engine(&engine, arg, &a.sets, &crate::cache::CacheConfig::local(cache_dir.clone()))?;
+            let image = crate::cli::image_arg::image_in_engine(
+                &engine,
+                arg,
+                &a.sets,
+                &crate::cache::CacheConfig::local(cache_dir.clone()),
+            )?;
             RepairIn::Image { image: RepairImage { engine: &engine, image }, patchelf }
         }
     };

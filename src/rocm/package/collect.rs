@@ -8,7 +8,7 @@
 //! absolute link, too many `..`) is dangling too, never a host file.
 
 use super::PackageError;
-use crate::rocm::artifacts::Artifact;
+use crate::rocm_artifacts::Artifact;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

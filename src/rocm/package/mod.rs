@@ -28,7 +28,7 @@ pub mod wheels;
 
 use crate::elf::patchelf::PatchelfError;
 use crate::elf::ElfError;
-use crate::rocm::artifacts::ArtifactError;
+use crate::rocm_artifacts::ArtifactError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -172,7 +172,7 @@ pub fn package(opts: &Options) -> Result<PackageReport, PackageError> {
     if !opts.version_suffix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(PackageError::BadSuffix(opts.version_suffix.clone()));
     }
-    let artifacts = crate::rocm::artifacts::read(&opts.artifact_dir)?;
+    let artifacts = crate::rocm_artifacts::read(&opts.artifact_dir)?;
     let (version, version_from) = version::resolve(opts.version.as_deref(), &artifacts)?;
     let plan = plan::plan(opts, &version)?;
     let mut report = wheels::write_all(opts, plan)?;

@@ -8,8 +8,8 @@ use super::runtime::{self, RuntimeLayout};
 use super::{roles, Options, PackageError, SplitMode};
 use super::{CORE_DIST, DEVEL_DIST, DEVICE_DIST, LIBRARIES_DIST, PROFILER_DIST};
 use crate::layer::Tree;
-use crate::rocm::artifacts::{self, Artifact, Artifacts};
 use crate::rocm::python::{script_function, DistInfo};
+use crate::rocm_artifacts::{self as artifacts, Artifact, Artifacts};
 use std::collections::BTreeSet;
 
 /// A runtime wheel to write.

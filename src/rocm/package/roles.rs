@@ -10,7 +10,7 @@
 //! | `rocm-sdk-device-<T>` (split) | `lib` of [`LIBRARIES`] but `rpp`, target T (xnack variants merged) |
 //! | `rocm-sdk-devel` | every component of a name the runtime packages used, plus [`DEVEL_EXTRA`], minus the profiler's; split: no `test`, generic only |
 
-use crate::rocm::artifacts::ArtifactName;
+use crate::rocm_artifacts::ArtifactName;
 
 /// Components whose `lib` and `run` make up `rocm-sdk-core`.
 pub const CORE: &[&str] = &[

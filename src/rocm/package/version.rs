@@ -8,7 +8,7 @@
 //! `version.json` at or above the artifact directory.
 
 use super::PackageError;
-use crate::rocm::artifacts::Artifacts;
+use crate::rocm_artifacts::Artifacts;
 use std::path::{Path, PathBuf};
 
 /// A normalized PEP 440 version, as wheel file names need it.
@@ -106,8 +106,8 @@ mod tests {
         std::fs::write(root.join("base_lib_generic/artifact_manifest.txt"), "base/rocm-core/stage\n").unwrap();
         Artifacts {
             root: root.to_path_buf(),
-            artifacts: vec![crate::rocm::artifacts::Artifact {
-                name: crate::rocm::artifacts::ArtifactName::parse("base_lib_generic").unwrap(),
+            artifacts: vec![crate::rocm_artifacts::Artifact {
+                name: crate::rocm_artifacts::ArtifactName::parse("base_lib_generic").unwrap(),
                 dir: root.join("base_lib_generic"),
                 prefixes: vec![root.join("base_lib_generic/base/rocm-core/stage")],
             }],

@@ -44,7 +44,7 @@ struct KeyParts {
 impl KeyParts {
     fn read(o: &BuildOptions, engine: &mut Option<crate::engine::Engine>) -> Result<KeyParts, BuildError> {
         let image = o.image.digest(engine)?;
-        let epoch = crate::epoch::from_env_or_zero().map_err(|e| BuildError::Input(e.to_string()))?;
+        let epoch = o.epoch;
         // An output directory inside a project directory is not part of it.
         let skip: Vec<String> = output_inside(&o.source, &o.output).into_iter().collect();
         let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
@@ -111,14 +111,12 @@ pub fn cache_key(
     o: &BuildOptions,
     engine: &mut Option<crate::engine::Engine>,
 ) -> Result<Option<crate::cache::Key>, BuildError> {
-    super::check_inputs(o)?;
     Ok(KeyParts::read(o, engine)?.lookup_key(o))
 }
 
 /// Build the wheels (or take them from the cache), then test them when asked.
 pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
-    super::check_inputs(o)?;
-    let cache = Cache::open_with(&o.cache)?;
+    let cache = &o.cache;
     let mut engine = None;
     let parts = crate::trace::time("wheel: key parts", || KeyParts::read(o, &mut engine))?;
     let image = parts.image;
@@ -131,7 +129,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
         Some(hit) => from_entry(&hit.value, &o.output, hit.tier)?,
         None => {
             let engine = crate::trace::time("wheel: engine", || connect(&mut engine))?;
-            let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(&o.cache.dir))?;
+            let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(o.cache.root()))?;
             let project = key::project_key(&image, &o.targets.targets, &key::project_name(&o.source)).hex();
             let restored = if o.compiler_cache == Mode::Off || o.no_cache {
                 None
@@ -146,7 +144,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
                 engine,
                 &reference,
                 o,
-                &cache,
+                cache,
                 (restored.as_ref().map(|h| h.value.files()), &staged_cc.files()),
             )?;
             drop(session);
@@ -160,21 +158,21 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
             }
             let lock_after = parts.lock(o);
             crate::trace::time("wheel: commit", || {
-                commit(&cache, &parts.key(o, lock_after.as_deref()).hex(), &ran.built, &sharing)
+                commit(cache, &parts.key(o, lock_after.as_deref()).hex(), &ran.built, &sharing)
             })?;
             ran.built
         }
     };
     if let Some(cmd) = &o.test {
         let engine = connect(&mut engine)?;
-        let scratch = crate::cache::scratch_dir(&o.cache.dir);
+        let scratch = crate::cache::scratch_dir(o.cache.root());
         let reference = match &o.test_image {
             Some(t) => t.loaded(engine, &scratch)?,
             None => o.image.in_engine(engine, &image, &scratch)?,
         };
         // The tests pin what they install in the lock (`[[test]]`).
         let mut lock = lock::BuildLock::read(&parts.lock_path).map_err(BuildError::Lock)?;
-        let mut cx = test::TestContext { cache: &cache, lock: &mut lock, lock_path: &parts.lock_path };
+        let mut cx = test::TestContext { cache, lock: &mut lock, lock_path: &parts.lock_path };
         test::test_all(engine, o, &reference, cmd, &mut built, &mut cx)?;
     }
     Ok(built)
