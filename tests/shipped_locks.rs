@@ -5,8 +5,8 @@
 //! resolving, so no network) and know every layer's key. A missing lock
 //! leaves a layer without a key (or makes the plan resolve, and fail); a
 //! lock made for another package list is refused. The Ubuntu definitions
-//! cannot be locked where no Ubuntu archive is reachable (the README says
-//! how a user locks them); they are listed, not checked.
+//! cannot be locked where no Ubuntu archive is reachable (docs/images-and-locks.md
+//! says how a user locks them); they are listed, not checked.
 
 mod common;
 

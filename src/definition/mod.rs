@@ -2,7 +2,7 @@
 //! substitution, layer lookup and validation into typed values that cannot
 //! hold an invalid combination (a layer is files, packages or a step; each
 //! source kind carries only its own keys). Every error names the file and the
-//! field. The format is the README's "Definitions" section.
+//! field. The format is the "Definitions" section of docs/images-and-locks.md.
 
 mod image;
 mod layer;

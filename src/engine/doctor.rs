@@ -64,7 +64,7 @@ fn engine_status(e: &Engine) -> EngineStatus {
     status
 }
 
-/// What quarry does differently for this engine (see the README's engine section).
+/// What quarry does differently for this engine (see docs/engines.md).
 fn differences(e: &Engine, s: &EngineStatus) -> Vec<String> {
     let mut out = Vec::new();
     if e.kind == EngineKind::Podman {

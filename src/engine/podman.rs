@@ -1,5 +1,5 @@
 //! What Podman's service does differently from Docker, where quarry has to
-//! act on it (the rest of the Docker API behaves the same, see the README):
+//! act on it (the rest of the Docker API behaves the same, see docs/engines.md):
 //!
 //! - CDI device names are resolved only by Podman's own endpoint
 //!   (`POST /libpod/containers/create`, Podman 4.1+); its Docker-compatible

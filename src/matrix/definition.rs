@@ -211,7 +211,10 @@ impl Matrix {
             message,
         };
         let text = std::fs::read_to_string(file).map_err(|e| {
-            err("(file)", format!("cannot read it: {e}; give a matrix file (see the README's Build matrices)"))
+            err(
+                "(file)",
+                format!("cannot read it: {e}; give a matrix file (see docs/cache-and-matrices.md, Build matrices)"),
+            )
         })?;
         let raw: Raw = toml::from_str(&text).map_err(|e| err("(syntax)", e.message().to_string()))?;
         let dir = file.parent().unwrap_or(Path::new("."));

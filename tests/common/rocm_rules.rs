@@ -265,7 +265,7 @@ fn check_set(arts: &Path, dist: &Path, files: Vec<PathBuf>, v: &str, split: bool
                 }
             }
             // §5: existing entries kept in order (quarry: `$ORIGIN` when the
-            // file was built with none, see README), then one per sub, as DT_RPATH.
+            // file was built with none, see docs/rocm-packaging.md), then one per sub, as DT_RPATH.
             let old = built.rpath.clone().or(built.runpath.clone()).filter(|s| !s.is_empty());
             let mut want = vec![old.unwrap_or_else(|| "$ORIGIN".into())];
             let upd = up(&rel);

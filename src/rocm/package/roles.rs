@@ -1,6 +1,6 @@
 //! Which artifact goes to which package, and the per-package tables of the
-//! reference packager (ROCm's `build_python_packages.py`; see the README's
-//! "Packaging ROCm for pip"):
+//! reference packager (ROCm's `build_python_packages.py`; see "Packaging
+//! ROCm for pip" in docs/rocm-packaging.md):
 //!
 //! | package | artifacts |
 //! |---|---|
