@@ -73,8 +73,9 @@ pub struct LockFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LockV1 {
-    #[allow(dead_code)]
-    version: u32,
+    // Read (deny_unknown_fields) but already checked by the caller.
+    #[serde(rename = "version")]
+    _version: u32,
     suite: String,
     architecture: String,
     components: Vec<String>,
