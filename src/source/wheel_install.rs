@@ -14,11 +14,47 @@
 //!   relative symlink `DEST/bin/NAME` to that file; the others are left out.
 //!   `bin = { NAME = "path/in/wheel" }` adds or overrides links.
 
-use crate::layer::path::{display, join, normalize_dest, normalize_member};
-use crate::layer::{Content, Kind, Node, Tree};
+use crate::layer::path::{display, join, normalize_dest, normalize_member, PathProblem};
+use crate::layer::{Content, Kind, Node, Tree, TreeError};
+use crate::wheel::WheelError;
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why a wheel could not be installed into a layer; the message for the
+/// source's `pypi` field.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("`{wheel}` is not a wheel: it must hold exactly one `*.dist-info` directory")]
+    NotAWheel { wheel: String },
+    #[error("site_packages `{site_packages}` {problem}")]
+    SitePackages {
+        site_packages: String,
+        #[source]
+        problem: PathProblem,
+    },
+    #[error(
+        "`{wheel}`: `{data_dir}/{scheme}` is not a wheel install scheme (scripts, data, headers, purelib, platlib)"
+    )]
+    Scheme { wheel: String, data_dir: String, scheme: String },
+    #[error("`{wheel}`: {source}")]
+    Read { wheel: String, source: std::io::Error },
+    #[error("`{wheel}`: {source}")]
+    Place { wheel: String, source: TreeError },
+    #[error("bin.{name}: `{inner}` {problem}")]
+    BinPath {
+        name: String,
+        inner: String,
+        #[source]
+        problem: PathProblem,
+    },
+    #[error("bin.{name}: `{inner}` is not a file in `{wheel}`; list the wheel (`unzip -l`) for the right path")]
+    BinMissing { name: String, inner: String, wheel: String },
+    #[error("`{}`: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Wheel(#[from] WheelError),
+}
 
 pub struct Install<'a> {
     /// Normalized destination prefix (empty = `/`).
@@ -92,30 +128,30 @@ fn console_scripts(text: &str) -> Vec<String> {
 }
 
 /// Install `wheel` into `tree` (see the module comment).
-pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Path) -> Result<Installed, String> {
+pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Path) -> Result<Installed, InstallError> {
     let w = read_wheel(wheel, spool)?;
     let wname = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut dist_infos: Vec<Vec<u8>> =
         w.iter().map(|(p, _)| first_component(p).0.to_vec()).filter(|c| c.ends_with(b".dist-info")).collect();
     dist_infos.dedup();
     let [dist_info] = dist_infos.as_slice() else {
-        return Err(format!("`{wname}` is not a wheel: it must hold exactly one `*.dist-info` directory"));
+        return Err(InstallError::NotAWheel { wheel: wname });
     };
     let stem = &dist_info[..dist_info.len() - b".dist-info".len()];
     let data_dir = [stem, b".data"].concat();
     let dist_name = display(stem.split(|b| *b == b'-').next().unwrap_or(stem));
     let dest = opts.dest;
+    let bad_site = |problem| InstallError::SitePackages { site_packages: opts.site_packages.to_string(), problem };
     let site = if opts.site_packages.starts_with('/') {
-        normalize_dest(opts.site_packages).map_err(|p| format!("site_packages `{}` {p}", opts.site_packages))?
+        normalize_dest(opts.site_packages).map_err(bad_site)?
     } else {
-        let rel =
-            normalize_dest(opts.site_packages).map_err(|p| format!("site_packages `{}` {p}", opts.site_packages))?;
+        let rel = normalize_dest(opts.site_packages).map_err(bad_site)?;
         join(dest, &rel)
     };
     let bin_dir = join(dest, b"bin");
 
     // Where a member of the wheel lands (None: nothing, e.g. a scheme directory itself).
-    let place = |p: &[u8]| -> Result<Option<(Vec<u8>, bool)>, String> {
+    let place = |p: &[u8]| -> Result<Option<(Vec<u8>, bool)>, InstallError> {
         let (first, rest) = first_component(p);
         if first != data_dir.as_slice() {
             return Ok(Some((join(&site, p), false)));
@@ -130,16 +166,17 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
             b"headers" => (join(&join(dest, format!("include/{dist_name}").as_bytes()), rest), false),
             b"purelib" | b"platlib" => (join(&site, rest), false),
             other => {
-                return Err(format!(
-                    "`{wname}`: `{}/{}` is not a wheel install scheme (scripts, data, headers, purelib, platlib)",
-                    display(&data_dir),
-                    display(other)
-                ))
+                return Err(InstallError::Scheme {
+                    wheel: wname.clone(),
+                    data_dir: display(&data_dir),
+                    scheme: display(other),
+                })
             }
         }))
     };
 
-    let io = |e: std::io::Error| format!("`{wname}`: {e}");
+    let io = |source| InstallError::Read { wheel: wname.clone(), source };
+    let placed = |source| InstallError::Place { wheel: wname.clone(), source };
     let mut installed = Installed::default();
     for (p, node) in w.iter() {
         if node.implicit {
@@ -161,7 +198,7 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
             node.uid = u;
             node.gid = g;
         }
-        tree.insert(to, node).map_err(|e| format!("`{wname}`: {e}"))?;
+        tree.insert(to, node).map_err(placed)?;
     }
 
     // Links: console scripts backed by a shipped program, then the `bin` map.
@@ -190,12 +227,13 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
         }
     }
     for (name, inner) in opts.bin {
-        let inner = normalize_member(inner.as_bytes()).map_err(|p| format!("bin.{name}: `{inner}` {p}"))?;
+        let inner = normalize_member(inner.as_bytes()).map_err(|problem| InstallError::BinPath {
+            name: name.clone(),
+            inner: inner.clone(),
+            problem,
+        })?;
         if !w.get(&inner).is_some_and(|n| matches!(n.kind, Kind::File { .. } | Kind::Symlink(_))) {
-            return Err(format!(
-                "bin.{name}: `{}` is not a file in `{wname}`; list the wheel (`unzip -l`) for the right path",
-                display(&inner)
-            ));
+            return Err(InstallError::BinMissing { name: name.clone(), inner: display(&inner), wheel: wname.clone() });
         }
         links.insert(name.clone(), inner);
     }
@@ -208,7 +246,7 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
             node.gid = g;
         }
         tree.remove_subtree(&link);
-        tree.insert(link.clone(), node).map_err(|e| format!("`{wname}`: {e}"))?;
+        tree.insert(link.clone(), node).map_err(placed)?;
         installed.links.push(format!("/{}", display(&link)));
     }
     Ok(installed)
@@ -217,24 +255,25 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
 /// The wheel's files as a tree, read with the crate's one zip reader
 /// (`wheel::archive::WheelZip`: safe names, nothing written outside the
 /// spool directory) into a fresh directory under `spool`.
-fn read_wheel(wheel: &Path, spool: &Path) -> Result<Tree, String> {
+fn read_wheel(wheel: &Path, spool: &Path) -> Result<Tree, InstallError> {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
         .prefix("wheel-")
         .tempdir_in(spool)
-        .map_err(|e| format!("`{}`: {e}", spool.display()))?
+        .map_err(|source| InstallError::Io { path: spool.to_path_buf(), source })?
         .keep();
-    let mut zip = crate::wheel::archive::WheelZip::open(wheel).map_err(|e| e.to_string())?;
-    let scan = zip.scan(Some(&dir), |_, _| true).map_err(|e| e.to_string())?;
+    let mut zip = crate::wheel::archive::WheelZip::open(wheel)?;
+    let scan = zip.scan(Some(&dir), |_, _| true)?;
     let mut tree = Tree::new();
     for name in &scan.extracted {
         let path = dir.join(name);
-        let meta = std::fs::metadata(&path).map_err(|e| format!("`{}`: {e}", path.display()))?;
+        let meta = std::fs::metadata(&path).map_err(|source| InstallError::Io { path: path.clone(), source })?;
         let node = Node::new(
             Kind::File { size: meta.len(), content: Content::Host(path) },
             meta.permissions().mode() & 0o7777,
         );
-        tree.insert(name.clone().into_bytes(), node).map_err(|e| format!("`{}`: {e}", wheel.display()))?;
+        tree.insert(name.clone().into_bytes(), node)
+            .map_err(|source| InstallError::Place { wheel: wheel.display().to_string(), source })?;
     }
     Ok(tree)
 }
@@ -303,7 +342,7 @@ mod tests {
         let mut bad = BTreeMap::new();
         bad.insert("x".to_string(), "demo/nope".to_string());
         let opts = Install { bin: &bad, ..opts };
-        let e = wheel_into_tree(&whl, &opts, &mut Tree::new(), d.path()).unwrap_err();
+        let e = wheel_into_tree(&whl, &opts, &mut Tree::new(), d.path()).unwrap_err().to_string();
         assert!(e.contains("bin.x") && e.contains("demo/nope"), "{e}");
     }
 }

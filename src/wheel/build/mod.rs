@@ -72,8 +72,10 @@ pub enum BuildError {
     Cache(#[from] crate::cache::CacheError),
     #[error("{0}")]
     Input(String),
-    #[error("{0}")]
-    Lock(String),
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
+    #[error(transparent)]
+    BuildSystem(#[from] build_system::SystemError),
     #[error("image `{image}` has no Python: looked for /opt/python/cp3*/bin/python and python3 on PATH; use an image with Python")]
     NoPython { image: String },
     #[error("build requirement `{requirement}` has no wheel for {python} on {platform} ({detail}); put one in a wheelhouse given with --find-links DIR, or build with --no-build-isolation in an image that has it installed")]
@@ -323,7 +325,7 @@ pub(super) fn run_builds(
     // The build system and the lock, read before any container starts.
     let build_system: Option<BuildSystem> = if o.isolation {
         let bs = if meta.is_dir() { build_system::of_dir(&o.source) } else { build_system::of_sdist(&o.source) };
-        Some(bs.map_err(BuildError::Input)?)
+        Some(bs?)
     } else {
         None
     };
