@@ -24,6 +24,7 @@
 use anyhow::{bail, Context, Result};
 use quarry::zip::deflate;
 use quarry::zip::write::PIECE;
+use quarry::zip::DeflateError;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,7 +66,7 @@ fn on_threads<S, T: Send>(
     n: usize,
     threads: usize,
     state: impl Fn() -> S + Sync,
-    work: impl Fn(&mut S, usize) -> Result<T, String> + Sync,
+    work: impl Fn(&mut S, usize) -> Result<T, DeflateError> + Sync,
 ) -> Result<(Vec<T>, Duration, Duration)> {
     let next = AtomicUsize::new(0);
     let started = Instant::now();
@@ -73,7 +74,7 @@ fn on_threads<S, T: Send>(
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 let (next, work, state) = (&next, &work, &state);
-                s.spawn(move || -> Result<(Vec<(usize, T)>, Duration), String> {
+                s.spawn(move || -> Result<(Vec<(usize, T)>, Duration), DeflateError> {
                     let mut st = state();
                     let cpu0 = thread_cpu();
                     let mut done = Vec::new();
@@ -93,7 +94,7 @@ fn on_threads<S, T: Send>(
     let wall = started.elapsed();
     let (mut all, mut cpu) = (Vec::new(), Duration::ZERO);
     for r in per_thread {
-        let (done, c) = r.map_err(anyhow::Error::msg)?;
+        let (done, c) = r?;
         all.extend(done);
         cpu += c;
     }

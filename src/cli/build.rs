@@ -1,7 +1,6 @@
 use crate::build::{build, source_date_epoch_from_env, BuildOptions};
 use crate::layer::compress::{Compression, LayerCodec};
 use crate::progress::Progress;
-use anyhow::anyhow;
 use std::path::PathBuf;
 
 /// What decides an image's layers and where it is written: shared by
@@ -34,9 +33,9 @@ pub struct ImageArgs {
 impl ImageArgs {
     pub fn options(&self, progress: Progress) -> anyhow::Result<BuildOptions> {
         Ok(BuildOptions {
-            sets: crate::definition::parse_sets(&self.sets).map_err(|e| anyhow!(e))?,
+            sets: crate::definition::parse_sets(&self.sets)?,
             output: self.output.clone(),
-            compression: LayerCodec::new(self.compression, self.compression_level).map_err(|e| anyhow!(e))?,
+            compression: LayerCodec::new(self.compression, self.compression_level)?,
             cache: crate::cache::Cache::open_with(&self.cache.config())?,
             no_cache: false,
             verify: self.verify,

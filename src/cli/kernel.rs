@@ -75,7 +75,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     let Command::Build(a) = c;
     super::set_output_mode(a.json, false);
     let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
-    let arg = targets::parse(&a.targets).map_err(anyhow::Error::msg)?;
+    let arg = targets::parse(&a.targets)?;
     let detected = match (&arg, a.gpu) {
         (targets::TargetsArg::Auto, GpuMode::None) => Vec::new(),
         (targets::TargetsArg::Auto, _) => gpu::detect()?,

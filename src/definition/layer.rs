@@ -144,11 +144,19 @@ pub struct PypiRequest {
     pub python: Option<String>,
 }
 
+/// A requirement that is not `NAME[extras] SPECIFIERS`, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{requirement}` is not a requirement like \"cmake==3.31.6\": {why}")]
+pub struct RequirementError {
+    pub requirement: String,
+    pub why: &'static str,
+}
+
 /// The package name of a requirement (`cmake==3.31.6` -> `cmake`), or why it
 /// is not one. Only `NAME[extras] SPECIFIERS` is taken (no URLs, no options:
 /// the string is handed to pip).
-pub fn requirement_name(req: &str) -> Result<String, String> {
-    let bad = |why: &str| format!("`{req}` is not a requirement like \"cmake==3.31.6\": {why}");
+pub fn requirement_name(req: &str) -> Result<String, RequirementError> {
+    let bad = |why: &'static str| RequirementError { requirement: req.to_string(), why };
     let name_end = req.find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c))).unwrap_or(req.len());
     let name = &req[..name_end];
     if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {

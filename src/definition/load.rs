@@ -46,13 +46,16 @@ pub fn find_layer_file(image_file: &Path, name: &str) -> Option<PathBuf> {
     candidates.into_iter().find(|p| p.is_file())
 }
 
+/// Parameter values by name (`--set K=V`, `[params]`).
+pub type Params = BTreeMap<String, String>;
+
 /// Parse `--set K=V` arguments.
-pub fn parse_sets(sets: &[String]) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_sets(sets: &[String]) -> Result<Params, DefinitionError> {
     let mut m = BTreeMap::new();
     for s in sets {
-        let (k, v) = s.split_once('=').ok_or_else(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        let (k, v) = s.split_once('=').ok_or_else(|| DefinitionError::SetNoValue { set: s.clone() })?;
         if k.is_empty() {
-            return Err(format!("`--set {s}`: the key is empty"));
+            return Err(DefinitionError::SetEmptyKey { set: s.clone() });
         }
         m.insert(k.to_string(), v.to_string());
     }
@@ -122,7 +125,11 @@ fn load_image_in(
     subst_value(&mut doc, "", &params, &["params"]).map_err(|e| subst_err(file, e))?;
     let img: ImageFile = doc.try_into().map_err(|e| parse_err(file, e))?;
     let platform = match &img.config.platform {
-        Some(p) => Platform::parse(p).map_err(|m| field_err(file, "config.platform", m))?,
+        Some(p) => Platform::parse(p).map_err(|source| DefinitionError::Platform {
+            file: file.display().to_string(),
+            field: "config.platform".into(),
+            source,
+        })?,
         None => Platform::host(),
     };
 

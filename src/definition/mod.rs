@@ -16,12 +16,12 @@ mod validate;
 pub use image::{Base, ConfigDef, Image, RootfsBase};
 pub use layer::{
     requirement_name, ArchiveSource, DirSource, FileSource, FilesLayer, Input, InputKind, Layer, LayerKind, PypiFormat,
-    PypiRequest, PypiSource, RocmSource, RunDef, Source, SourceKind, StepLayer, DEFAULT_PYPI_DEST,
+    PypiRequest, PypiSource, RequirementError, RocmSource, RunDef, Source, SourceKind, StepLayer, DEFAULT_PYPI_DEST,
     DEFAULT_SITE_PACKAGES,
 };
 pub use load::{find_layer_file, load_image, parse_sets};
 pub use packages::{Configure, Mirror, PackageSet, PackagesBase, UserDef, Variant};
-pub use platform::{Arch, Platform};
+pub use platform::{Arch, Platform, PlatformError};
 pub use raw::InputDef;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +36,14 @@ pub enum DefinitionError {
     Field { file: String, field: String, message: String },
     #[error("--set {name}: {file} has no parameter `{name}`{hint}")]
     UnknownParam { file: String, name: String, hint: String },
+    #[error("`--set {set}`: expected KEY=VALUE")]
+    SetNoValue { set: String },
+    #[error("`--set {set}`: the key is empty")]
+    SetEmptyKey { set: String },
+    #[error("{file}: field `{field}`: {source}")]
+    Platform { file: String, field: String, source: PlatformError },
+    #[error("{file}: field `{field}`: {source}")]
+    Requirement { file: String, field: String, source: RequirementError },
 }
 
 /// A path as written in `base_file`: relative ones from that file's directory.

@@ -4,6 +4,15 @@
 
 use std::fmt;
 
+/// What is wrong with an `os/arch[/variant]` platform.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlatformError {
+    #[error("`{0}` is not of the form os/arch[/variant], e.g. linux/amd64")]
+    Form(String),
+    #[error("`{platform}`: architecture `{arch}` is not one of {}", Arch::known())]
+    Arch { platform: String, arch: String },
+}
+
 /// One row per architecture quarry knows.
 #[derive(PartialEq, Eq, Hash)]
 struct ArchNames {
@@ -90,13 +99,13 @@ impl Platform {
     }
 
     /// Parse `os/arch[/variant]`; the error says what is wrong.
-    pub fn parse(s: &str) -> Result<Platform, String> {
+    pub fn parse(s: &str) -> Result<Platform, PlatformError> {
         let parts: Vec<&str> = s.split('/').collect();
         if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.is_empty()) {
-            return Err(format!("`{s}` is not of the form os/arch[/variant], e.g. linux/amd64"));
+            return Err(PlatformError::Form(s.to_string()));
         }
         let arch = Arch::from_oci(parts[1])
-            .ok_or_else(|| format!("`{s}`: architecture `{}` is not one of {}", parts[1], Arch::known()))?;
+            .ok_or_else(|| PlatformError::Arch { platform: s.to_string(), arch: parts[1].to_string() })?;
         Ok(Platform { os: parts[0].to_string(), arch, variant: parts.get(2).map(|v| v.to_string()) })
     }
 
@@ -136,6 +145,6 @@ mod tests {
         for bad in ["linux", "linux//x", "linux/amd64/v1/x", "linux/vax"] {
             assert!(Platform::parse(bad).is_err(), "{bad}");
         }
-        assert!(Platform::parse("linux/vax").unwrap_err().contains("amd64, arm64"));
+        assert!(Platform::parse("linux/vax").unwrap_err().to_string().contains("amd64, arm64"));
     }
 }

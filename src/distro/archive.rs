@@ -2,10 +2,11 @@
 //! against the definition's keyring; only the signed text is parsed), and
 //! the `Packages` indexes it lists, checked against the Release hashes.
 
-use super::control::{for_each_paragraph, parse_depends, parse_paragraphs, Depends};
+use super::control::{for_each_paragraph, parse_depends, parse_paragraphs, Depends, DependsError};
 use super::fetch::{cached_or_fetch, Fetcher};
 use super::DistroError;
 use crate::cache::Cache;
+use crate::layer::stream::{decoder, Checks, Format};
 use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -79,23 +80,20 @@ impl Repo {
             let path =
                 cached_or_fetch(fetcher, cache, crate::cache::Bucket::Indexes, &|| Ok(url.clone()), &sha, Some(size))?;
             let file = std::fs::File::open(&path).map_err(|e| DistroError::io(&path, e))?;
-            let reader: Box<dyn std::io::Read> = if rel.ends_with(".xz") {
-                Box::new(liblzma::read::XzDecoder::new_multi_decoder(BufReader::new(file)))
-            } else if rel.ends_with(".gz") {
-                Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(file)))
-            } else {
-                Box::new(file)
-            };
+            // An index is named for its compression (`Packages.xz`), or is plain text.
+            let format = Format::of_name(&rel).unwrap_or(Format::Tar);
+            let reader =
+                decoder(format, BufReader::new(file), Checks::Verify).map_err(|e| DistroError::io(&path, e))?;
             let mut bad = None;
             for_each_paragraph(BufReader::with_capacity(1 << 20, reader), |p| match Package::from_paragraph(&p) {
                 Ok(pkg) => all.push(pkg),
-                Err(m) => {
-                    bad.get_or_insert(m);
+                Err(e) => {
+                    bad.get_or_insert(e);
                 }
             })
             .map_err(|e| DistroError::Index { url: url.clone(), message: format!("cannot read: {e}") })?;
-            if let Some(m) = bad {
-                return Err(DistroError::Index { url, message: m });
+            if let Some(source) = bad {
+                return Err(DistroError::Paragraph { url, source });
             }
         }
         Ok(all)
@@ -182,12 +180,32 @@ pub struct Package {
     pub priority: String,
 }
 
+/// What is wrong with a paragraph of a `Packages` index.
+#[derive(Debug, thiserror::Error)]
+pub enum ParagraphError {
+    #[error("a paragraph has no `Package` field")]
+    NoName,
+    #[error("package `{name}` has no `{field}` field")]
+    Missing { name: String, field: String },
+    #[error("package `{name}`, field `{field}`: {source}")]
+    Depends { name: String, field: String, source: DependsError },
+    #[error("package `{name}`: `Size` is not a number")]
+    Size { name: String, source: std::num::ParseIntError },
+}
+
 impl Package {
-    pub fn from_paragraph(p: &super::control::Paragraph) -> Result<Package, String> {
-        let name = p.get("Package").ok_or("a paragraph has no `Package` field")?.to_string();
-        let need = |k: &str| p.get(k).map(String::from).ok_or_else(|| format!("package `{name}` has no `{k}` field"));
-        let deps =
-            |k: &str| parse_depends(p.get(k).unwrap_or("")).map_err(|e| format!("package `{name}`, field `{k}`: {e}"));
+    pub fn from_paragraph(p: &super::control::Paragraph) -> Result<Package, ParagraphError> {
+        let name = p.get("Package").ok_or(ParagraphError::NoName)?.to_string();
+        let need = |k: &str| {
+            p.get(k).map(String::from).ok_or_else(|| ParagraphError::Missing { name: name.clone(), field: k.into() })
+        };
+        let deps = |k: &str| {
+            parse_depends(p.get(k).unwrap_or("")).map_err(|source| ParagraphError::Depends {
+                name: name.clone(),
+                field: k.into(),
+                source,
+            })
+        };
         let provides =
             deps("Provides")?.into_iter().flatten().map(|a| (a.name, a.constraint.map(|(_, v)| v))).collect();
         Ok(Package {
@@ -195,7 +213,7 @@ impl Package {
             architecture: need("Architecture")?,
             filename: need("Filename")?,
             sha256: need("SHA256")?.to_ascii_lowercase(),
-            size: need("Size")?.parse().map_err(|_| format!("package `{name}`: `Size` is not a number"))?,
+            size: need("Size")?.parse().map_err(|source| ParagraphError::Size { name: name.clone(), source })?,
             depends: deps("Depends")?,
             pre_depends: deps("Pre-Depends")?,
             provides,

@@ -8,8 +8,8 @@
 
 use super::control::{parse_paragraphs, Paragraph};
 use super::DistroError;
-use crate::layer::archive::{sniff, Format};
 use crate::layer::path::{join, normalize_member, parent};
+use crate::layer::stream::{decoder, sniff, Checks, Format};
 use crate::layer::{Content, Kind, Node, Tree};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -38,13 +38,12 @@ fn keeps_content(path: &[u8]) -> bool {
 }
 
 fn layer_reader(blob: &Path) -> std::io::Result<Box<dyn Read>> {
-    let f = std::fs::File::open(blob)?;
-    Ok(match sniff(blob)? {
-        Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, f))),
-        Format::Zstd => Box::new(zstd::stream::read::Decoder::new(f)?),
-        Format::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(BufReader::new(f))),
-        Format::Tar | Format::Zip => Box::new(BufReader::with_capacity(1 << 20, f)),
-    })
+    let f = BufReader::with_capacity(1 << 20, std::fs::File::open(blob)?);
+    match sniff(blob)? {
+        // A zip is no layer: read as a tar, it fails there with the tar's error.
+        Format::Zip => Ok(Box::new(f)),
+        format => decoder(format, f, Checks::Verify),
+    }
 }
 
 /// Follow the symlinks of `path`'s parent directories (not of its last

@@ -116,11 +116,22 @@ impl std::fmt::Display for Atom {
 /// A dependency field: a list of clauses, each a list of alternatives.
 pub type Depends = Vec<Vec<Atom>>;
 
+/// What is wrong with one alternative of a dependency field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DependsError {
+    #[error("`{0}` has no package name")]
+    NoName(String),
+    #[error("`{0}`: bad version relation")]
+    BadRelation(String),
+    #[error("`{0}`: missing version")]
+    NoVersion(String),
+}
+
 /// Parse a dependency field. Architecture restrictions (`[amd64]`) and
 /// build profiles (`<!nocheck>`) only appear in source packages; they are
 /// dropped here. `:any` and `:native` qualifiers are dropped too: this
 /// resolver installs one architecture.
-pub fn parse_depends(field: &str) -> Result<Depends, String> {
+pub fn parse_depends(field: &str) -> Result<Depends, DependsError> {
     let mut out = Vec::new();
     for clause in field.split(',') {
         let clause = clause.trim();
@@ -137,17 +148,17 @@ pub fn parse_depends(field: &str) -> Result<Depends, String> {
             let name_part = name_part.split_whitespace().next().unwrap_or("");
             let name = name_part.split(':').next().unwrap_or("").to_string();
             if name.is_empty() {
-                return Err(format!("`{alt}` has no package name"));
+                return Err(DependsError::NoName(alt.to_string()));
             }
             let constraint = match rest {
                 Some(r) => {
                     let inner = r.split(')').next().unwrap_or("").trim();
                     let op_len = inner.find(|c: char| !"<>=".contains(c)).unwrap_or(inner.len());
                     let rel =
-                        Relation::parse(&inner[..op_len]).ok_or_else(|| format!("`{alt}`: bad version relation"))?;
+                        Relation::parse(&inner[..op_len]).ok_or_else(|| DependsError::BadRelation(alt.to_string()))?;
                     let ver = inner[op_len..].trim();
                     if ver.is_empty() {
-                        return Err(format!("`{alt}`: missing version"));
+                        return Err(DependsError::NoVersion(alt.to_string()));
                     }
                     Some((rel, ver.to_string()))
                 }

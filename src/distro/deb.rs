@@ -6,7 +6,8 @@
 
 use super::control::{parse_paragraphs, Paragraph};
 use super::DistroError;
-use crate::layer::archive::{read_into, sniff, Format, Placement};
+use crate::layer::archive::{read_into, Placement};
+use crate::layer::stream::{decoder, sniff, Checks, Format};
 use crate::layer::Tree;
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -32,19 +33,15 @@ fn bad(deb: &Path, message: impl Into<String>) -> DistroError {
 }
 
 fn decompress(name: &str, bytes: Vec<u8>, deb: &Path) -> Result<Vec<u8>, DistroError> {
-    let mut out = Vec::new();
-    let r: Result<usize, std::io::Error> = if name.ends_with(".gz") {
-        flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut out)
-    } else if name.ends_with(".xz") {
-        liblzma::read::XzDecoder::new_multi_decoder(&bytes[..]).read_to_end(&mut out)
-    } else if name.ends_with(".zst") {
-        zstd::stream::read::Decoder::new(&bytes[..]).and_then(|mut d| d.read_to_end(&mut out))
-    } else if name.ends_with(".tar") {
-        return Ok(bytes);
-    } else {
-        return Err(bad(deb, format!("member `{name}` has an unsupported compression")));
+    let format = match Format::of_name(name) {
+        Some(Format::Tar) => return Ok(bytes),
+        Some(f @ (Format::Gzip | Format::Xz | Format::Zstd)) => f,
+        Some(Format::Zip) | None => return Err(bad(deb, format!("member `{name}` has an unsupported compression"))),
     };
-    r.map_err(|e| bad(deb, format!("member `{name}`: {e}")))?;
+    let mut out = Vec::new();
+    decoder(format, &bytes[..], Checks::Verify)
+        .and_then(|mut d| d.read_to_end(&mut out))
+        .map_err(|e| bad(deb, format!("member `{name}`: {e}")))?;
     Ok(out)
 }
 

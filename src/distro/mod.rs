@@ -48,6 +48,8 @@ pub enum DistroError {
     Keyring { keyring: String, message: String },
     #[error("index {url}: {message}")]
     Index { url: String, message: String },
+    #[error("index {url}: {source}")]
+    Paragraph { url: String, source: archive::ParagraphError },
     #[error(transparent)]
     Resolve(#[from] resolve::ResolveError),
     #[error("package file `{deb}`: {message}")]

@@ -20,10 +20,23 @@ pub enum ResolveError {
     Missing { name: String, origin: String },
     #[error("package `{name}` has no version `{version}` in the index of {origin} (it has: {have})")]
     MissingVersion { name: String, version: String, origin: String, have: String },
-    #[error("unsatisfiable dependency: {chain} needs `{clause}`, but {why}")]
-    Unsatisfiable { chain: String, clause: String, why: String },
+    #[error("unsatisfiable dependency: {chain} needs `{clause}`, but {}", why.iter().map(Unmet::to_string).collect::<Vec<_>>().join("; "))]
+    Unsatisfiable { chain: String, clause: String, why: Vec<Unmet> },
     #[error("`{request}`: `{name}` {have} is installed in the layers below; a packages layer does not replace installed packages (ask for it in the layer that installs it)")]
     Installed { request: String, name: String, have: String },
+}
+
+/// Why one alternative of a dependency cannot be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unmet {
+    #[error("`{name}` {version} is chosen already")]
+    Chosen { name: String, version: String },
+    #[error("`{name}` {version} is installed in the layers below")]
+    Installed { name: String, version: String },
+    #[error("the index has `{name}` only as version {versions}")]
+    OtherVersions { name: String, versions: String },
+    #[error("no package is or provides `{atom}` in the index")]
+    Nothing { atom: String },
 }
 
 /// A package present in the layers below (from their dpkg status).
@@ -172,11 +185,7 @@ pub fn resolve<'a>(
             }
             let Some(p) = picked else {
                 let clause_text = clause.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" | ");
-                return Err(ResolveError::Unsatisfiable {
-                    chain: chain(&pkg.name, &parent),
-                    clause: clause_text,
-                    why: why.join("; "),
-                });
+                return Err(ResolveError::Unsatisfiable { chain: chain(&pkg.name, &parent), clause: clause_text, why });
             };
             parent.insert(&p.name, &pkg.name);
             chosen.insert(&p.name, p);
@@ -219,13 +228,13 @@ fn satisfied(clause: &[Atom], chosen: &BTreeMap<&str, &Package>, idx: &Index) ->
 }
 
 /// The package to add for one alternative, or why there is none.
-fn candidate<'a>(atom: &Atom, chosen: &BTreeMap<&str, &'a Package>, idx: &Index<'a>) -> Result<&'a Package, String> {
+fn candidate<'a>(atom: &Atom, chosen: &BTreeMap<&str, &'a Package>, idx: &Index<'a>) -> Result<&'a Package, Unmet> {
     if let Some(p) = chosen.get(atom.name.as_str()) {
         // Only one version of a package can be installed.
-        return Err(format!("`{}` {} is chosen already", atom.name, p.version));
+        return Err(Unmet::Chosen { name: atom.name.clone(), version: p.version.clone() });
     }
     if let Some(i) = idx.installed.get(atom.name.as_str()) {
-        return Err(format!("`{}` {} is installed in the layers below", atom.name, i.version));
+        return Err(Unmet::Installed { name: atom.name.clone(), version: i.version.clone() });
     }
     if let Some(cands) = idx.by_name.get(atom.name.as_str()) {
         if let Some(p) = cands.iter().find(|p| atom_ok(&p.version, atom)) {
@@ -257,12 +266,11 @@ fn candidate<'a>(atom: &Atom, chosen: &BTreeMap<&str, &'a Package>, idx: &Index<
         return Ok(p);
     }
     match idx.by_name.get(atom.name.as_str()) {
-        Some(c) => Err(format!(
-            "the index has `{}` only as version {}",
-            atom.name,
-            c.iter().map(|p| p.version.as_str()).collect::<Vec<_>>().join(", ")
-        )),
-        None => Err(format!("no package is or provides `{atom}` in the index")),
+        Some(c) => Err(Unmet::OtherVersions {
+            name: atom.name.clone(),
+            versions: c.iter().map(|p| p.version.as_str()).collect::<Vec<_>>().join(", "),
+        }),
+        None => Err(Unmet::Nothing { atom: atom.to_string() }),
     }
 }
 

@@ -24,6 +24,17 @@ pub enum EndpointError {
     Context(#[from] ContextError),
     #[error("{origin} `{value}`: {problem}")]
     Invalid { origin: String, value: String, problem: String },
+    #[error("{origin} `{value}`: {source}")]
+    Ssh { origin: String, value: String, source: SshAddressError },
+}
+
+/// What is wrong with an `ssh://` address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SshAddressError {
+    #[error("`{port}` is not a port number")]
+    Port { port: String, source: std::num::ParseIntError },
+    #[error("expected ssh://[USER@]HOST[:PORT]")]
+    NoHost,
 }
 
 /// How quarry reaches the engine.
@@ -186,7 +197,11 @@ fn from_address(value: &str, origin: &str, ctx: Option<&ContextEndpoint>) -> Res
         return Ok(Endpoint { url, transport, reason });
     }
     if let Some(rest) = value.strip_prefix("ssh://") {
-        let target = parse_ssh(rest).map_err(bad)?;
+        let target = parse_ssh(rest).map_err(|source| EndpointError::Ssh {
+            origin: origin.into(),
+            value: value.into(),
+            source,
+        })?;
         return Ok(Endpoint { url: value.to_string(), transport: Transport::Ssh(target), reason });
     }
     Err(bad(
@@ -223,7 +238,7 @@ fn env_tls(value: &str, origin: &str) -> Result<Option<TlsFiles>, EndpointError>
 }
 
 /// `[user@]host[:port][/socket]`.
-fn parse_ssh(rest: &str) -> Result<SshTarget, String> {
+fn parse_ssh(rest: &str) -> Result<SshTarget, SshAddressError> {
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], Some(&rest[i..])),
         None => (rest, None),
@@ -234,13 +249,13 @@ fn parse_ssh(rest: &str) -> Result<SshTarget, String> {
     };
     let (host, port) = if has_port(hostport) {
         let (h, p) = hostport.rsplit_once(':').expect("has_port saw a colon");
-        (h, Some(p.parse::<u16>().map_err(|_| format!("`{p}` is not a port number"))?))
+        (h, Some(p.parse::<u16>().map_err(|source| SshAddressError::Port { port: p.to_string(), source })?))
     } else {
         (hostport, None)
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() || host.starts_with('-') {
-        return Err("expected ssh://[USER@]HOST[:PORT]".into());
+        return Err(SshAddressError::NoHost);
     }
     let socket = path.filter(|p| *p != "/").map(str::to_string);
     Ok(SshTarget { user, host: host.to_string(), port, socket })

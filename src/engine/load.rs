@@ -14,6 +14,7 @@
 use super::{describe, stream, Engine, EngineError};
 use crate::export::{normalize_repo_tag, write_docker_archive};
 use crate::layer::compress;
+use crate::layer::stream::{Checks, Format};
 use crate::oci::digest::HashingWriter;
 use crate::oci::layout::{open_image, OpenImage};
 use bollard::query_parameters::{ImportImageOptionsBuilder, ListImagesOptionsBuilder};
@@ -269,7 +270,8 @@ fn recompress_layout(layout: &Path, img: &OpenImage, indexes: &[usize], dst: &Pa
         }
         let from = src_blob(d);
         let input = std::fs::File::open(&from).map_err(|e| EngineError::io("cannot read layer", &from, e))?;
-        let mut dec = zstd::stream::read::Decoder::with_buffer(BufReader::with_capacity(1 << 20, input))
+        let input = BufReader::with_capacity(1 << 20, input);
+        let mut dec = crate::layer::stream::decoder(Format::Zstd, input, Checks::Verify)
             .map_err(|e| EngineError::io("cannot decompress layer", &from, e))?;
         let tmp =
             tempfile::NamedTempFile::new_in(dst).map_err(|e| EngineError::io("cannot create a file in", dst, e))?;

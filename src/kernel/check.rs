@@ -8,6 +8,7 @@
 //! Bare code objects (`--genco`, one target each by design) and archives
 //! are reported, not checked.
 
+use super::KernelError;
 use crate::code_objects::inspect_path;
 use std::path::Path;
 
@@ -56,15 +57,15 @@ fn is_host_elf(path: &Path) -> bool {
 }
 
 /// Report every regular file of `files` (relative to `dir`).
-pub fn inspect(dir: &Path, files: &[std::path::PathBuf]) -> Result<Vec<OutputFile>, String> {
+pub fn inspect(dir: &Path, files: &[std::path::PathBuf]) -> Result<Vec<OutputFile>, KernelError> {
     let mut out = Vec::new();
     for rel in files {
         let path = dir.join(rel);
-        let meta = path.symlink_metadata().map_err(|e| format!("`{}`: {e}", path.display()))?;
+        let meta = path.symlink_metadata().map_err(|source| KernelError::Output { path: path.clone(), source })?;
         if !meta.is_file() {
             continue;
         }
-        let reports = inspect_path(&path).map_err(|e| e.to_string())?;
+        let reports = inspect_path(&path)?;
         let mut targets: Vec<String> =
             reports.iter().flat_map(|r| &r.code_objects).map(code_object_id).filter(|t| !t.is_empty()).collect();
         targets.sort();

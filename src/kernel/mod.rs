@@ -120,6 +120,14 @@ pub enum KernelError {
     Staging(String),
     #[error("the build command exited with code {code} (its output is above); nothing was kept and the container was removed")]
     Failed { code: i32 },
+    #[error("`{}`: {source}", path.display())]
+    Output { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Inspect(#[from] crate::code_objects::InspectError),
+    #[error("--targets: `{target}` is not an AMD GPU target; expected `auto` or a list like gfx90a,gfx942,gfx1100 (features as gfx942:xnack-)")]
+    BadTarget { target: String },
+    #[error("--targets: empty list; give `auto` or targets like gfx90a,gfx942")]
+    NoTargets,
     #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, HIP_OFFLOAD_ARCH, GPU_TARGETS, HIPCC_COMPILE_FLAGS_APPEND and ROCM_TARGET_LST, which CMake reads through rocm_agent_enumerator), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
     MissingTargets { missing: Vec<Missing>, output: PathBuf },
 }
@@ -208,7 +216,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
     let files = entry
         .copy_files_to(&o.output)
         .map_err(|e| KernelError::Input(format!("copying the outputs to `{}`: {e}", o.output.display())))?;
-    let reports = check::inspect(&o.output, &files).map_err(KernelError::Input)?;
+    let reports = check::inspect(&o.output, &files)?;
     drop(checking);
     let missing = check::missing(&reports, &o.targets.targets);
     if !missing.is_empty() {

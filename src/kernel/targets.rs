@@ -4,6 +4,7 @@
 //! machine's KFD topology (as `quarry gpus`), else
 //! [`crate::engine::gpu::DEFAULT_TARGETS`].
 
+use super::KernelError;
 use crate::engine::gpu::{self, GpuInfo, TargetList};
 
 /// `--targets`: `auto` or an explicit list.
@@ -15,7 +16,7 @@ pub enum TargetsArg {
 
 /// Parse `auto` or `gfx90a,gfx942` (`;` and spaces separate too; a target
 /// id may carry features: `gfx942:xnack-`). Duplicates are dropped.
-pub fn parse(s: &str) -> Result<TargetsArg, String> {
+pub fn parse(s: &str) -> Result<TargetsArg, KernelError> {
     if s.trim() == "auto" {
         return Ok(TargetsArg::Auto);
     }
@@ -27,16 +28,14 @@ pub fn parse(s: &str) -> Result<TargetsArg, String> {
             && processor[3..].bytes().all(|b| b.is_ascii_alphanumeric())
             && t.split(':').skip(1).all(|f| f.len() > 1 && (f.ends_with('+') || f.ends_with('-')));
         if !ok {
-            return Err(format!(
-                "--targets: `{t}` is not an AMD GPU target; expected `auto` or a list like gfx90a,gfx942,gfx1100 (features as gfx942:xnack-)"
-            ));
+            return Err(KernelError::BadTarget { target: t.to_string() });
         }
         if !out.iter().any(|o| o == t) {
             out.push(t.to_string());
         }
     }
     if out.is_empty() {
-        return Err("--targets: empty list; give `auto` or targets like gfx90a,gfx942".into());
+        return Err(KernelError::NoTargets);
     }
     Ok(TargetsArg::List(out))
 }
@@ -102,7 +101,7 @@ mod tests {
             TargetsArg::List(vec!["gfx90a".into(), "gfx942".into(), "gfx1100".into()])
         );
         assert_eq!(parse("gfx942:xnack-").unwrap(), TargetsArg::List(vec!["gfx942:xnack-".into()]));
-        let e = parse("gfx90a,sm_80").unwrap_err();
+        let e = parse("gfx90a,sm_80").unwrap_err().to_string();
         assert!(e.contains("`sm_80`"), "{e}");
         assert!(parse("gfx942:xnack").is_err());
         assert!(parse(" , ").is_err());

@@ -5,6 +5,7 @@
 //! symlinks and hardlinks out of the archive are refused by the tree.
 
 use super::path::{display, join, normalize_member, strip_components, strip_prefix, PathProblem};
+use super::stream::{decoder, Checks};
 use super::tree::{Content, Kind, Node, Tree, TreeError};
 use std::collections::HashSet;
 use std::fs::File;
@@ -28,35 +29,7 @@ pub enum ArchiveError {
     Zip { archive: String, err: String },
 }
 
-/// Compression/container format, found from the first bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Tar,
-    Gzip,
-    Xz,
-    Zstd,
-    Zip,
-}
-
-pub fn sniff(path: &Path) -> io::Result<Format> {
-    let mut magic = [0u8; 6];
-    let mut f = File::open(path)?;
-    let mut got = 0;
-    while got < magic.len() {
-        let n = f.read(&mut magic[got..])?;
-        if n == 0 {
-            break;
-        }
-        got += n;
-    }
-    Ok(match &magic[..got] {
-        [0x1f, 0x8b, ..] => Format::Gzip,
-        [0xfd, b'7', b'z', b'X', b'Z', 0x00] => Format::Xz,
-        [0x28, 0xb5, 0x2f, 0xfd, ..] => Format::Zstd,
-        [b'P', b'K', 0x03, 0x04, ..] | [b'P', b'K', 0x05, 0x06, ..] => Format::Zip,
-        _ => Format::Tar,
-    })
-}
+pub use super::stream::{sniff, Format};
 
 /// How an archive's members are placed in the layer.
 #[derive(Debug, Clone, Default)]
@@ -192,14 +165,9 @@ pub fn read_into(
             &mut ctx,
             TarContent::InPlace(Arc::new(archive.to_path_buf())),
         )?,
-        Format::Gzip => read_spooled(flate2::read::MultiGzDecoder::new(BufReader::new(file)), &mut ctx, spool_dir)?,
-        Format::Xz => {
-            let flags = liblzma::stream::CONCATENATED | if place.verified { liblzma::stream::IGNORE_CHECK } else { 0 };
-            let stream = liblzma::stream::Stream::new_stream_decoder(u64::MAX, flags).map_err(|e| io_err(e.into()))?;
-            read_spooled(liblzma::read::XzDecoder::new_stream(BufReader::new(file), stream), &mut ctx, spool_dir)?
-        }
-        Format::Zstd => {
-            let d = zstd::stream::read::Decoder::new(file).map_err(io_err)?;
+        Format::Gzip | Format::Xz | Format::Zstd => {
+            let checks = if place.verified { Checks::Skip } else { Checks::Verify };
+            let d = decoder(format, BufReader::with_capacity(1 << 20, file), checks).map_err(io_err)?;
             read_spooled(d, &mut ctx, spool_dir)?
         }
     }

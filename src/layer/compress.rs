@@ -57,6 +57,15 @@ impl Compression {
     }
 }
 
+/// A `--compression-level` the compression does not take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LevelError {
+    #[error("--compression-level needs --compression gzip or zstd")]
+    NoCompression,
+    #[error("--compression-level {level} is out of range for {compression:?}: give {min} to {max}")]
+    OutOfRange { compression: Compression, level: i32, min: i32, max: i32 },
+}
+
 /// A compression and its level: what a layer's bytes depend on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct LayerCodec {
@@ -74,7 +83,7 @@ impl Default for LayerCodec {
 impl LayerCodec {
     /// `level` None takes the compression's default; a level out of the
     /// compressor's range is an error that gives the range.
-    pub fn new(compression: Compression, level: Option<i32>) -> Result<LayerCodec, String> {
+    pub fn new(compression: Compression, level: Option<i32>) -> Result<LayerCodec, LevelError> {
         let (default, range) = match compression {
             Compression::Gzip => (GZIP_LEVEL, 1..=12),
             Compression::Zstd => (ZSTD_LEVEL, 1..=19),
@@ -83,12 +92,8 @@ impl LayerCodec {
         let level = level.unwrap_or(default);
         if !range.contains(&level) {
             return Err(match compression {
-                Compression::None => "--compression-level needs --compression gzip or zstd".to_string(),
-                c => format!(
-                    "--compression-level {level} is out of range for {c:?}: give {} to {}",
-                    range.start(),
-                    range.end()
-                ),
+                Compression::None => LevelError::NoCompression,
+                c => LevelError::OutOfRange { compression: c, level, min: *range.start(), max: *range.end() },
             });
         }
         Ok(LayerCodec { compression, level })
@@ -372,7 +377,7 @@ mod tests {
                 e.finish().unwrap()
             };
             assert_ne!(compress_with(default), compress_with(one), "{c:?}");
-            let err = LayerCodec::new(c, Some(40)).unwrap_err();
+            let err = LayerCodec::new(c, Some(40)).unwrap_err().to_string();
             assert!(err.contains("out of range") && err.contains("give 1 to"), "{err}");
         }
         assert!(LayerCodec::new(Compression::None, Some(3)).is_err());

@@ -7,6 +7,7 @@ pub mod compress;
 pub mod extract;
 pub mod pack;
 pub mod path;
+pub mod stream;
 pub mod tar_splice;
 pub mod tree;
 pub mod write;

@@ -20,6 +20,8 @@ impl std::fmt::Display for PathProblem {
     }
 }
 
+impl std::error::Error for PathProblem {}
+
 /// Normalize a path found inside an archive. `./x` and `x/` are fine;
 /// `/x` and anything with `..` are refused (never stripped silently).
 pub fn normalize_member(raw: &[u8]) -> Result<Vec<u8>, PathProblem> {

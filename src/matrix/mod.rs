@@ -35,8 +35,10 @@ pub enum MatrixError {
     Scheduler(#[from] scheduler::SchedulerError),
     #[error("{0}")]
     Input(String),
+    #[error("{}: job.source.sha256: {source} (cell {cell})", file.display())]
+    Sha256 { file: PathBuf, cell: String, source: source::NoSha256 },
     #[error(transparent)]
-    Wheel(#[from] crate::wheel::build::BuildError),
+    Wheel(Box<crate::wheel::build::BuildError>),
     #[error(transparent)]
     Kernel(#[from] crate::kernel::KernelError),
     #[error(transparent)]
@@ -64,6 +66,13 @@ pub enum MatrixError {
 impl From<crate::build::BuildError> for MatrixError {
     fn from(e: crate::build::BuildError) -> MatrixError {
         MatrixError::Build(Box::new(e))
+    }
+}
+
+// Boxed: a wheel build's error is large, and every matrix result carries the enum.
+impl From<crate::wheel::build::BuildError> for MatrixError {
+    fn from(e: crate::wheel::build::BuildError) -> MatrixError {
+        MatrixError::Wheel(Box::new(e))
     }
 }
 
@@ -95,8 +104,10 @@ pub fn check_cells(m: &Matrix, cells: &[Cell]) -> Result<(), MatrixError> {
     let mut seen = std::collections::BTreeMap::new();
     for c in cells {
         if let Some(source) = &m.job.source {
-            source.sha256_for(&c.values).map_err(|e| {
-                MatrixError::Input(format!("{}: job.source.sha256: {e} (cell {})", m.file.display(), c.id))
+            source.sha256_for(&c.values).map_err(|source| MatrixError::Sha256 {
+                file: m.file.clone(),
+                cell: c.id.clone(),
+                source,
             })?;
         }
         if let Some(other) = seen.insert(c.id.as_str(), c) {

@@ -18,6 +18,13 @@ pub enum JobSource {
     Pypi { requirement: String, sha256: BTreeMap<String, String> },
 }
 
+/// A package-index source without the sha256 of a requirement it becomes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no sha256 for `{requirement}`: add `\"{requirement}\" = \"...\"` (pip hash shows it)")]
+pub struct NoSha256 {
+    pub requirement: String,
+}
+
 /// `source` as written.
 #[derive(serde::Deserialize)]
 #[serde(untagged)]
@@ -66,14 +73,14 @@ impl RawSource {
 impl JobSource {
     /// A package-index source's requirement for a cell with these values,
     /// and its sha256; None for a path.
-    pub fn sha256_for(&self, values: &BTreeMap<String, String>) -> Result<Option<(String, String)>, String> {
+    pub fn sha256_for(&self, values: &BTreeMap<String, String>) -> Result<Option<(String, String)>, NoSha256> {
         match self {
             JobSource::Path(_) => Ok(None),
             JobSource::Pypi { requirement, sha256 } => {
                 let req = fill(requirement, values);
                 match sha256.get(&req) {
                     Some(h) => Ok(Some((req, h.clone()))),
-                    None => Err(format!("no sha256 for `{req}`: add `\"{req}\" = \"...\"` (pip hash shows it)")),
+                    None => Err(NoSha256 { requirement: req }),
                 }
             }
         }
@@ -96,6 +103,6 @@ mod tests {
         let s = each.resolve(Path::new(".")).unwrap();
         let v = |x: &str| BTreeMap::from([("v".to_string(), x.to_string())]);
         assert_eq!(s.sha256_for(&v("1")).unwrap(), Some(("p==1".to_string(), h)));
-        assert!(s.sha256_for(&v("2")).unwrap_err().contains("p==2"));
+        assert!(s.sha256_for(&v("2")).unwrap_err().to_string().contains("p==2"));
     }
 }

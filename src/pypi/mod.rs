@@ -47,6 +47,8 @@ pub enum PypiError {
     NoPip { requirement: String, python: String, err: std::io::Error },
     #[error("pypi `{requirement}`: {message}")]
     Other { requirement: String, message: String },
+    #[error("pypi `{requirement}`: {source}")]
+    Requirement { requirement: String, source: crate::definition::RequirementError },
     #[error(transparent)]
     Cache(#[from] CacheError),
 }
@@ -116,7 +118,7 @@ pub fn fetch(cache: &Cache, req: &PypiRequest, pin: Option<&str>) -> Result<Fetc
         }
     }
     let name = requirement_name(&req.requirement)
-        .map_err(|message| PypiError::Other { requirement: req.requirement.clone(), message })?;
+        .map_err(|source| PypiError::Requirement { requirement: req.requirement.clone(), source })?;
     let tmp = cache.temp_dir("pypi-")?;
     let dl = tmp.path().join("dl");
     std::fs::create_dir(&dl).map_err(|e| other(req, format!("cannot create `{}`: {e}", dl.display())))?;

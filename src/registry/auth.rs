@@ -76,9 +76,10 @@ pub fn lookup(registry: &str) -> Result<Option<Credentials>, RegistryError> {
         message: format!("not valid JSON: {e}"),
     })?;
     let config_err = |message: String| RegistryError::Config { path: path.display().to_string(), message };
+    let helper_err = |source| RegistryError::Helper { path: path.display().to_string(), source };
 
     if let Some(helper) = cfg.cred_helpers.get(registry) {
-        return run_helper(helper, registry).map_err(config_err);
+        return run_helper(helper, registry).map_err(helper_err);
     }
     for (key, entry) in &cfg.auths {
         if normalize_key(key) != registry {
@@ -99,13 +100,24 @@ pub fn lookup(registry: &str) -> Result<Option<Credentials>, RegistryError> {
         }
     }
     if let Some(store) = &cfg.creds_store {
-        return run_helper(store, registry).map_err(config_err);
+        return run_helper(store, registry).map_err(helper_err);
     }
     Ok(None)
 }
 
+/// Why a credential helper gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("cannot run credential helper `{program}`: {source}")]
+    Spawn { program: String, source: std::io::Error },
+    #[error("credential helper `{program}`: {source}")]
+    Wait { program: String, source: std::io::Error },
+    #[error("credential helper `{program}` answered: {source}")]
+    Reply { program: String, source: serde_json::Error },
+}
+
 /// Ask `docker-credential-<helper> get` (the docker credential helper protocol).
-fn run_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, String> {
+fn run_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, HelperError> {
     let program = format!("docker-credential-{helper}");
     let mut child = Command::new(&program)
         .arg("get")
@@ -113,11 +125,11 @@ fn run_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, Strin
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run credential helper `{program}`: {e}"))?;
+        .map_err(|source| HelperError::Spawn { program: program.clone(), source })?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(registry.as_bytes());
     }
-    let out = child.wait_with_output().map_err(|e| format!("credential helper `{program}`: {e}"))?;
+    let out = child.wait_with_output().map_err(|source| HelperError::Wait { program: program.clone(), source })?;
     if !out.status.success() {
         // Helpers say "credentials not found" this way: anonymous access then.
         return Ok(None);
@@ -130,7 +142,7 @@ fn run_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, Strin
         secret: String,
     }
     let r: HelperReply =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("credential helper `{program}` answered: {e}"))?;
+        serde_json::from_slice(&out.stdout).map_err(|source| HelperError::Reply { program, source })?;
     Ok(Some(Credentials { username: r.username, password: r.secret }))
 }
 

@@ -48,6 +48,8 @@ pub enum RegistryError {
     Reference(#[from] ReferenceError),
     #[error("docker config `{path}`: {message}")]
     Config { path: String, message: String },
+    #[error("docker config `{path}`: {source}")]
+    Helper { path: String, source: auth::HelperError },
     #[error("registry {registry}: cannot connect: {message}; check that it is running and reachable{hint}")]
     Connect { registry: String, message: String, hint: String },
     #[error("registry {registry}: {what}: authentication required or refused ({message}); log in with `docker login {registry}` (quarry reads {config})")]

@@ -16,7 +16,7 @@ pub struct Reference {
     pub digest: Option<String>,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("image reference `{reference}`: {message}")]
 pub struct ReferenceError {
     pub reference: String,

@@ -12,7 +12,7 @@ use super::sys;
 use crate::layer::path::{join, normalize_member, parent};
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self as stdio, BufReader, Read};
+use std::io::{self as stdio, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -101,17 +101,7 @@ fn settle_dir_times(dirs: &[(Vec<u8>, i64)]) -> stdio::Result<()> {
 
 /// Apply one OCI layer blob (tar, gzip or zstd) over what is laid out.
 pub fn apply_layer(file: File, epoch: u64) -> stdio::Result<()> {
-    let mut r = BufReader::with_capacity(1 << 20, file);
-    let mut magic = [0u8; 4];
-    let n = r.read(&mut magic)?;
-    let head = stdio::Cursor::new(magic[..n].to_vec()).chain(r);
-    let reader: Box<dyn Read> = if magic[..2] == [0x1f, 0x8b] {
-        Box::new(flate2::read::MultiGzDecoder::new(head))
-    } else if magic == [0x28, 0xb5, 0x2f, 0xfd] {
-        Box::new(zstd::stream::read::Decoder::new(head)?)
-    } else {
-        Box::new(head)
-    };
+    let reader = crate::layer::stream::sniffing_decoder(BufReader::with_capacity(1 << 20, file))?;
     let mut archive = tar::Archive::new(reader);
     // Paths this layer made: its whiteouts remove only what is below.
     let mut made: HashSet<Vec<u8>> = HashSet::new();

@@ -3,10 +3,10 @@
 
 mod fingerprint;
 
-use super::hashes::{capability, FileDigest};
+use super::hashes::{capability, FileDigest, HashError};
 use crate::cache::key::Key;
 use crate::layer::path::join;
-use crate::layer::{Content, Kind, Node, Tree};
+use crate::layer::{Content, Kind, Node, Tree, TreeError};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -49,24 +49,48 @@ pub struct DirScan {
     pending: Option<Vec<Option<FileDigest>>>,
 }
 
+/// Why a directory could not be scanned, fingerprinted or placed; the
+/// message for the source's `dir` field.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    #[error("`{pattern}` is not a valid glob: {source}")]
+    Glob { pattern: String, source: globset::Error },
+    #[error(transparent)]
+    Globs(globset::Error),
+    #[error("cannot read directory `{}`: {source}", path.display())]
+    Root { path: PathBuf, source: std::io::Error },
+    #[error("`{}` is not a directory", path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("walking `{}` failed: `{}`: {source}", root.display(), dir.display())]
+    Walk { root: PathBuf, dir: PathBuf, source: std::io::Error },
+    #[error("cannot stat `{}`: {source}", path.display())]
+    Stat { path: PathBuf, source: std::io::Error },
+    #[error("cannot read symlink `{}`: {source}", path.display())]
+    ReadLink { path: PathBuf, source: std::io::Error },
+    #[error("`{}`: {source}", rel.display())]
+    Place { rel: PathBuf, source: TreeError },
+    #[error(transparent)]
+    Hash(#[from] HashError),
+}
+
 #[derive(Default)]
 pub struct DirReport {
     pub dropped_devices: usize,
     pub skipped_sockets: usize,
 }
 
-fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
+fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, DirError> {
     if pats.is_empty() {
         return Ok(None);
     }
     let mut b = globset::GlobSetBuilder::new();
     for p in pats {
-        b.add(globset::Glob::new(p).map_err(|e| format!("`{p}` is not a valid glob: {e}"))?);
+        b.add(globset::Glob::new(p).map_err(|source| DirError::Glob { pattern: p.clone(), source })?);
     }
-    b.build().map(Some).map_err(|e| e.to_string())
+    b.build().map(Some).map_err(DirError::Globs)
 }
 
-/// Walk `root` (stat only). Errors are messages for the `dir` field.
+/// Walk `root` (stat only). Errors are for the `dir` field.
 ///
 /// The `lstat` calls dominate a no-op rebuild, so every directory's
 /// subdirectories are walked in parallel (a tree under one top-level
@@ -75,10 +99,10 @@ fn globs(pats: &[String]) -> Result<Option<globset::GlobSet>, String> {
 /// stat'ed in name order and the walks are joined in that order at the end,
 /// each entry moved once (no sort, no re-copying per level: a scan of tens
 /// of thousands of entries is tens of megabytes).
-pub fn scan(root: &Path, s: &DirOptions) -> Result<DirScan, String> {
-    let meta = std::fs::metadata(root).map_err(|e| format!("cannot read directory `{}`: {e}", root.display()))?;
+pub fn scan(root: &Path, s: &DirOptions) -> Result<DirScan, DirError> {
+    let meta = std::fs::metadata(root).map_err(|source| DirError::Root { path: root.to_path_buf(), source })?;
     if !meta.is_dir() {
-        return Err(format!("`{}` is not a directory", root.display()));
+        return Err(DirError::NotADirectory { path: root.to_path_buf() });
     }
     let filters = Filters { include: globs(&s.include)?, exclude: globs(&s.exclude)? };
     // The root itself, followed if it is a symlink, like its listing.
@@ -135,12 +159,12 @@ fn name(rel: &[u8]) -> &[u8] {
 
 /// Walk the entries below `dir` (inside `root`), recursively, applying the
 /// filters; subdirectories are walked in parallel.
-fn walk_dir(root: &Path, dir: &Path, f: &Filters) -> Result<Walked, String> {
-    let walk_err = |e: std::io::Error| format!("walking `{}` failed: `{}`: {e}", root.display(), dir.display());
+fn walk_dir(root: &Path, dir: &Path, f: &Filters) -> Result<Walked, DirError> {
+    let walk_err = |source: std::io::Error| DirError::Walk { root: root.to_path_buf(), dir: dir.to_path_buf(), source };
     let mut listing = std::fs::read_dir(dir)
         .map_err(walk_err)?
         .map(|e| e.map(|e| (e.file_name(), e)).map_err(walk_err))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, DirError>>()?;
     // Sorting the listing (names and small handles) instead of the stat'ed
     // entries keeps the large entries in place.
     listing.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -153,7 +177,7 @@ fn walk_dir(root: &Path, dir: &Path, f: &Filters) -> Result<Walked, String> {
         }
         // `DirEntry::metadata` does not follow symlinks, and stats relative
         // to the directory's descriptor.
-        let meta = e.metadata().map_err(|err| format!("cannot stat `{}`: {err}", path.display()))?;
+        let meta = e.metadata().map_err(|source| DirError::Stat { path: path.clone(), source })?;
         if let Some(inc) = &f.include {
             if !meta.is_dir() && !inc.is_match(Path::new(OsStr::from_bytes(rel))) {
                 continue;
@@ -162,7 +186,7 @@ fn walk_dir(root: &Path, dir: &Path, f: &Filters) -> Result<Walked, String> {
         let link = if meta.file_type().is_symlink() {
             Some(
                 std::fs::read_link(&path)
-                    .map_err(|err| format!("cannot read symlink `{}`: {err}", path.display()))?
+                    .map_err(|source| DirError::ReadLink { path: path.clone(), source })?
                     .into_os_string()
                     .into_vec(),
             )
@@ -177,7 +201,7 @@ fn walk_dir(root: &Path, dir: &Path, f: &Filters) -> Result<Walked, String> {
         .enumerate()
         .filter(|(_, e)| e.meta.is_dir())
         .map(|(i, e)| Ok((i, walk_dir(root, &e.path, f)?)))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, DirError>>()?;
     Ok(Walked { entries, subdirs })
 }
 
@@ -208,7 +232,7 @@ impl DirScan {
     }
 
     /// Place the scanned entries under `dest` in `tree`.
-    pub fn into_tree(&self, dest: &[u8], s: &DirOptions, tree: &mut Tree) -> Result<DirReport, String> {
+    pub fn into_tree(&self, dest: &[u8], s: &DirOptions, tree: &mut Tree) -> Result<DirReport, DirError> {
         let (uid, gid) = s.owner.unwrap_or((0, 0));
         let mut report = DirReport::default();
         let mut first_of_inode: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
@@ -258,7 +282,7 @@ impl DirScan {
                 }
             }
             tree.insert(target, node)
-                .map_err(|err| format!("`{}`: {err}", Path::new(OsStr::from_bytes(&e.rel)).display()))?;
+                .map_err(|source| DirError::Place { rel: PathBuf::from(OsStr::from_bytes(&e.rel)), source })?;
         }
         Ok(report)
     }
@@ -322,7 +346,7 @@ mod tests {
         ];
         assert_eq!(rels(&some), want);
 
-        let err = scan(&root.join("top.txt"), &DirOptions::default()).err().unwrap();
+        let err = scan(&root.join("top.txt"), &DirOptions::default()).err().unwrap().to_string();
         assert!(err.contains("is not a directory"), "{err}");
     }
 

@@ -32,11 +32,22 @@ use std::fs::Metadata;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const MEMO_KIND: &str = "stat-memo";
 const MEMO_VERSION: u32 = 2;
 const RACY_SECS: i64 = 2;
+
+/// Why files could not be hashed or their memo kept.
+#[derive(Debug, thiserror::Error)]
+pub enum HashError {
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the stat memo cannot be encoded: {0}")]
+    Encode(#[source] postcard::Error),
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+}
 
 /// What the memo compares to decide whether a file may have changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,7 +168,7 @@ impl ContentHasher {
 
     /// Content digests of `files`, in order. `source_id` names the memo: the
     /// same source (kind, path, filters) must give the same id.
-    pub fn hash_files(&mut self, source_id: &str, files: &[FileToHash]) -> Result<Vec<FileDigest>, String> {
+    pub fn hash_files(&mut self, source_id: &str, files: &[FileToHash]) -> Result<Vec<FileDigest>, HashError> {
         let recalled = self.recall(source_id, files);
         self.hash_missing(source_id, files, recalled)
     }
@@ -193,7 +204,7 @@ impl ContentHasher {
         source_id: &str,
         files: &[FileToHash],
         recalled: Recalled,
-    ) -> Result<Vec<FileDigest>, String> {
+    ) -> Result<Vec<FileDigest>, HashError> {
         let Recalled { memo, digests: mut out, .. } = recalled;
         let todo: Vec<usize> = (0..files.len()).filter(|&i| out[i].is_none()).collect();
         // Reading is I/O bound on cold caches and SHA-bound on warm ones:
@@ -206,7 +217,7 @@ impl ContentHasher {
                 let (digest, still) = hash_file(f.path, f.meta)?;
                 Ok((i, digest, still))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, HashError>>()?;
         drop(hashing);
         self.files_hashed += fresh.len() as u64;
         let mut memoizable = vec![true; files.len()];
@@ -234,7 +245,7 @@ impl ContentHasher {
         files: &[FileToHash],
         digests: &[FileDigest],
         hashed: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), HashError> {
         self.files_hashed += hashed;
         let memoizable: Vec<bool> =
             files.iter().map(|f| !StatFingerprint::of(f.meta).is_racy(self.racy_from)).collect();
@@ -249,7 +260,7 @@ impl ContentHasher {
         digests: &[FileDigest],
         memoizable: &[bool],
         memo: &Memo,
-    ) -> Result<(), String> {
+    ) -> Result<(), HashError> {
         let changed = memo.len() != files.len()
             || memoizable.iter().any(|ok| !ok)
             || files.iter().zip(digests).any(|(f, d)| {
@@ -271,8 +282,8 @@ impl ContentHasher {
             })
             .collect();
         let doc = MemoFile { version: MEMO_VERSION, entries };
-        let bytes = postcard::to_stdvec(&doc).map_err(|e| e.to_string())?;
-        self.cache.write_note(MEMO_KIND, &memo_name(source_id), &bytes).map_err(|e| e.to_string())
+        let bytes = postcard::to_stdvec(&doc).map_err(HashError::Encode)?;
+        Ok(self.cache.write_note(MEMO_KIND, &memo_name(source_id), &bytes)?)
     }
 
     /// The memo; None when it is missing, unreadable or of another
@@ -311,8 +322,8 @@ pub fn source_id(kind: &str, path: &Path, selectors: &[&[String]]) -> String {
 }
 
 /// Hash one file; also says whether its stat was unchanged while it was read.
-pub(crate) fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), String> {
-    let err = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
+pub(crate) fn hash_file(path: &Path, scanned: &Metadata) -> Result<(FileDigest, bool), HashError> {
+    let err = |source: std::io::Error| HashError::Read { path: path.to_path_buf(), source };
     let mut f = std::fs::File::open(path).map_err(err)?;
     let mut h = Sha256::new();
     // One read buffer per thread: a fresh 256 KiB buffer per file cost an

@@ -27,6 +27,9 @@ pub struct SourceError {
     pub file: String,
     pub field: String,
     pub message: String,
+    /// The error the message tells of, when one caused it.
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
 impl SourceError {
@@ -35,7 +38,17 @@ impl SourceError {
     pub fn new(layer: &Layer, field: impl Into<String>, message: impl Into<String>) -> Self {
         let field = field.into();
         let message = message.into() + &hint::set_hint(&layer.file, &field);
-        SourceError { file: layer.file.display().to_string(), field, message }
+        SourceError { file: layer.file.display().to_string(), field, message, source: None }
+    }
+
+    /// [`SourceError::new`] with `cause`'s message, kept as the source.
+    pub fn caused(
+        layer: &Layer,
+        field: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        let e = SourceError::new(layer, field, cause.to_string());
+        SourceError { source: Some(Box::new(cause)), ..e }
     }
 }
 
@@ -113,7 +126,7 @@ pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan
         let scanned = match &s.kind {
             SourceKind::Dir(d) => Scanned::Dir(
                 dir::scan(&d.path, &dir_options(s, &d.include, &d.exclude, d.devices))
-                    .map_err(|m| SourceError::new(layer, field("dir"), m))?,
+                    .map_err(|e| SourceError::caused(layer, field("dir"), e))?,
             ),
             SourceKind::File(f) => Scanned::File(stat_file(&f.path, "file")?),
             SourceKind::Archive(a) => Scanned::Archive(stat_file(&a.path, "archive")?),
@@ -135,7 +148,7 @@ pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan
                     }
                     Scanned::RocmTree(
                         dir::scan(&r.dir, &dir_options(s, &[], &[], false))
-                            .map_err(|m| SourceError::new(layer, field("rocm"), m))?,
+                            .map_err(|e| SourceError::caused(layer, field("rocm"), e))?,
                     )
                 } else if !r.dir.exists() {
                     return Err(SourceError::new(
@@ -168,14 +181,14 @@ pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan
 }
 
 fn scan_rocm_artifacts(layer: &Layer, s: &Source, field: String, r: &RocmSource) -> Result<Scanned, SourceError> {
-    let a = crate::rocm_artifacts::read(&r.dir).map_err(|e| SourceError::new(layer, field.clone(), e.to_string()))?;
+    let a = crate::rocm_artifacts::read(&r.dir).map_err(|e| SourceError::caused(layer, field.clone(), e))?;
     let sel = crate::rocm_artifacts::Selection { components: r.components.clone(), targets: r.targets.clone() };
     // Scanned now for the fingerprint; flattened again when built.
     let opts = dir_options(s, &[], &[], false);
     let mut scans = Vec::new();
     for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
         for p in &art.prefixes {
-            scans.push(dir::scan(p, &opts).map_err(|m| SourceError::new(layer, field.clone(), m))?);
+            scans.push(dir::scan(p, &opts).map_err(|e| SourceError::caused(layer, field.clone(), e))?);
         }
     }
     Ok(Scanned::Rocm(a, sel, scans))
@@ -251,7 +264,7 @@ impl FilesScan {
             if let Scanned::Dir(d) | Scanned::RocmTree(d) = scanned {
                 let key = d
                     .fingerprint(&tree_options(s), hasher, source_date_epoch, true)
-                    .map_err(|m| SourceError::new(layer, format!("{}source[{i}].dir", layer.field_prefix), m))?;
+                    .map_err(|e| SourceError::caused(layer, format!("{}source[{i}].dir", layer.field_prefix), e))?;
                 pending |= key.is_none();
             }
         }
@@ -284,7 +297,7 @@ impl FilesScan {
         for (i, (s, scanned)) in files_of(layer).sources.iter().zip(scans.iter_mut()).enumerate() {
             if let Scanned::Dir(d) | Scanned::RocmTree(d) = scanned {
                 d.complete(&tree_options(s), hasher, source_date_epoch, packed)
-                    .map_err(|m| SourceError::new(layer, format!("{}source[{i}].dir", layer.field_prefix), m))?;
+                    .map_err(|e| SourceError::caused(layer, format!("{}source[{i}].dir", layer.field_prefix), e))?;
             }
         }
         self.compose(hasher, source_date_epoch)
@@ -310,7 +323,7 @@ impl FilesScan {
                 Scanned::Dir(d) | Scanned::RocmTree(d) => {
                     let fp = d
                         .fingerprint(&tree_options(s), hasher, source_date_epoch, false)
-                        .map_err(|m| SourceError::new(layer, field("dir"), m))?
+                        .map_err(|e| SourceError::caused(layer, field("dir"), e))?
                         .expect("a directory's key is known once nothing is deferred");
                     h.key("tree", &fp);
                     Some(format!("sha256:{fp}"))
@@ -324,7 +337,7 @@ impl FilesScan {
                     let id = hashes::source_id(kind, path, &[]);
                     let one = [FileToHash { rel: b"", path, meta }];
                     let d =
-                        hasher.hash_files(&id, &one).map_err(|m| SourceError::new(layer, field(kind), m))?.remove(0);
+                        hasher.hash_files(&id, &one).map_err(|e| SourceError::caused(layer, field(kind), e))?.remove(0);
                     h.u64("size", meta.size()).bytes("sha256", &d.sha256);
                     if kind == "file" {
                         // What `into_tree` takes from the host file's stat.
@@ -344,7 +357,7 @@ impl FilesScan {
                     for d in scans {
                         let fp = d
                             .fingerprint(&opts, hasher, source_date_epoch, false)
-                            .map_err(|m| SourceError::new(layer, field("rocm_artifacts"), m))?
+                            .map_err(|e| SourceError::caused(layer, field("rocm_artifacts"), e))?
                             .expect("an artifact's key is never deferred");
                         // Each prefix by its place in the artifacts directory.
                         let prefix = d.root.strip_prefix(&arts.root).unwrap_or(&d.root);

@@ -3,15 +3,17 @@
 //! is a layer `Tree`, packed by a `rocm`/`rocm_artifacts` source or written
 //! to disk by `quarry rocm flatten`.
 
-use super::dir::DirOptions;
-use crate::layer::Tree;
+use super::dir::{DirError, DirOptions};
+use crate::layer::{Tree, TreeError};
 use crate::rocm_artifacts::{Artifacts, Selection};
 
 #[derive(Debug, thiserror::Error)]
-#[error("artifact `{artifact}`: {message}")]
-pub struct FlattenError {
-    pub artifact: String,
-    pub message: String,
+pub enum FlattenError {
+    #[error("artifact `{artifact}`: {source}")]
+    Dir { artifact: String, source: DirError },
+    /// The hardlinks of all the artifacts together.
+    #[error("artifact `(all)`: {0}")]
+    Hardlinks(#[source] TreeError),
 }
 
 /// What flattening saw.
@@ -34,13 +36,13 @@ pub fn into_tree(
     for art in a.artifacts.iter().filter(|x| sel.takes(&x.name)) {
         let label = art.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         for prefix in &art.prefixes {
-            let scan =
-                super::dir::scan(prefix, &opts).map_err(|m| FlattenError { artifact: label.clone(), message: m })?;
+            let failed = |source| FlattenError::Dir { artifact: label.clone(), source };
+            let scan = super::dir::scan(prefix, &opts).map_err(failed)?;
             report.entries += scan.entries.len();
-            scan.into_tree(dest, &opts, tree).map_err(|m| FlattenError { artifact: label.clone(), message: m })?;
+            scan.into_tree(dest, &opts, tree).map_err(failed)?;
         }
         report.artifacts.push(label);
     }
-    tree.finalize_hardlinks().map_err(|e| FlattenError { artifact: "(all)".into(), message: e.to_string() })?;
+    tree.finalize_hardlinks().map_err(FlattenError::Hardlinks)?;
     Ok(report)
 }

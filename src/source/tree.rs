@@ -31,15 +31,17 @@ impl FilesScan {
             match (scanned, &s.kind) {
                 (Scanned::Dir(d), SourceKind::Dir(def)) => {
                     let opts = dir_options(s, &def.include, &def.exclude, def.devices);
-                    let r =
-                        d.into_tree(&dest, &opts, &mut tree).map_err(|m| SourceError::new(layer, field("dir"), m))?;
+                    let r = d
+                        .into_tree(&dest, &opts, &mut tree)
+                        .map_err(|e| SourceError::caused(layer, field("dir"), e))?;
                     report.dropped_devices += r.dropped_devices;
                     report.skipped_sockets += r.skipped_sockets;
                 }
                 (Scanned::RocmTree(d), _) => {
                     let opts = dir_options(s, &[], &[], false);
-                    let r =
-                        d.into_tree(&dest, &opts, &mut tree).map_err(|m| SourceError::new(layer, field("rocm"), m))?;
+                    let r = d
+                        .into_tree(&dest, &opts, &mut tree)
+                        .map_err(|e| SourceError::caused(layer, field("rocm"), e))?;
                     report.dropped_devices += r.dropped_devices;
                     report.skipped_sockets += r.skipped_sockets;
                 }
@@ -89,7 +91,7 @@ impl FilesScan {
                 (Scanned::Rocm(a, sel, _), kind) => {
                     let key = if matches!(kind, SourceKind::Rocm(_)) { "rocm" } else { "rocm_artifacts" };
                     rocm::into_tree(a, sel, &dest, s.owner, &mut tree)
-                        .map_err(|e| SourceError::new(layer, field(key), e.to_string()))?;
+                        .map_err(|e| SourceError::caused(layer, field(key), e))?;
                 }
                 (Scanned::Pypi(_), SourceKind::Pypi(p)) => {
                     let path = wheels.get(&i).ok_or_else(|| {
@@ -102,7 +104,7 @@ impl FilesScan {
                         owner: s.owner,
                     };
                     super::wheel_install::wheel_into_tree(path, &opts, &mut tree, spool_dir)
-                        .map_err(|m| SourceError::new(layer, field("pypi"), m))?;
+                        .map_err(|e| SourceError::caused(layer, field("pypi"), e))?;
                 }
                 _ => unreachable!("each source is scanned as its own kind"),
             }

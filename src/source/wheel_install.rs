@@ -14,12 +14,49 @@
 //!   relative symlink `DEST/bin/NAME` to that file; the others are left out.
 //!   `bin = { NAME = "path/in/wheel" }` adds or overrides links.
 
-use crate::layer::archive::Placement;
-use crate::layer::path::{display, join, normalize_dest, normalize_member};
-use crate::layer::{Content, Kind, Node, Tree};
+use crate::layer::archive::{ArchiveError, Placement};
+use crate::layer::path::{display, join, normalize_dest, normalize_member, PathProblem};
+use crate::layer::{Content, Kind, Node, Tree, TreeError};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why a wheel could not be installed into a layer; the message for the
+/// source's `pypi` field.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("`{wheel}` is not a wheel: it must hold exactly one `*.dist-info` directory")]
+    NotAWheel { wheel: String },
+    #[error("site_packages `{site_packages}` {problem}")]
+    SitePackages {
+        site_packages: String,
+        #[source]
+        problem: PathProblem,
+    },
+    #[error(
+        "`{wheel}`: `{data_dir}/{scheme}` is not a wheel install scheme (scripts, data, headers, purelib, platlib)"
+    )]
+    Scheme { wheel: String, data_dir: String, scheme: String },
+    #[error("`{wheel}`: {source}")]
+    Read { wheel: String, source: std::io::Error },
+    #[error("`{wheel}`: {source}")]
+    Place { wheel: String, source: TreeError },
+    #[error("bin.{name}: `{inner}` {problem}")]
+    BinPath {
+        name: String,
+        inner: String,
+        #[source]
+        problem: PathProblem,
+    },
+    #[error("bin.{name}: `{inner}` is not a file in `{wheel}`; list the wheel (`unzip -l`) for the right path")]
+    BinMissing { name: String, inner: String, wheel: String },
+    #[error("`{}`: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error("`{wheel}`: member `{member}` is not a regular file; wheels hold regular files only")]
+    NotAFile { wheel: String, member: String },
+}
 
 pub struct Install<'a> {
     /// Normalized destination prefix (empty = `/`).
@@ -93,30 +130,30 @@ fn console_scripts(text: &str) -> Vec<String> {
 }
 
 /// Install `wheel` into `tree` (see the module comment).
-pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Path) -> Result<Installed, String> {
+pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Path) -> Result<Installed, InstallError> {
     let w = read_wheel(wheel, spool)?;
     let wname = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut dist_infos: Vec<Vec<u8>> =
         w.iter().map(|(p, _)| first_component(p).0.to_vec()).filter(|c| c.ends_with(b".dist-info")).collect();
     dist_infos.dedup();
     let [dist_info] = dist_infos.as_slice() else {
-        return Err(format!("`{wname}` is not a wheel: it must hold exactly one `*.dist-info` directory"));
+        return Err(InstallError::NotAWheel { wheel: wname });
     };
     let stem = &dist_info[..dist_info.len() - b".dist-info".len()];
     let data_dir = [stem, b".data"].concat();
     let dist_name = display(stem.split(|b| *b == b'-').next().unwrap_or(stem));
     let dest = opts.dest;
+    let bad_site = |problem| InstallError::SitePackages { site_packages: opts.site_packages.to_string(), problem };
     let site = if opts.site_packages.starts_with('/') {
-        normalize_dest(opts.site_packages).map_err(|p| format!("site_packages `{}` {p}", opts.site_packages))?
+        normalize_dest(opts.site_packages).map_err(bad_site)?
     } else {
-        let rel =
-            normalize_dest(opts.site_packages).map_err(|p| format!("site_packages `{}` {p}", opts.site_packages))?;
+        let rel = normalize_dest(opts.site_packages).map_err(bad_site)?;
         join(dest, &rel)
     };
     let bin_dir = join(dest, b"bin");
 
     // Where a member of the wheel lands (None: nothing, e.g. a scheme directory itself).
-    let place = |p: &[u8]| -> Result<Option<(Vec<u8>, bool)>, String> {
+    let place = |p: &[u8]| -> Result<Option<(Vec<u8>, bool)>, InstallError> {
         let (first, rest) = first_component(p);
         if first != data_dir.as_slice() {
             return Ok(Some((join(&site, p), false)));
@@ -131,16 +168,17 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
             b"headers" => (join(&join(dest, format!("include/{dist_name}").as_bytes()), rest), false),
             b"purelib" | b"platlib" => (join(&site, rest), false),
             other => {
-                return Err(format!(
-                    "`{wname}`: `{}/{}` is not a wheel install scheme (scripts, data, headers, purelib, platlib)",
-                    display(&data_dir),
-                    display(other)
-                ))
+                return Err(InstallError::Scheme {
+                    wheel: wname.clone(),
+                    data_dir: display(&data_dir),
+                    scheme: display(other),
+                })
             }
         }))
     };
 
-    let io = |e: std::io::Error| format!("`{wname}`: {e}");
+    let io = |source| InstallError::Read { wheel: wname.clone(), source };
+    let placed = |source| InstallError::Place { wheel: wname.clone(), source };
     let mut installed = Installed::default();
     for (p, node) in w.iter() {
         if node.implicit {
@@ -162,7 +200,7 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
             node.uid = u;
             node.gid = g;
         }
-        tree.insert(to, node).map_err(|e| format!("`{wname}`: {e}"))?;
+        tree.insert(to, node).map_err(placed)?;
     }
 
     // Links: console scripts backed by a shipped program, then the `bin` map.
@@ -191,12 +229,13 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
         }
     }
     for (name, inner) in opts.bin {
-        let inner = normalize_member(inner.as_bytes()).map_err(|p| format!("bin.{name}: `{inner}` {p}"))?;
+        let inner = normalize_member(inner.as_bytes()).map_err(|problem| InstallError::BinPath {
+            name: name.clone(),
+            inner: inner.clone(),
+            problem,
+        })?;
         if !w.get(&inner).is_some_and(|n| matches!(n.kind, Kind::File { .. } | Kind::Symlink(_))) {
-            return Err(format!(
-                "bin.{name}: `{}` is not a file in `{wname}`; list the wheel (`unzip -l`) for the right path",
-                display(&inner)
-            ));
+            return Err(InstallError::BinMissing { name: name.clone(), inner: display(&inner), wheel: wname.clone() });
         }
         links.insert(name.clone(), inner);
     }
@@ -209,7 +248,7 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
             node.gid = g;
         }
         tree.remove_subtree(&link);
-        tree.insert(link.clone(), node).map_err(|e| format!("`{wname}`: {e}"))?;
+        tree.insert(link.clone(), node).map_err(placed)?;
         installed.links.push(format!("/{}", display(&link)));
     }
     Ok(installed)
@@ -220,9 +259,9 @@ pub fn wheel_into_tree(wheel: &Path, opts: &Install, tree: &mut Tree, spool: &Pa
 /// holds regular files only: each gets the mode pip gives it (0755 when the
 /// archive marks it executable, else 0644), directories are implied, and a
 /// link is refused.
-fn read_wheel(wheel: &Path, spool: &Path) -> Result<Tree, String> {
+fn read_wheel(wheel: &Path, spool: &Path) -> Result<Tree, InstallError> {
     let mut raw = Tree::new();
-    crate::layer::archive::read_into(wheel, &mut raw, &Placement::default(), spool).map_err(|e| e.to_string())?;
+    crate::layer::archive::read_into(wheel, &mut raw, &Placement::default(), spool)?;
     let mut tree = Tree::new();
     for (name, node) in raw.iter() {
         let mode = if node.mode & 0o111 != 0 { 0o755 } else { 0o644 };
@@ -230,14 +269,8 @@ fn read_wheel(wheel: &Path, spool: &Path) -> Result<Tree, String> {
             Kind::Dir => {}
             Kind::File { .. } => tree
                 .insert(name.clone(), Node::new(node.kind.clone(), mode))
-                .map_err(|e| format!("`{}`: {e}", wheel.display()))?,
-            _ => {
-                return Err(format!(
-                    "`{}`: member `{}` is not a regular file; wheels hold regular files only",
-                    wheel.display(),
-                    display(name)
-                ))
-            }
+                .map_err(|source| InstallError::Place { wheel: wheel.display().to_string(), source })?,
+            _ => return Err(InstallError::NotAFile { wheel: wheel.display().to_string(), member: display(name) }),
         }
     }
     Ok(tree)
@@ -307,7 +340,7 @@ mod tests {
         let mut bad = BTreeMap::new();
         bad.insert("x".to_string(), "demo/nope".to_string());
         let opts = Install { bin: &bad, ..opts };
-        let e = wheel_into_tree(&whl, &opts, &mut Tree::new(), d.path()).unwrap_err();
+        let e = wheel_into_tree(&whl, &opts, &mut Tree::new(), d.path()).unwrap_err().to_string();
         assert!(e.contains("bin.x") && e.contains("demo/nope"), "{e}");
     }
 
@@ -324,7 +357,7 @@ mod tests {
         let escape = d.path().join("escape");
         std::fs::create_dir(&escape).unwrap();
         let whl = wheel(&escape, &[("../evil", b"x", 0o644)]);
-        let e = read_wheel(&whl, d.path()).unwrap_err();
+        let e = read_wheel(&whl, d.path()).unwrap_err().to_string();
         assert!(e.contains("../evil"), "{e}");
         let link = d.path().join("link");
         std::fs::create_dir(&link).unwrap();
@@ -332,7 +365,7 @@ mod tests {
         let mut z = zip::ZipWriter::new(std::fs::File::create(&p).unwrap());
         z.add_symlink("demo/l", "/etc/passwd", zip::write::SimpleFileOptions::default()).unwrap();
         z.finish().unwrap();
-        let e = read_wheel(&p, d.path()).unwrap_err();
+        let e = read_wheel(&p, d.path()).unwrap_err().to_string();
         assert!(e.contains("demo/l") && e.contains("regular files only"), "{e}");
     }
 }

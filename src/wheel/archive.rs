@@ -11,7 +11,8 @@ pub use super::zip_time::{source_date_epoch, zip_time};
 use super::WheelError;
 use crate::layer::path::normalize_member;
 use crate::zip::inflate_index::{FileStamp, IndexedInflate, Member, StreamIndex};
-use crate::zip::write::{ZipEntry, ZipOut, ZipWriteError};
+use crate::zip::write::{ZipEntry, ZipOut};
+use crate::zip::ZipError;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -308,11 +309,8 @@ pub fn write_wheel(
     Ok(Wrote { rows, copied })
 }
 
-fn zip_error(wheel: &Path, e: ZipWriteError) -> WheelError {
-    match e {
-        ZipWriteError::Io { path, source } => WheelError::Io { path, source },
-        other => WheelError::Zip { wheel: wheel.to_path_buf(), why: other.to_string() },
-    }
+fn zip_error(wheel: &Path, source: ZipError) -> WheelError {
+    WheelError::Write { wheel: wheel.to_path_buf(), source }
 }
 
 /// Turn the unpacked wheel under `root` into a wheel at `out` (see

@@ -34,8 +34,12 @@ use std::path::PathBuf;
 pub enum WheelError {
     #[error("`{path}`: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// Reading a wheel's zip (the `zip` crate's reader) failed.
     #[error("wheel `{wheel}`: {why}")]
     Zip { wheel: PathBuf, why: String },
+    /// Writing a wheel through the zip engine failed.
+    #[error("wheel `{wheel}`: {source}")]
+    Write { wheel: PathBuf, source: crate::zip::ZipError },
     #[error("wheel `{wheel}`: {why}")]
     Layout { wheel: PathBuf, why: String },
     #[error("`{name}` is not a wheel file name: {why}")]
@@ -56,6 +60,8 @@ pub enum WheelError {
     Unsupported { wheel: PathBuf, why: String },
     #[error("cannot repair `{wheel}`: {why}")]
     Repair { wheel: PathBuf, why: String },
+    #[error("cannot repair `{wheel}`: {source}")]
+    CannotRepair { wheel: PathBuf, source: Box<repair::RepairError> },
     #[error(transparent)]
     Elf(#[from] crate::elf::ElfError),
     #[error(transparent)]

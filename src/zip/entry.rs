@@ -4,7 +4,6 @@
 
 use super::reuse::Original;
 use crate::splice::Splice;
-use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -50,14 +49,4 @@ pub struct Written {
     pub size: u64,
     /// Compressed bytes copied from the entry's original stream.
     pub copied: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ZipWriteError {
-    #[error("`{path}`: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("`{path}` changed size while it was being archived ({expected} bytes, then {found})")]
-    Changed { path: PathBuf, expected: u64, found: u64 },
-    #[error("entry `{name}`: {why}")]
-    Entry { name: String, why: String },
 }

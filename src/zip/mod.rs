@@ -10,8 +10,11 @@
 
 pub mod deflate;
 pub mod entry;
+mod error;
 pub mod headers;
 pub mod inflate_index;
 pub mod pieces;
 pub mod reuse;
 pub mod write;
+
+pub use error::{DeflateError, ZipError};

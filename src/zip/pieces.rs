@@ -2,8 +2,9 @@
 //! what each stands for in the entry's stream (deflated, copied from an
 //! original stream, a bridge to such a copy) and how its bytes are read.
 
-use super::entry::{EntrySource, ZipEntry, ZipWriteError};
+use super::entry::{EntrySource, ZipEntry};
 use super::reuse::{self, Original, Window};
+use super::ZipError;
 use crate::read_once;
 use std::fs::File;
 use std::io;
@@ -92,7 +93,7 @@ pub(super) struct OpenFile {
     direct: bool,
 }
 
-pub(super) fn read_piece(e: &ZipEntry, p: &Piece, open: &mut Option<OpenFile>) -> Result<Vec<u8>, ZipWriteError> {
+pub(super) fn read_piece(e: &ZipEntry, p: &Piece, open: &mut Option<OpenFile>) -> Result<Vec<u8>, ZipError> {
     if p.len == 0 {
         return Ok(Vec::new());
     }
@@ -101,11 +102,11 @@ pub(super) fn read_piece(e: &ZipEntry, p: &Piece, open: &mut Option<OpenFile>) -
         EntrySource::Splice(s) | EntrySource::Reused(s, _) => {
             let mut buf = vec![0u8; p.len];
             let path = || s.source().map(|src| src.path().to_path_buf()).unwrap_or_else(|| e.name.clone().into());
-            s.read_at(p.offset, &mut buf).map_err(|source| ZipWriteError::Io { path: path(), source })?;
+            s.read_at(p.offset, &mut buf).map_err(|source| ZipError::Io { path: path(), source })?;
             Ok(buf)
         }
         EntrySource::Path(path) => {
-            let io = |source| ZipWriteError::Io { path: path.clone(), source };
+            let io = |source| ZipError::Io { path: path.clone(), source };
             let f = match open.take() {
                 Some(f) if f.entry == p.entry => f,
                 _ => {
@@ -120,7 +121,7 @@ pub(super) fn read_piece(e: &ZipEntry, p: &Piece, open: &mut Option<OpenFile>) -
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     let expected = p.offset + p.len as u64;
-                    return Err(ZipWriteError::Changed { path: path.clone(), expected, found: found() });
+                    return Err(ZipError::Changed { path: path.clone(), expected, found: found() });
                 }
                 Err(e) => return Err(io(e)),
             }

@@ -27,8 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 use zip::DateTime;
 
-pub use super::entry::{EntrySource, Written, ZipEntry, ZipWriteError};
+pub use super::entry::{EntrySource, Written, ZipEntry};
 pub use super::pieces::PIECE;
+pub use super::ZipError;
 
 /// A zip being written to `out` (a file: local headers are patched in place).
 pub struct ZipOut<W: Write + Seek> {
@@ -42,9 +43,9 @@ pub struct ZipOut<W: Write + Seek> {
 }
 
 /// A piece's index and its bytes, read.
-type Read = (usize, Result<Vec<u8>, ZipWriteError>);
+type Read = (usize, Result<Vec<u8>, ZipError>);
 /// A piece's index, its bytes and what stands for them in the stream.
-type Done = (usize, Result<(Vec<u8>, Vec<u8>), ZipWriteError>);
+type Done = (usize, Result<(Vec<u8>, Vec<u8>), ZipError>);
 
 impl<W: Write + Seek> ZipOut<W> {
     /// Start a zip on `out` (at its current position 0); `path` names it in errors.
@@ -59,25 +60,25 @@ impl<W: Write + Seek> ZipOut<W> {
         self
     }
 
-    fn io(&self, source: io::Error) -> ZipWriteError {
-        ZipWriteError::Io { path: self.path.clone(), source }
+    fn io(&self, source: io::Error) -> ZipError {
+        ZipError::Io { path: self.path.clone(), source }
     }
 
-    fn emit(&mut self, bytes: &[u8]) -> Result<(), ZipWriteError> {
+    fn emit(&mut self, bytes: &[u8]) -> Result<(), ZipError> {
         self.out.write_all(bytes).map_err(|e| self.io(e))?;
         self.position += bytes.len() as u64;
         Ok(())
     }
 
     /// Write `entries` in order; returns each one's SHA-256 and size.
-    pub fn write_entries(&mut self, entries: &[ZipEntry]) -> Result<Vec<Written>, ZipWriteError> {
+    pub fn write_entries(&mut self, entries: &[ZipEntry]) -> Result<Vec<Written>, ZipError> {
         let mut sizes = Vec::with_capacity(entries.len());
         for e in entries {
             sizes.push(match &e.source {
                 EntrySource::Bytes(b) => b.len() as u64,
                 EntrySource::Splice(s) | EntrySource::Reused(s, _) => s.len(),
                 EntrySource::Path(p) => {
-                    std::fs::metadata(p).map_err(|source| ZipWriteError::Io { path: p.clone(), source })?.len()
+                    std::fs::metadata(p).map_err(|source| ZipError::Io { path: p.clone(), source })?.len()
                 }
             });
         }
@@ -101,7 +102,7 @@ impl<W: Write + Seek> ZipOut<W> {
         let (tx, rx) = mpsc::channel::<Done>();
         let mut results = Vec::with_capacity(entries.len());
         let (sizes_ref, pieces_ref): (&[u64], &[Piece]) = (&sizes, &pieces);
-        std::thread::scope(|s| -> Result<(), ZipWriteError> {
+        std::thread::scope(|s| -> Result<(), ZipError> {
             // One thread reads the pieces in order, at most `window` ahead
             // of the writer: a read waiting for the disk (a cold page
             // cache, direct reads) then keeps no compressor waiting.
@@ -141,16 +142,16 @@ impl<W: Write + Seek> ZipOut<W> {
                                 Job::Deflate { final_block } => compressor
                                     .compress_piece(&raw, *final_block)
                                     .map(|c| (raw, c))
-                                    .map_err(|why| ZipWriteError::Entry { name: e.name.clone(), why }),
+                                    .map_err(|source| ZipError::Deflate { name: e.name.clone(), source }),
                                 Job::Hash => Ok((raw, Vec::new())),
                                 Job::Bridge(bridge) => {
                                     let bytes = reuse::bridge_bytes(bridge, &raw);
                                     Ok((raw, bytes))
                                 }
                                 Job::Copy { original, from, to, close } => {
-                                    reuse::copy_bits(&original.index, *from, *to, *close).map(|c| (raw, c)).map_err(
-                                        |source| ZipWriteError::Io { path: original.index.zip.clone(), source },
-                                    )
+                                    reuse::copy_bits(&original.index, *from, *to, *close)
+                                        .map(|c| (raw, c))
+                                        .map_err(|source| ZipError::Io { path: original.index.zip.clone(), source })
                                 }
                             }
                         });
@@ -179,7 +180,7 @@ impl<W: Write + Seek> ZipOut<W> {
         rx: &mpsc::Receiver<Done>,
         written: &(Mutex<usize>, Condvar),
         results: &mut Vec<Written>,
-    ) -> Result<(), ZipWriteError> {
+    ) -> Result<(), ZipError> {
         let mut pending: BTreeMap<usize, (Vec<u8>, Vec<u8>)> = BTreeMap::new();
         let mut sha = Sha256::new();
         let mut crc = crc32fast::Hasher::new();
@@ -191,10 +192,7 @@ impl<W: Write + Seek> ZipOut<W> {
                 if let Some(done) = pending.remove(&j) {
                     break done;
                 }
-                let (k, r) = rx.recv().map_err(|_| ZipWriteError::Entry {
-                    name: entries[p.entry].name.clone(),
-                    why: "a compression thread stopped".into(),
-                })?;
+                let (k, r) = rx.recv().map_err(|_| ZipError::ThreadStopped { name: entries[p.entry].name.clone() })?;
                 pending.insert(k, r?);
             };
             let e = &entries[p.entry];
@@ -244,7 +242,7 @@ impl<W: Write + Seek> ZipOut<W> {
     }
 
     /// Write the central directory; returns the output.
-    pub fn finish(mut self) -> Result<W, ZipWriteError> {
+    pub fn finish(mut self) -> Result<W, ZipError> {
         let cd_start = self.position;
         let central = std::mem::take(&mut self.central);
         for c in &central {
@@ -261,16 +259,16 @@ impl<W: Write + Seek> ZipOut<W> {
 }
 
 /// Write `entries` as a zip at `out` in one go (temporary name, then renamed).
-pub fn write_file(out: &Path, entries: &[ZipEntry], time: DateTime) -> Result<Vec<Written>, ZipWriteError> {
+pub fn write_file(out: &Path, entries: &[ZipEntry], time: DateTime) -> Result<Vec<Written>, ZipError> {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let io = |source| ZipWriteError::Io { path: parent.to_path_buf(), source };
+    let io = |source| ZipError::Io { path: parent.to_path_buf(), source };
     let tmp = tempfile::Builder::new().prefix(".quarry-zip-").suffix(".tmp").tempfile_in(parent).map_err(io)?;
     let file = tmp.reopen().map_err(io)?;
     let mut z = ZipOut::new(io::BufWriter::with_capacity(1 << 20, file), out, time);
     let written = z.write_entries(entries)?;
     z.finish()?;
     std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).map_err(io)?;
-    tmp.persist(out).map_err(|e| ZipWriteError::Io { path: out.to_path_buf(), source: e.error })?;
+    tmp.persist(out).map_err(|e| ZipError::Io { path: out.to_path_buf(), source: e.error })?;
     Ok(written)
 }
 

@@ -15,7 +15,7 @@ use crate::oci::{BlobWriter, Digest, LayerBlob};
 use crate::registry::artifact::{self, Artifact, ArtifactFile};
 use crate::registry::{Client, RegistryError};
 use std::collections::BTreeMap;
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
 
 const ARTIFACT_TYPE: &str = "application/vnd.quarry.cache.v1";
@@ -134,14 +134,9 @@ pub(super) fn fetch_layer(
 
 /// The sha256 of a layer blob's uncompressed tar.
 fn uncompressed_digest(path: &Path, media_type: &str) -> io::Result<Digest> {
+    use crate::layer::stream::{decoder, Checks, Format};
     let f = io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?);
-    let r: Box<dyn Read> = if media_type.ends_with("+gzip") {
-        Box::new(flate2::read::MultiGzDecoder::new(f))
-    } else if media_type.ends_with("+zstd") {
-        Box::new(zstd::stream::read::Decoder::with_buffer(f)?)
-    } else {
-        Box::new(f)
-    };
+    let r = decoder(Format::of_media_type(media_type), f, Checks::Verify)?;
     Ok(crate::oci::digest::sha256_reader(r)?.0)
 }
 

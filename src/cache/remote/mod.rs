@@ -22,7 +22,7 @@ mod entry;
 use super::tier::SharedTier;
 use super::{Bucket, Cache, CacheError, Entry, Key, Sharing, Staged};
 use crate::oci::LayerBlob;
-use crate::registry::{Client, Reference, RegistryError};
+use crate::registry::{Client, Reference, ReferenceError, RegistryError};
 use std::sync::Mutex;
 
 /// Whether this machine may write to the registry tier.
@@ -48,12 +48,21 @@ pub struct RegistryTierConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    #[error("--cache-registry `{reference}`: {message}")]
-    Reference { reference: String, message: String },
+    #[error("--cache-registry `{reference}`: {source}")]
+    Reference { reference: String, source: BadRepository },
     #[error("cache registry {reference}: {err} (--cache-registry-required)")]
     Required { reference: String, err: RegistryError },
     #[error("cache registry {reference}: {err}")]
     Registry { reference: String, err: RegistryError },
+}
+
+/// Why `--cache-registry` names no repository entries can go to.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BadRepository {
+    #[error(transparent)]
+    Parse(#[from] ReferenceError),
+    #[error("name a repository (HOST[:PORT]/REPO), not a tag or digest: quarry tags entries itself")]
+    Tagged,
 }
 
 /// What the registry tier did, for reports (`--json`).
@@ -79,7 +88,7 @@ pub struct RemoteReport {
 
 pub(crate) struct RegistryTier {
     cfg: RegistryTierConfig,
-    parsed: Result<Reference, String>,
+    parsed: Result<Reference, BadRepository>,
     client: Mutex<Option<Client>>,
     report: Mutex<RemoteReport>,
 }
@@ -93,9 +102,9 @@ enum Outcome<T> {
 
 impl RegistryTier {
     pub fn new(cfg: &RegistryTierConfig) -> RegistryTier {
-        let parsed = Reference::parse(&cfg.reference).map_err(|e| e.to_string()).and_then(|r| {
+        let parsed = Reference::parse(&cfg.reference).map_err(BadRepository::from).and_then(|r| {
             if r.tag.is_some() || r.digest.is_some() {
-                Err("name a repository (HOST[:PORT]/REPO), not a tag or digest: quarry tags entries itself".into())
+                Err(BadRepository::Tagged)
             } else {
                 Ok(r)
             }
@@ -117,10 +126,9 @@ impl RegistryTier {
     }
 
     fn reference(&self) -> Result<&Reference, RemoteError> {
-        self.parsed.as_ref().map_err(|message| RemoteError::Reference {
-            reference: self.cfg.reference.clone(),
-            message: message.clone(),
-        })
+        self.parsed
+            .as_ref()
+            .map_err(|source| RemoteError::Reference { reference: self.cfg.reference.clone(), source: source.clone() })
     }
 
     fn reachable(&self) -> bool {

@@ -52,8 +52,12 @@ pub(super) fn pypi_request(
     platform: Option<String>,
     python: Option<String>,
 ) -> Result<PypiRequest> {
-    if let Err(m) = requirement_name(&requirement) {
-        return Err(field_err(file, format!("{f}.pypi"), m));
+    if let Err(source) = requirement_name(&requirement) {
+        return Err(DefinitionError::Requirement {
+            file: file.display().to_string(),
+            field: format!("{f}.pypi"),
+            source,
+        });
     }
     if let Some(p) = &platform {
         if p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {

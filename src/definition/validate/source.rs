@@ -126,7 +126,10 @@ pub(super) fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Sour
     Ok(Source { kind, dest, owner, remove: s.remove })
 }
 
-fn validate_map(file: &Path, f: &str, s: &SourceDef) -> Result<std::collections::BTreeMap<String, String>> {
+/// An archive's `map`: member prefix -> destination.
+type ArchiveMap = std::collections::BTreeMap<String, String>;
+
+fn validate_map(file: &Path, f: &str, s: &SourceDef) -> Result<ArchiveMap> {
     for (k, v) in &s.map {
         if crate::layer::path::normalize_member(k.trim_start_matches("./").as_bytes()).is_err()
             || crate::layer::path::normalize_dest(v).is_err()

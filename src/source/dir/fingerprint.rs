@@ -4,10 +4,10 @@
 //! read (`complete`).
 
 use super::DirOptions;
-use super::DirScan;
+use super::{DirError, DirScan};
 use crate::cache::key::{Key, KeyEncoder};
 use crate::layer::write::HostDigests;
-use crate::source::hashes::{hash_file, source_id, ContentHasher, FileDigest, FileToHash};
+use crate::source::hashes::{hash_file, source_id, ContentHasher, FileDigest, FileToHash, HashError};
 use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
@@ -36,7 +36,7 @@ impl DirScan {
         hasher: &mut ContentHasher,
         source_date_epoch: u64,
         may_defer: bool,
-    ) -> Result<Option<Key>, String> {
+    ) -> Result<Option<Key>, DirError> {
         if let Some(key) = self.key {
             return Ok(Some(key));
         }
@@ -75,7 +75,7 @@ impl DirScan {
         hasher: &mut ContentHasher,
         source_date_epoch: u64,
         packed: &HostDigests,
-    ) -> Result<Key, String> {
+    ) -> Result<Key, DirError> {
         let Some(known) = self.pending.take() else {
             return self.fingerprint(s, hasher, source_date_epoch, false).map(|k| k.expect("not deferred"));
         };
@@ -96,7 +96,7 @@ impl DirScan {
                     None => Ok(hash_file(&e.path, &e.meta)?.0),
                 }
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, HashError>>()?;
         let to_hash = self.files_to_hash(&content);
         hasher.remember(&self.source_id(s), &to_hash, &digests, read)?;
         drop(to_hash);

@@ -19,7 +19,7 @@
 //! The build then calls the backend's `build_wheel` in that environment
 //! (quarry's small PEP 517 frontend, `pep517_frontend.py`).
 
-use super::lock::{BuildLock, LockTarget, LockedWheel, Role};
+use super::lock::{BuildLock, LockError, LockTarget, LockedWheel, Role};
 use super::system::BuildSystem;
 use super::{BuildError, Python};
 use crate::cache::Cache;
@@ -183,7 +183,7 @@ pub(crate) async fn prepare(
         .iter()
         .find(|w| w.role == Role::Installer)
         .map(|w| w.file.clone())
-        .ok_or_else(|| BuildError::Lock(format!("the lock's entry for {tag} ({platform}) has no pip (`for = \"installer\"`); delete the entry to resolve again")))?;
+        .ok_or_else(|| LockError::NoInstaller { tag: tag.to_string(), platform: platform.clone() })?;
 
     let env = Env { dir: format!("{ENV_DIR}/{tag}"), pip: format!("{dir}/{pip_file}/pip") };
     let venv = vec![python.path.clone(), "-m".into(), "venv".into(), "--without-pip".into(), env.dir.clone()];

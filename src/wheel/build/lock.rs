@@ -24,10 +24,27 @@
 //! ```
 
 use crate::pypi::resolve::Pin;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const DEFAULT_NAME: &str = "quarry-wheel.lock";
 const VERSION: u32 = 1;
+
+/// Why the lock could not be read, written or used.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("lock `{}`: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("lock `{}` cannot be read: {source}; fix it, or delete it to resolve the build requirements again", path.display())]
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("lock `{}` has version {found}, this quarry writes version {VERSION}; delete it to resolve again", path.display())]
+    Version { path: PathBuf, found: u32 },
+    #[error("cannot write the lock `{}`: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error(
+        "the lock's entry for {tag} ({platform}) has no pip (`for = \"installer\"`); delete the entry to resolve again"
+    )]
+    NoInstaller { tag: String, platform: String },
+}
 
 /// Which install a pinned wheel belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -123,24 +140,16 @@ impl BuildLock {
         (!self.targets.is_empty()).then(|| serde_json::to_vec(&self.targets).expect("pins serialize"))
     }
 
-    pub fn read(path: &Path) -> Result<BuildLock, String> {
+    pub fn read(path: &Path) -> Result<BuildLock, LockError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BuildLock::default()),
-            Err(e) => return Err(format!("lock `{}`: {e}", path.display())),
+            Err(source) => return Err(LockError::Read { path: path.to_path_buf(), source }),
         };
-        let f: LockFile = toml::from_str(&text).map_err(|e| {
-            format!(
-                "lock `{}` cannot be read: {e}; fix it, or delete it to resolve the build requirements again",
-                path.display()
-            )
-        })?;
+        let f: LockFile =
+            toml::from_str(&text).map_err(|e| LockError::Parse { path: path.to_path_buf(), source: Box::new(e) })?;
         if f.version != VERSION {
-            return Err(format!(
-                "lock `{}` has version {}, this quarry writes version {VERSION}; delete it to resolve again",
-                path.display(),
-                f.version
-            ));
+            return Err(LockError::Version { path: path.to_path_buf(), found: f.version });
         }
         Ok(BuildLock { targets: f.target, tests: f.test })
     }
@@ -179,8 +188,8 @@ impl BuildLock {
     }
 
     /// Write to a temporary name beside `path` and rename.
-    pub fn write(&self, path: &Path) -> Result<(), String> {
-        let err = |e: std::io::Error| format!("cannot write the lock `{}`: {e}", path.display());
+    pub fn write(&self, path: &Path) -> Result<(), LockError> {
+        let err = |source: std::io::Error| LockError::Write { path: path.to_path_buf(), source };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(err)?;
         let mut tmp = tempfile::Builder::new().prefix(".quarry-wheel-lock-").tempfile_in(dir).map_err(err)?;
@@ -252,9 +261,9 @@ mod tests {
         back.write(&p).unwrap();
 
         std::fs::write(&p, "version = 2\n").unwrap();
-        assert!(BuildLock::read(&p).unwrap_err().contains("version 2"));
+        assert!(BuildLock::read(&p).unwrap_err().to_string().contains("version 2"));
         std::fs::write(&p, "version = 1\n[[target]]\npython = 3\n").unwrap();
-        let e = BuildLock::read(&p).unwrap_err();
+        let e = BuildLock::read(&p).unwrap_err().to_string();
         assert!(e.contains("quarry-wheel.lock") && e.contains("delete it"), "{e}");
     }
 }

@@ -70,8 +70,10 @@ pub enum BuildError {
     Epoch(#[from] crate::epoch::BadEpoch),
     #[error("{0}")]
     Input(String),
-    #[error("{0}")]
-    Lock(String),
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
+    #[error(transparent)]
+    BuildSystem(#[from] system::SystemError),
     #[error("image `{image}` has no Python: looked for /opt/python/cp3*/bin/python and python3 on PATH; use an image with Python")]
     NoPython { image: String },
     #[error("build requirement `{requirement}` has no wheel for {python} on {platform} ({detail}); put one in a wheelhouse given with --find-links DIR, or build with --no-build-isolation in an image that has it installed")]

@@ -126,7 +126,7 @@ pub(super) fn run_builds(
     // The build system and the lock, read before any container starts.
     let build_system: Option<BuildSystem> = if o.isolation {
         let bs = if o.source.is_dir() { build_system::of_dir(&o.source) } else { build_system::of_sdist(&o.source) };
-        Some(bs.map_err(BuildError::Input)?)
+        Some(bs?)
     } else {
         None
     };

@@ -4,8 +4,39 @@
 //! project without `pyproject.toml`, or without the table, gets setuptools'
 //! legacy default, as pip gives it.
 
+use crate::layer::stream::{decoder, Checks, Format};
 use std::io::Read;
 use std::path::Path;
+
+/// Why a project's build system could not be read. `file` names the
+/// `pyproject.toml` or the sdist.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemError {
+    #[error("{file}: not valid TOML: {source}")]
+    Toml { file: String, source: Box<toml::de::Error> },
+    #[error("{file}: `build-system` must be a table")]
+    NotATable { file: String },
+    #[error("{file}: `build-system.{key}` must be a list of strings")]
+    NotStrings { file: String, key: String },
+    #[error("{file}: `[build-system]` has no `requires`; list the build requirements (PEP 518)")]
+    NoRequires { file: String },
+    #[error("{file}: `build-system.build-backend` must be a string like \"setuptools.build_meta\"")]
+    Backend { file: String },
+    #[error("{file}: `build-system.backend-path` entry `{path}` must stay inside the project")]
+    BackendPath { file: String, path: String },
+    #[error("{file}: {source}")]
+    Io { file: String, source: std::io::Error },
+    #[error("{file}: not a zip archive: {source}")]
+    NotAZip { file: String, source: zip::result::ZipError },
+    #[error("{file}: {source}")]
+    Zip { file: String, source: zip::result::ZipError },
+    #[error("{file}: quarry reads sdists as .tar.gz, .tgz, .tar.xz, .tar or .zip; repack it, or build with --no-build-isolation")]
+    Format { file: String },
+    #[error("{file}: damaged archive: {source}")]
+    Damaged { file: String, source: std::io::Error },
+    #[error("{file}: {member}: {source}")]
+    Member { file: String, member: String, source: std::io::Error },
+}
 
 /// What pip assumes when a project says nothing.
 pub const LEGACY_REQUIRES: [&str; 2] = ["setuptools>=40.8.0", "wheel"];
@@ -32,13 +63,14 @@ impl BuildSystem {
 }
 
 /// Parse `pyproject.toml`'s text; `source` names it in errors.
-pub fn parse(text: &str, source: &str) -> Result<BuildSystem, String> {
-    let doc: toml::Table = toml::from_str(text).map_err(|e| format!("{source}: not valid TOML: {e}"))?;
+pub fn parse(text: &str, source: &str) -> Result<BuildSystem, SystemError> {
+    let file = || source.to_string();
+    let doc: toml::Table = toml::from_str(text).map_err(|e| SystemError::Toml { file: file(), source: Box::new(e) })?;
     let Some(bs) = doc.get("build-system") else { return Ok(BuildSystem::legacy()) };
-    let bs = bs.as_table().ok_or_else(|| format!("{source}: `build-system` must be a table"))?;
-    let strings = |key: &str| -> Result<Option<Vec<String>>, String> {
+    let bs = bs.as_table().ok_or_else(|| SystemError::NotATable { file: file() })?;
+    let strings = |key: &str| -> Result<Option<Vec<String>>, SystemError> {
         let Some(v) = bs.get(key) else { return Ok(None) };
-        let bad = || format!("{source}: `build-system.{key}` must be a list of strings");
+        let bad = || SystemError::NotStrings { file: file(), key: key.to_string() };
         v.as_array()
             .ok_or_else(bad)?
             .iter()
@@ -47,48 +79,44 @@ pub fn parse(text: &str, source: &str) -> Result<BuildSystem, String> {
             .map(Some)
     };
     // PEP 518: a table without `requires` is an error, as pip says.
-    let requires = strings("requires")?.ok_or_else(|| {
-        format!("{source}: `[build-system]` has no `requires`; list the build requirements (PEP 518)")
-    })?;
+    let requires = strings("requires")?.ok_or_else(|| SystemError::NoRequires { file: file() })?;
     let backend = match bs.get("build-backend") {
         None => LEGACY_BACKEND.to_string(),
         Some(v) => v
             .as_str()
             .filter(|s| !s.trim().is_empty())
-            .ok_or_else(|| {
-                format!("{source}: `build-system.build-backend` must be a string like \"setuptools.build_meta\"")
-            })?
+            .ok_or_else(|| SystemError::Backend { file: file() })?
             .trim()
             .to_string(),
     };
     let backend_path = strings("backend-path")?.unwrap_or_default();
     for p in &backend_path {
         if p.starts_with('/') || p.split('/').any(|c| c == "..") {
-            return Err(format!("{source}: `build-system.backend-path` entry `{p}` must stay inside the project"));
+            return Err(SystemError::BackendPath { file: file(), path: p.clone() });
         }
     }
     Ok(BuildSystem { requires, backend, backend_path })
 }
 
 /// The build system of a project directory.
-pub fn of_dir(dir: &Path) -> Result<BuildSystem, String> {
+pub fn of_dir(dir: &Path) -> Result<BuildSystem, SystemError> {
     let p = dir.join("pyproject.toml");
     match std::fs::read_to_string(&p) {
         Ok(text) => parse(&text, &p.display().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BuildSystem::legacy()),
-        Err(e) => Err(format!("{}: {e}", p.display())),
+        Err(e) => Err(SystemError::Io { file: p.display().to_string(), source: e }),
     }
 }
 
 /// The build system of an sdist (`.tar.gz`, `.tgz`, `.tar`, `.tar.xz`,
 /// `.zip`): its `TOP/pyproject.toml`, TOP being the one top-level directory.
-pub fn of_sdist(sdist: &Path) -> Result<BuildSystem, String> {
+pub fn of_sdist(sdist: &Path) -> Result<BuildSystem, SystemError> {
     let shown = sdist.display().to_string();
     let name = sdist.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
-    let io = |e: std::io::Error| format!("{shown}: {e}");
+    let io = |source: std::io::Error| SystemError::Io { file: shown.clone(), source };
     let text = if name.ends_with(".zip") {
         let mut z = zip::ZipArchive::new(std::fs::File::open(sdist).map_err(io)?)
-            .map_err(|e| format!("{shown}: not a zip archive: {e}"))?;
+            .map_err(|source| SystemError::NotAZip { file: shown.clone(), source })?;
         let member = (0..z.len())
             .filter_map(|i| z.name_for_index(i)?.ok().map(|n| n.to_string()))
             .find(|n: &String| is_top_pyproject(n));
@@ -96,31 +124,32 @@ pub fn of_sdist(sdist: &Path) -> Result<BuildSystem, String> {
             None => None,
             Some(m) => {
                 let mut s = String::new();
-                z.by_name(&m).map_err(|e| format!("{shown}: {e}"))?.read_to_string(&mut s).map_err(io)?;
+                z.by_name(&m)
+                    .map_err(|source| SystemError::Zip { file: shown.clone(), source })?
+                    .read_to_string(&mut s)
+                    .map_err(io)?;
                 Some(s)
             }
         }
     } else {
-        let f = std::fs::File::open(sdist).map_err(io)?;
-        let reader: Box<dyn Read> = if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
-            Box::new(flate2::read::MultiGzDecoder::new(f))
-        } else if name.ends_with(".tar.xz") {
-            Box::new(liblzma::read::XzDecoder::new(f))
-        } else if name.ends_with(".tar") {
-            Box::new(f)
-        } else {
-            return Err(format!(
-                "{shown}: quarry reads sdists as .tar.gz, .tgz, .tar.xz, .tar or .zip; repack it, or build with --no-build-isolation"
-            ));
+        let f = std::io::BufReader::new(std::fs::File::open(sdist).map_err(io)?);
+        let is_tar = [".tar.gz", ".tgz", ".tar.xz", ".tar"].iter().any(|e| name.ends_with(e));
+        let reader = match Format::of_name(&name) {
+            Some(format) if is_tar => decoder(format, f, Checks::Verify).map_err(io)?,
+            _ => return Err(SystemError::Format { file: shown }),
         };
         let mut a = tar::Archive::new(reader);
         let mut found = None;
         for e in a.entries().map_err(io)? {
-            let mut e = e.map_err(|e| format!("{shown}: damaged archive: {e}"))?;
+            let mut e = e.map_err(|source| SystemError::Damaged { file: shown.clone(), source })?;
             let path = e.path().map_err(io)?.to_string_lossy().into_owned();
             if is_top_pyproject(&path) {
                 let mut s = String::new();
-                e.read_to_string(&mut s).map_err(|e| format!("{shown}: {path}: {e}"))?;
+                e.read_to_string(&mut s).map_err(|source| SystemError::Member {
+                    file: shown.clone(),
+                    member: path.clone(),
+                    source,
+                })?;
                 found = Some(s);
                 break;
             }
@@ -162,7 +191,7 @@ mod tests {
             ("[build-system]\nrequires = []\nbackend-path = [\"../x\"]\n", "backend-path"),
             ("[build-system\n", "not valid TOML"),
         ] {
-            let e = parse(bad, "proj/pyproject.toml").unwrap_err();
+            let e = parse(bad, "proj/pyproject.toml").unwrap_err().to_string();
             assert!(e.contains(word) && e.contains("proj/pyproject.toml"), "{e}");
         }
     }
@@ -192,7 +221,7 @@ mod tests {
             .unwrap();
         assert!(st.success());
         assert_eq!(of_sdist(&sdist).unwrap().backend, "hatchling.build");
-        let e = of_sdist(&d.path().join("demo-1.0.tar.bz2")).unwrap_err();
+        let e = of_sdist(&d.path().join("demo-1.0.tar.bz2")).unwrap_err().to_string();
         assert!(e.contains("demo-1.0.tar.bz2"), "{e}");
     }
 }

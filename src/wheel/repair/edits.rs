@@ -9,6 +9,7 @@
 
 use super::super::image::RepairImage;
 use super::super::WheelError;
+use super::RepairError;
 use crate::elf::edit::{edit, EditError, ElfEdits};
 use crate::elf::patchelf::{pinned, Patchelf, PatchelfError};
 use crate::elf::{self, ElfInfo};
@@ -62,7 +63,7 @@ pub(super) fn apply(
     root: &Path,
     plan: &BTreeMap<String, Planned>,
     editor: &Editor,
-    fail: &dyn Fn(String) -> WheelError,
+    fail: &dyn Fn(RepairError) -> WheelError,
 ) -> Result<Applied, WheelError> {
     let mut applied =
         Applied { entries: Vec::new(), infos: BTreeMap::new(), native_edits: 0, fallbacks: Vec::new(), patchelf: None };
@@ -117,7 +118,8 @@ pub(super) fn apply(
         }
     };
     for rel in pending {
-        let info = elf::verify(&root.join(rel)).map_err(|e| fail(format!("{name} produced a broken file: {e}")))?;
+        let info = elf::verify(&root.join(rel))
+            .map_err(|source| fail(RepairError::Broken { patchelf: name.clone(), source }))?;
         check(rel, &plan[rel].edits, &info).map_err(fail)?;
         applied.infos.insert(rel.clone(), info);
     }
@@ -148,27 +150,31 @@ fn materialize(root: &Path, rel: &str, p: &Planned) -> Result<(), WheelError> {
 
 /// The edited file says what was asked: SONAME, RPATH (and no RUNPATH),
 /// no renamed or removed NEEDED left.
-fn check(rel: &str, edits: &ElfEdits, info: &ElfInfo) -> Result<(), String> {
+fn check(rel: &str, edits: &ElfEdits, info: &ElfInfo) -> Result<(), RepairError> {
+    let file = || rel.to_string();
     if let Some(soname) = &edits.set_soname {
         if info.soname.as_deref() != Some(soname.as_str()) {
-            return Err(format!("`{rel}` has SONAME {:?} after patching, not `{soname}`", info.soname));
+            return Err(RepairError::Soname { file: file(), found: info.soname.clone(), expected: soname.clone() });
         }
     }
     if let Some(rpath) = &edits.set_rpath {
         if info.rpath.as_deref() != Some(rpath.as_str()) || info.runpath.is_some() {
-            return Err(format!(
-                "`{rel}` has RPATH {:?} and RUNPATH {:?} after patching, not RPATH `{rpath}` alone",
-                info.rpath, info.runpath
-            ));
+            return Err(RepairError::Rpath {
+                file: file(),
+                rpath: info.rpath.clone(),
+                runpath: info.runpath.clone(),
+                expected: rpath.clone(),
+            });
         }
     }
     if edits.remove_rpath && (info.rpath.is_some() || info.runpath.is_some()) {
-        return Err(format!("`{rel}` still has a search path after patching: {:?}", info.effective_search_path()));
+        let search_path = info.effective_search_path().map(str::to_string);
+        return Err(RepairError::SearchPath { file: file(), search_path });
     }
     let gone = edits.replace_needed.iter().map(|(old, _)| old).chain(&edits.remove_needed);
     for old in gone {
         if info.needed.contains(old) {
-            return Err(format!("`{rel}` still needs `{old}` after patching"));
+            return Err(RepairError::StillNeeds { file: file(), needed: old.clone() });
         }
     }
     Ok(())
@@ -196,14 +202,17 @@ mod tests {
             ..ElfEdits::default()
         };
         let ok = info(Some("libffi-1.so.8"), Some("$ORIGIN"), None, &["libffi-1.so.8"]);
-        assert_eq!(check("a.so", &edits, &ok), Ok(()));
+        assert!(check("a.so", &edits, &ok).is_ok());
         let runpath = info(Some("libffi-1.so.8"), Some("$ORIGIN"), Some("$ORIGIN"), &[]);
-        assert!(check("a.so", &edits, &runpath).unwrap_err().contains("RUNPATH"));
+        assert!(check("a.so", &edits, &runpath).unwrap_err().to_string().contains("RUNPATH"));
         let old = info(Some("libffi-1.so.8"), Some("$ORIGIN"), None, &["libffi.so.8"]);
-        assert!(check("a.so", &edits, &old).unwrap_err().contains("still needs `libffi.so.8`"));
+        assert!(check("a.so", &edits, &old).unwrap_err().to_string().contains("still needs `libffi.so.8`"));
         let soname = info(Some("libffi.so.8"), Some("$ORIGIN"), None, &[]);
-        assert!(check("a.so", &edits, &soname).unwrap_err().contains("SONAME"));
+        assert!(check("a.so", &edits, &soname).unwrap_err().to_string().contains("SONAME"));
         let removed = ElfEdits { remove_rpath: true, ..ElfEdits::default() };
-        assert!(check("a.so", &removed, &info(None, Some("/x"), None, &[])).unwrap_err().contains("search path"));
+        assert!(check("a.so", &removed, &info(None, Some("/x"), None, &[]))
+            .unwrap_err()
+            .to_string()
+            .contains("search path"));
     }
 }

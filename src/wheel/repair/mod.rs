@@ -7,12 +7,14 @@
 //! step succeeded.
 
 mod edits;
+mod error;
 mod paths;
 pub mod sbom;
 mod tags;
 
 pub use edits::Fallback;
 use edits::{Editor, Planned};
+pub use error::RepairError;
 use paths::{library_name, relative_path, rpath_within};
 
 use super::analyze::{self, Options};
@@ -122,6 +124,8 @@ pub struct RepairReport {
 /// Repair `wheel` into `out_dir`.
 pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
     let fail = |why: String| WheelError::Repair { wheel: wheel.to_path_buf(), why };
+    let refuse =
+        |source: RepairError| WheelError::CannotRepair { wheel: wheel.to_path_buf(), source: Box::new(source) };
     let mut u = unpack(wheel, out_dir, "repair")?;
     let (name, dist_info) = (&u.name, &u.dist_info);
     let elf_files: Vec<String> =
@@ -163,7 +167,7 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
     let analyze_options = Options { exclude: options.exclude.clone(), system_paths: Some(system_paths.clone()) };
     let analysis = analyze::analyze(wheel, &u.root, &elf_files, arch_from_name(name), &analyze_options)?;
     let root = u.root.canonicalize().map_err(|source| WheelError::Io { path: u.root.clone(), source })?;
-    let abis = tags::choose_tags(&analysis, options.plat.as_deref(), options.only_plat).map_err(fail)?;
+    let abis = tags::choose_tags(&analysis, options.plat.as_deref(), options.only_plat).map_err(refuse)?;
     let target = analysis.policies.find(&abis[0]).expect("chosen from the policies");
 
     // Bundle and rename the libraries, and plan every file's edits: they
@@ -286,7 +290,7 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
             elf::strip::strip_file(&dest)?;
         }
     }
-    let applied = edits::apply(&root, &plan, &editor, &fail)?;
+    let applied = edits::apply(&root, &plan, &editor, &refuse)?;
 
     // Retag the file name and WHEEL (unless --no-update-tags).
     let new_name = if options.update_tags {

@@ -3,12 +3,13 @@
 //! reachable), refused when a limit forbids it, plus the higher policy the
 //! wheel also satisfies unless `--only-plat`.
 
+use super::RepairError;
 use crate::wheel::analyze::Analysis;
 use crate::wheel::policy::Policies;
 
 /// The platform tags to give the repaired wheel (first = the policy whose
 /// whitelist decides what is bundled), as auditwheel chooses them.
-pub(super) fn choose_tags(a: &Analysis, plat: Option<&str>, only_plat: bool) -> Result<Vec<String>, String> {
+pub(super) fn choose_tags(a: &Analysis, plat: Option<&str>, only_plat: bool) -> Result<Vec<String>, RepairError> {
     let p = &a.policies;
     let requested_base = plat.filter(|s| *s != "auto");
     let mut overall = a.graftable_policy();
@@ -29,8 +30,10 @@ pub(super) fn choose_tags(a: &Analysis, plat: Option<&str>, only_plat: bool) -> 
             }
         }
         Some(name) => {
-            let idx = p.find(name).filter(|&i| i != Policies::LINUX).ok_or_else(|| {
-                format!("--plat `{name}` names no manylinux policy for {}; known: {}", p.arch, p.names().join(", "))
+            let idx = p.find(name).filter(|&i| i != Policies::LINUX).ok_or_else(|| RepairError::UnknownPlat {
+                plat: name.to_string(),
+                arch: p.arch.to_string(),
+                known: p.names().join(", "),
             })?;
             let base = format!("{}_", p.get(idx).base);
             let count = graft_count(&|i| p.get(i).name.starts_with(&base));
@@ -54,7 +57,7 @@ pub(super) fn choose_tags(a: &Analysis, plat: Option<&str>, only_plat: bool) -> 
             let best = a.graftable_policy();
             let reachable =
                 if best == Policies::LINUX { "none".to_string() } else { format!("`{}`", p.get(best).name) };
-            return Err(format!("cannot reach `{name}`: {why}; the highest reachable policy is {reachable}"));
+            return Err(RepairError::Unreachable { policy: name.clone(), why, reachable });
         }
     }
     let mut abis: Vec<String> = std::iter::once(name.clone()).chain(p.get(requested).aliases.iter().cloned()).collect();

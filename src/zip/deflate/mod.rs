@@ -12,6 +12,7 @@
 //! output. Pieces depend only on their bytes and the level, so the stream
 //! is the same whatever the thread count.
 
+use super::DeflateError;
 use libdeflater::{CompressionLvl, Compressor};
 
 mod walk;
@@ -23,7 +24,7 @@ pub use walk::last_block;
 pub const LEVEL: i32 = 6;
 
 /// Compress one piece; `last`: the member's final piece (stream left as is).
-pub fn compress_piece(c: &mut Compressor, data: &[u8], last: bool) -> Result<Vec<u8>, String> {
+pub fn compress_piece(c: &mut Compressor, data: &[u8], last: bool) -> Result<Vec<u8>, DeflateError> {
     finish_piece(compress(c, data)?, last)
 }
 
@@ -40,12 +41,12 @@ impl PieceCompressor {
     }
 
     /// [`compress_piece`] through the kept buffer.
-    pub fn compress_piece(&mut self, data: &[u8], last: bool) -> Result<Vec<u8>, String> {
+    pub fn compress_piece(&mut self, data: &[u8], last: bool) -> Result<Vec<u8>, DeflateError> {
         let bound = self.compressor.deflate_compress_bound(data.len());
         if self.buffer.len() < bound {
             self.buffer.resize(bound, 0);
         }
-        let n = self.compressor.deflate_compress(data, &mut self.buffer).map_err(|e| format!("deflate: {e:?}"))?;
+        let n = self.compressor.deflate_compress(data, &mut self.buffer).map_err(DeflateError::Compress)?;
         finish_piece(self.buffer[..n].to_vec(), last)
     }
 }
@@ -57,16 +58,16 @@ impl Default for PieceCompressor {
 }
 
 /// libdeflate's complete stream of `data` (its last block marked final).
-pub fn compress(c: &mut Compressor, data: &[u8]) -> Result<Vec<u8>, String> {
+pub fn compress(c: &mut Compressor, data: &[u8]) -> Result<Vec<u8>, DeflateError> {
     let mut out = vec![0u8; c.deflate_compress_bound(data.len())];
-    let n = c.deflate_compress(data, &mut out).map_err(|e| format!("deflate: {e:?}"))?;
+    let n = c.deflate_compress(data, &mut out).map_err(DeflateError::Compress)?;
     out.truncate(n);
     Ok(out)
 }
 
 /// Make a complete stream a piece the next one can follow (unless `last`):
 /// the final mark cleared, closed by an empty stored block.
-pub fn finish_piece(mut out: Vec<u8>, last: bool) -> Result<Vec<u8>, String> {
+pub fn finish_piece(mut out: Vec<u8>, last: bool) -> Result<Vec<u8>, DeflateError> {
     if last {
         return Ok(out);
     }

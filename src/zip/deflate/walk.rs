@@ -345,8 +345,8 @@ fn dynamic_tables(r: &mut Reader, t: &mut Tables) -> Result<(), &'static str> {
 
 /// The bit positions of the final block's header and of its end, in a
 /// complete raw deflate stream.
-pub fn last_block(stream: &[u8]) -> Result<(usize, usize), String> {
-    walk(stream).map_err(String::from)
+pub fn last_block(stream: &[u8]) -> Result<(usize, usize), super::DeflateError> {
+    walk(stream).map_err(super::DeflateError::Stream)
 }
 
 fn walk(stream: &[u8]) -> Result<(usize, usize), &'static str> {
