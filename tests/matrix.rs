@@ -42,11 +42,13 @@ fn quarry_matrix(args: &[&str], matrix: &Path, registry: &str, code: i32) -> std
 }
 
 /// `quarry matrix emit --format slurm` of the cells not done, the tasks
-/// writing to `out` and their logs to `logs`.
+/// writing to `out` and their logs to `logs`. The quarry the tasks run is
+/// the default one: this test's binary, which is on no PATH (as a
+/// newcomer's `target/release/quarry`).
 fn emit_slurm(matrix: &Path, registry: &str, out: &Path, logs: &Path) -> String {
     let o = run_expect(
         quarry()
-            .args(["matrix", "emit", "--format", "slurm", "--parallel", "2", "--quarry", env!("CARGO_BIN_EXE_quarry")])
+            .args(["matrix", "emit", "--format", "slurm", "--parallel", "2"])
             .arg("--task-output")
             .arg(out)
             .arg("--log-dir")
@@ -84,6 +86,8 @@ fn a_wheel_matrix_on_slurm_is_collected_into_an_index_pip_installs_from() {
     // cancelled before it starts: one cell made to fail.
     let script = emit_slurm(&matrix, &registry, &out, w);
     assert!(script.contains("#SBATCH --array=0-3%2") && !script.contains("--gres"), "{script}");
+    let me = std::fs::canonicalize(env!("CARGO_BIN_EXE_quarry")).unwrap();
+    assert!(script.contains(&format!("exec '{}' matrix run", me.display())), "quarry by its path: {script}");
     write(&w.join("cells.sbatch"), &script);
     let cache = packages_cache();
     let job = slurm.submit(&w.join("cells.sbatch"), &[("QUARRY_CACHE", &cache)]);
@@ -116,6 +120,44 @@ fn a_wheel_matrix_on_slurm_is_collected_into_an_index_pip_installs_from() {
     };
     assert_eq!(wheels(&house).len(), 3, "{report:#}");
     assert!(String::from_utf8_lossy(&c.stderr).contains("debug-1_opt-3"));
+
+    // A quarry the nodes do not have: emit warns; the task fails in Slurm's
+    // output file alone, and collect names that file and shows its error.
+    let wrong = run_expect(
+        quarry()
+            .args(["matrix", "emit", "--format", "slurm", "--quarry", "/nonexistent/quarry", "--task-output"])
+            .arg(&out)
+            .arg("--log-dir")
+            .arg(w)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry]),
+        0,
+    );
+    let warned = String::from_utf8_lossy(&wrong.stderr);
+    assert!(warned.contains("/nonexistent/quarry") && warned.contains("--quarry"), "{warned}");
+    write(&w.join("wrong.sbatch"), &String::from_utf8_lossy(&wrong.stdout));
+    let job = slurm.submit(&w.join("wrong.sbatch"), &[("QUARRY_CACHE", &cache)]);
+    slurm.wait(&job, Duration::from_secs(120));
+    let c = run_expect(
+        quarry()
+            .args(["matrix", "collect", "--json", "-o"])
+            .arg(&house)
+            .arg(&matrix)
+            .arg("--log-dir")
+            .arg(w)
+            .arg("--cache-dir")
+            .arg(packages_cache())
+            .args(["--cache-registry", &registry]),
+        1,
+    );
+    let report = stdout_json(&c);
+    let cell = report["cells"].as_array().unwrap().iter().find(|c| c["id"] == "debug-1_opt-3").unwrap().clone();
+    let log = cell["log"]["path"].as_str().unwrap_or_default();
+    assert!(log.starts_with(&w.display().to_string()) && log.ends_with(".out"), "{cell:#}");
+    let tail = cell["log"]["tail"].to_string();
+    assert!(tail.contains("/nonexistent/quarry"), "the task's error: {cell:#}");
 
     // Emitted again: only that cell; it completes the matrix.
     let again = emit_slurm(&matrix, &registry, &out, w);

@@ -80,9 +80,11 @@ pub struct EmitArgs {
     /// At most this many cells at once (Slurm's %P, the Job's parallelism, max-parallel)
     #[arg(long)]
     parallel: Option<usize>,
-    /// The quarry command on the scheduler's machines
-    #[arg(long, default_value = "quarry")]
-    quarry: String,
+    /// The quarry command on the scheduler's machines [default: Slurm: this
+    /// quarry's absolute path, or `quarry` when that is this binary on PATH;
+    /// Kubernetes and GitHub: `quarry`]
+    #[arg(long, value_name = "PATH")]
+    quarry: Option<String>,
     /// The matrix file as the tasks see it [default: its absolute path; Kubernetes mounts it]
     #[arg(long, value_name = "PATH")]
     matrix_path: Option<String>,
@@ -122,6 +124,10 @@ pub struct CollectArgs {
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
+    /// Where the scheduler wrote the tasks' output (`emit --log-dir`): a
+    /// missing cell's file is named, with its last lines
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    log_dir: PathBuf,
 }
 
 pub fn run(c: Command) -> anyhow::Result<i32> {
@@ -254,8 +260,20 @@ fn emit(a: EmitArgs) -> anyhow::Result<i32> {
         Some(p) => p,
         None => std::path::absolute(&a.common.file)?.display().to_string(),
     };
+    let quarry = match (a.quarry, a.format) {
+        (Some(q), _) => q,
+        (None, FormatArg::Slurm) => matrix::emit::slurm_quarry(),
+        (None, _) => "quarry".into(),
+    };
+    if matches!(a.format, FormatArg::Slurm) && matrix::emit::on_path(&quarry).is_none() {
+        // Shown whatever the output: a task that cannot start quarry fails
+        // only in Slurm's output files.
+        eprintln!(
+            "quarry: warning: `{quarry}` is not a program on this machine; the tasks run it on the compute nodes, check that it is there (--quarry PATH)"
+        );
+    }
     let o = EmitOptions {
-        quarry: a.quarry,
+        quarry,
         parallel: a.parallel,
         matrix_path,
         out: a.task_output,
@@ -282,7 +300,7 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let (m, image, registry) = load(&a.common, a.json)?;
     let s = shared(&m, &a.common, image, &registry, a.out.join(".cells"))?;
-    let r = matrix::collect::collect(&s, &registry, &a.out)?;
+    let r = matrix::collect::collect(&s, &registry, &a.out, &a.log_dir)?;
     if a.json {
         super::print_json(&r)?;
     } else {
@@ -294,6 +312,12 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
             println!("{:<44} {status:<8} {time:>8} {digest:<20} {:>10}", c.id, super::human_size(c.size));
             if let Some(e) = &c.error {
                 println!("    {e}");
+            }
+            if let Some(log) = &c.log {
+                println!("    its task's output, {}:", log.path.display());
+                for line in &log.tail {
+                    println!("      {line}");
+                }
             }
         }
         println!(

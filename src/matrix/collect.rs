@@ -9,6 +9,7 @@ use super::cells::cells;
 use super::definition::JobKind;
 use super::plan::{key_of, Shared};
 use super::product::{Products, Status};
+use super::task_logs::{self, TaskLog};
 use super::MatrixError;
 use crate::oci::Digest;
 use std::collections::BTreeMap;
@@ -36,6 +37,9 @@ pub struct CollectedCell {
     pub products: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A missing cell's scheduler output file and its last lines, when found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<TaskLog>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -51,7 +55,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> MatrixError + '_ {
     move |err| MatrixError::Io { path: path.to_path_buf(), err }
 }
 
-pub fn collect(shared: &Shared, registry: &str, dir: &Path) -> Result<Collected, MatrixError> {
+/// Collect every cell's product into `dir`; a missing cell's task log is
+/// looked for in `log_dir` (the directory `emit --log-dir` named).
+pub fn collect(shared: &Shared, registry: &str, dir: &Path, log_dir: &Path) -> Result<Collected, MatrixError> {
     let m = shared.matrix;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let scratch = tempfile::Builder::new().prefix(".quarry-collect-").tempdir_in(dir).map_err(io(dir))?;
@@ -66,6 +72,7 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path) -> Result<Collected,
             size: 0,
             products: Vec::new(),
             error: None,
+            log: None,
         };
         let key = match key_of(shared, &cell)? {
             Some(k) => k,
@@ -77,6 +84,7 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path) -> Result<Collected,
         };
         let Some((report, layers, artifact)) = products.report(&key, scratch.path())? else {
             c.error = Some("no product in the registry: it did not run, or did not finish".into());
+            c.log = task_logs::find(log_dir, &m.name, &cell.id);
             out.push(c);
             continue;
         };

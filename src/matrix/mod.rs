@@ -20,6 +20,7 @@ pub mod product;
 pub mod run;
 pub mod scheduler;
 pub mod source;
+pub mod task_logs;
 pub mod template;
 
 pub use cells::Cell;

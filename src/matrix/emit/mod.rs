@@ -53,6 +53,31 @@ pub(crate) fn groups(plan: &MatrixPlan) -> Vec<(Needs, Vec<String>)> {
     g.into_iter().collect()
 }
 
+/// The quarry a Slurm task runs when `--quarry` is not given: `quarry` when
+/// that is this very binary on PATH, else this binary's absolute path (a
+/// cluster's nodes share the file systems the login node has; a quarry built
+/// in a checkout, `target/release/quarry`, is on no PATH).
+pub fn slurm_quarry() -> String {
+    let Ok(me) = std::env::current_exe().and_then(std::fs::canonicalize) else { return "quarry".into() };
+    match on_path("quarry").and_then(|p| std::fs::canonicalize(p).ok()) {
+        Some(found) if found == me => "quarry".into(),
+        _ => me.display().to_string(),
+    }
+}
+
+/// Where a command would be found here: itself when it names a path, else
+/// the first executable of that name on PATH.
+pub fn on_path(command: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if command.contains('/') {
+        let p = std::path::PathBuf::from(command);
+        return runnable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(command)).find(|p| runnable(p))
+}
+
 /// A string as a single-quoted shell word.
 pub(crate) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))

@@ -29,6 +29,10 @@ fn one(m: &Matrix, plan: &MatrixPlan, needs: &Needs, ids: &[String], o: &EmitOpt
     s.push_str("set -euo pipefail\n");
     s.push_str(&format!("export QUARRY_MATRIX_CELLS={}\n", sh_quote(&ids.join(","))));
     s.push_str(&format!("export QUARRY_CACHE_REGISTRY={}\n", sh_quote(&plan.registry)));
+    // The cell's id first, before anything can fail: `matrix collect` finds a
+    // missing cell's output file by it (see `task_logs`).
+    s.push_str("IFS=, read -r -a cells <<< \"$QUARRY_MATRIX_CELLS\"\n");
+    s.push_str(&format!("echo \"{} ${{cells[$SLURM_ARRAY_TASK_ID]}}\"\n", crate::matrix::task_logs::MARKER));
     s.push_str(&format!(
         "exec {} matrix run {} -o {}\n",
         sh_quote(&o.quarry),
