@@ -291,6 +291,37 @@ fn a_gpu_cell_under_slurm_sees_only_the_gpu_slurm_gave_it() {
     // Run side by side, the two cells were given the two GPUs.
     assert_eq!(seen, ["renderD128", "renderD129"]);
 
+    // Not only matrix cells: `quarry run` and `quarry kernel build` with
+    // `--gpu amd` in a job given one GPU pass that GPU alone, and say so.
+    let quarry_bin = env!("CARGO_BIN_EXE_quarry");
+    let direct = format!(
+        "#!/bin/bash\n#SBATCH --array=0-1\n#SBATCH --gres=gpu:1\n#SBATCH --cpus-per-task=1\n#SBATCH --mem=1G\n\
+         #SBATCH --output={w}/direct-%a.out\nset -euo pipefail\necho \"gres $SLURM_JOB_GPUS\"\n\
+         if [ \"$SLURM_ARRAY_TASK_ID\" = 0 ]; then\n  \
+         {quarry_bin} run {builder} --gpu amd -- sh -c 'ls -ln /dev/dri' > {w}/run-dri.txt\nelse\n  \
+         {quarry_bin} kernel build {w}/probe --image {builder} --gpu amd -o {w}/kout -- make\nfi\n",
+        w = w.display(),
+        builder = builder.display(),
+    );
+    write(&w.join("direct.sbatch"), &direct);
+    let cache = packages_cache();
+    let job = slurm.submit(&w.join("direct.sbatch"), &[("QUARRY_DEV_ROOT", &slurm.dev), ("QUARRY_CACHE", &cache)]);
+    slurm.wait(&job, Duration::from_secs(600));
+    let mut seen = Vec::new();
+    for (task, dri_file) in [(0, w.join("run-dri.txt")), (1, w.join("kout/dri.txt"))] {
+        let log = std::fs::read_to_string(w.join(format!("direct-{task}.out"))).unwrap_or_default();
+        let dri = std::fs::read_to_string(&dri_file).unwrap_or_else(|e| panic!("task {task}: {e}\n{log}"));
+        let nodes: Vec<&str> =
+            dri.lines().filter_map(|l| l.split_whitespace().last()).filter(|n| n.starts_with("renderD")).collect();
+        let gres: usize = log.lines().find_map(|l| l.strip_prefix("gres ")).unwrap().trim().parse().unwrap();
+        let given = ["renderD128", "renderD129"][gres];
+        assert_eq!(nodes, [given], "task {task}: only the GPU Slurm gave (gres {gres}): {dri}\n{log}");
+        assert!(log.contains("GPUs passed:") && log.contains(given) && log.contains("SLURM_JOB_GPUS"), "{log}");
+        seen.push(given);
+    }
+    seen.sort();
+    assert_eq!(seen, ["renderD128", "renderD129"], "side by side, each task its own GPU");
+
     // As under Kubernetes: the pod's index in JOB_COMPLETION_INDEX, the
     // device plugin having mounted one GPU (renderD129); quarry passes what
     // it sees. (Another matrix name: its cells' keys differ from the above.)

@@ -173,7 +173,7 @@ fn shared<'a>(
         cache: open_cache(c, registry)?,
         image,
         out,
-        gpus: scheduler::slurm_gpus()?,
+        gpus: crate::engine::allocation::slurm_gpus()?.map(|a| a.devices),
         running: false,
     })
 }

@@ -47,6 +47,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    // Notes (which GPUs were passed, and why) and warnings on stderr; the
+    // container's own output stays on stdout.
+    super::set_output_mode(false, false);
     let cache = a.def.cache.config();
     let mut opts = RunOptions {
         image: String::new(),

@@ -12,6 +12,7 @@
 //! removed on success, failure and SIGINT/SIGTERM, and `quarry gc` removes
 //! what a killed process left.
 
+pub mod allocation;
 pub mod build_image;
 pub mod cdi;
 pub mod compiler_cache;
@@ -24,6 +25,7 @@ pub mod endpoint;
 pub mod exec;
 pub mod gc;
 pub mod gpu;
+pub mod kfd;
 pub mod limits;
 pub mod load;
 mod podman;
