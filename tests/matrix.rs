@@ -97,16 +97,15 @@ fn a_wheel_matrix_on_slurm_is_collected_into_an_index_pip_installs_from() {
 
     // collect names the missing cell, exits non-zero, keeps the other three.
     let house = w.join("wheelhouse");
-    let c = run_expect(
-        quarry()
-            .args(["matrix", "collect", "--json", "-o"])
-            .arg(&house)
-            .arg(&matrix)
-            .arg("--cache-dir")
-            .arg(packages_cache())
-            .args(["--cache-registry", &registry]),
-        1,
-    );
+    let collect = |log_dir: Option<&Path>, code: i32| {
+        let mut c = quarry();
+        c.args(["matrix", "collect", "--json", "-o"]).arg(&house).arg(&matrix);
+        if let Some(d) = log_dir {
+            c.arg("--log-dir").arg(d);
+        }
+        run_expect(c.arg("--cache-dir").arg(packages_cache()).args(["--cache-registry", &registry]), code)
+    };
+    let c = collect(None, 1);
     let report = stdout_json(&c);
     assert_eq!(report["incomplete"], serde_json::json!(["debug-1_opt-3"]), "{report:#}\n{}", slurm.logs());
     let wheels = |dir: &Path| -> Vec<String> {
@@ -140,18 +139,7 @@ fn a_wheel_matrix_on_slurm_is_collected_into_an_index_pip_installs_from() {
     write(&w.join("wrong.sbatch"), &String::from_utf8_lossy(&wrong.stdout));
     let job = slurm.submit(&w.join("wrong.sbatch"), &[("QUARRY_CACHE", &cache)]);
     slurm.wait(&job, Duration::from_secs(120));
-    let c = run_expect(
-        quarry()
-            .args(["matrix", "collect", "--json", "-o"])
-            .arg(&house)
-            .arg(&matrix)
-            .arg("--log-dir")
-            .arg(w)
-            .arg("--cache-dir")
-            .arg(packages_cache())
-            .args(["--cache-registry", &registry]),
-        1,
-    );
+    let c = collect(Some(w), 1);
     let report = stdout_json(&c);
     let cell = report["cells"].as_array().unwrap().iter().find(|c| c["id"] == "debug-1_opt-3").unwrap().clone();
     let log = cell["log"]["path"].as_str().unwrap_or_default();
@@ -165,16 +153,7 @@ fn a_wheel_matrix_on_slurm_is_collected_into_an_index_pip_installs_from() {
     write(&w.join("rest.sbatch"), &again);
     let job = slurm.submit(&w.join("rest.sbatch"), &[("QUARRY_CACHE", &cache)]);
     slurm.wait(&job, Duration::from_secs(600));
-    let c = run_expect(
-        quarry()
-            .args(["matrix", "collect", "--json", "-o"])
-            .arg(&house)
-            .arg(&matrix)
-            .arg("--cache-dir")
-            .arg(packages_cache())
-            .args(["--cache-registry", &registry]),
-        0,
-    );
+    let c = collect(None, 0);
     let report = stdout_json(&c);
     let names = wheels(&house);
     assert_eq!(
