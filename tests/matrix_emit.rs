@@ -2,7 +2,9 @@
 //! matrix example planned cell by cell (nothing contacted), and the
 //! Kubernetes and GitHub descriptions checked by their own checkers:
 //! `kubernetes-validate` (Kubernetes' published schemas) and `actionlint`.
-//! A matrix past GitHub's 256 jobs is split into several jobs.
+//! A matrix past GitHub's 256 jobs is split into several jobs. Plans need
+//! no registry (the examples', and a keyed one whose cell `matrix run`
+//! builds and keeps locally), in a table whose columns fit any cell id.
 
 mod common;
 
@@ -173,4 +175,146 @@ fn a_version_axis_without_its_hash_is_refused_by_name() {
     let o = run_expect(quarry().args(["matrix", "plan", "--no-keys"]).arg(&m), 1);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("job.source.sha256") && err.contains("flash-attn==2.7.4.post1"), "{err}");
+}
+
+/// `quarry matrix plan` with no registry named anywhere.
+fn plan_here(args: &[&str], matrix: &Path, cache: &Path) -> std::process::Output {
+    run_expect(
+        quarry()
+            .env_remove("QUARRY_CACHE_REGISTRY")
+            .args(["matrix", "plan"])
+            .args(args)
+            .arg(matrix)
+            .arg("--cache-dir")
+            .arg(cache),
+        0,
+    )
+}
+
+/// A table line's columns, with where each starts: columns are two or more
+/// spaces apart (a single space is inside a column: `to run`).
+fn columns(line: &str) -> Vec<(usize, &str)> {
+    let b = line.as_bytes();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        if b[i] == b' ' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !(b[i] == b' ' && b.get(i + 1).is_none_or(|c| *c == b' ')) {
+            i += 1;
+        }
+        out.push((start, &line[start..i]));
+    }
+    out
+}
+
+/// The plan's table: a header, one row per cell whose columns start where
+/// the header's do, and the summary line. Returns the rows' columns.
+fn aligned_rows(text: &str, cells: usize) -> Vec<Vec<String>> {
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), cells + 2, "{text}");
+    let header = columns(lines[0]);
+    let names: Vec<&str> = header.iter().map(|(_, n)| *n).collect();
+    assert_eq!(names, ["index", "cell", "key", "state", "gpus", "cpus", "memory"], "{text}");
+    let starts: Vec<usize> = header.iter().map(|(s, _)| *s).collect();
+    let mut rows = Vec::new();
+    for line in &lines[1..=cells] {
+        let cols = columns(line);
+        assert_eq!(cols.len(), header.len(), "a row of as many columns as the header:\n{line}\n{text}");
+        assert_eq!(cols.iter().map(|(s, _)| *s).collect::<Vec<_>>(), starts, "columns line up:\n{line}\n{text}");
+        rows.push(cols.iter().map(|(_, c)| c.to_string()).collect());
+    }
+    assert!(lines[cells + 1].starts_with(&format!("{cells} of {cells} cells to run")), "{text}");
+    rows
+}
+
+/// Both example matrices plan without a registry (the cells and their
+/// needs; keys need the examples' build images and sources: below, a
+/// matrix that has them here), in columns that fit the longest cell id.
+#[test]
+fn the_examples_plan_without_a_registry_in_aligned_columns() {
+    let cache = tempfile::tempdir().unwrap();
+    for (file, n) in [("matrix.toml", 4), ("flash-attn.toml", 28)] {
+        let example = repo().join("examples/matrix").join(file);
+        let text = String::from_utf8(plan_here(&["--no-keys"], &example, cache.path()).stdout).unwrap();
+        let rows = aligned_rows(&text, n);
+        assert!(rows.iter().all(|r| r[2] == "-" && r[3] == "to run"), "{text}");
+        assert!(text.lines().last().unwrap().contains("done cells are not looked up"), "{text}");
+        let plan = stdout_json(&plan_here(&["--no-keys", "--json"], &example, cache.path()));
+        assert_eq!(plan["registry"], "", "{plan:#}");
+        assert_eq!(plan["done_in"], "not_looked_up", "{plan:#}");
+        assert_eq!(plan["to_run"], n);
+        let ids: Vec<&str> = plan["cells"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, rows.iter().map(|r| r[1].as_str()).collect::<Vec<_>>(), "the table's cells are the JSON's");
+    }
+}
+
+/// Keys without a registry: an image matrix (its build needs no engine)
+/// is planned with keys, every cell to run; `matrix run --cell` builds one
+/// and keeps it in its output directory (nothing pushed, no registry
+/// asked); the next plan finds that cell done in the local cache.
+#[test]
+fn a_plan_and_a_run_need_no_registry() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let cache = w.join("cache");
+    write(&w.join("motd.txt"), "hello\n");
+    write(
+        &w.join("img.toml"),
+        "name = \"tiny\"\nbase = \"scratch\"\n[params]\nGREETING = \"hello\"\n\
+         [[layer]]\nname = \"motd\"\n[[layer.source]]\nfile = \"motd.txt\"\ndest = \"/etc/motd-${GREETING}\"\n",
+    );
+    let long = "a-greeting-much-longer-than-the-forty-four-characters-the-table-once-fit";
+    write(
+        &w.join("m.toml"),
+        &format!(
+            "name = \"tiny\"\n[job]\nkind = \"image\"\nimage = \"img.toml\"\n[job.set]\nGREETING = \"{{greeting}}\"\n\
+             [axes]\ngreeting = [\"hi\", \"{long}\"]\n"
+        ),
+    );
+    let matrix = w.join("m.toml");
+    let text = String::from_utf8(plan_here(&[], &matrix, &cache).stdout).unwrap();
+    let rows = aligned_rows(&text, 2);
+    assert!(rows.iter().all(|r| r[2].len() == 12 && r[3] == "to run"), "keys, nothing done: {text}");
+    assert!(text.contains("no registry named"), "{text}");
+    let plan = stdout_json(&plan_here(&["--json"], &matrix, &cache));
+    assert_eq!(plan["done_in"], "local_cache", "{plan:#}");
+    assert_eq!(plan["cache_dir"], cache.display().to_string());
+    let id = format!("greeting-{long}");
+    let cell = plan["cells"].as_array().unwrap().iter().find(|c| c["id"] == id.as_str()).unwrap().clone();
+    assert_eq!(cell["key"].as_str().unwrap().len(), 64, "{cell}");
+
+    let out = w.join("out");
+    let o = run_expect(
+        quarry()
+            .env_remove("QUARRY_CACHE_REGISTRY")
+            .args(["matrix", "run", "--cell", &id, "-o"])
+            .arg(&out)
+            .arg(&matrix)
+            .arg("--cache-dir")
+            .arg(&cache),
+        0,
+    );
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("no registry named") && said.contains(&out.join(&id).display().to_string()), "{said}");
+    assert!(out.join(&id).join("index.json").is_file(), "the image's layout stays in the output");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join(format!("{id}.json"))).unwrap()).unwrap();
+    assert_eq!(report["status"], "ok", "{report:#}");
+    assert_eq!(report["key"], cell["key"], "the key planned is the key run");
+    assert!(report.get("artifact").is_none() && report.get("image").is_none(), "nothing pushed: {report:#}");
+
+    let plan = stdout_json(&plan_here(&["--json"], &matrix, &cache));
+    let done: Vec<(&str, bool)> = plan["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap(), c["done"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(done, [("greeting-hi", false), (id.as_str(), true)], "{plan:#}");
+    assert_eq!(plan["to_run"], 1);
+    let text = String::from_utf8(plan_here(&[], &matrix, &cache).stdout).unwrap();
+    assert!(text.lines().last().unwrap().starts_with("1 of 2 cells to run"), "{text}");
 }

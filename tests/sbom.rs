@@ -116,15 +116,19 @@ fn every_kind_of_input_validates() {
             image_digest: Some(digest('a')),
             created_epoch: 1_700_000_000,
             base: Some(BaseImage { kind, reference: reference.into(), digest: Some(digest('b')) }),
-            debs: vec![DebPackage {
-                name: "libstdc++6".into(),
-                version: "12.2.0-14+deb12u1".into(),
-                architecture: "amd64".into(),
-                sha256: "c".repeat(64),
-                distro: Distro::Ubuntu,
-                suite: Some("noble".into()),
-                layer: "tools".into(),
-            }],
+            debs: vec![
+                DebPackage {
+                    name: "libstdc++6".into(),
+                    version: "12.2.0-14+deb12u1".into(),
+                    architecture: "amd64".into(),
+                    sha256: "c".repeat(64),
+                    distro: Distro::Ubuntu,
+                    suite: Some("noble".into()),
+                    layer: "tools".into(),
+                },
+                // A version with an epoch: its purl keeps the `:`.
+                epoch_deb(),
+            ],
             pypi: vec![
                 PypiFile::from_file_name(
                     "Flash_Attn-2.8.3+rocm6.2-cp312-cp312-linux_x86_64.whl",
@@ -150,6 +154,68 @@ fn every_kind_of_input_validates() {
         std::fs::write(&file, sbom::spdx_json(&unbuilt).unwrap()).unwrap();
         validate_with_pyspdxtools(&file);
     }
+}
+
+/// A Debian package whose version has an epoch.
+fn epoch_deb() -> DebPackage {
+    DebPackage {
+        name: "libattr1".into(),
+        version: "1:2.5.1-4".into(),
+        architecture: "amd64".into(),
+        sha256: "9".repeat(64),
+        distro: Distro::Debian,
+        suite: Some("bookworm".into()),
+        layer: "base".into(),
+    }
+}
+
+/// Both SBOM writers (the SPDX document of an image, the CycloneDX
+/// document of a repaired wheel) write one package URL for one Debian
+/// package, an epoch's `:` as the purl specification says (not encoded).
+#[test]
+fn spdx_and_cyclonedx_write_one_purl_for_an_epoch_version() {
+    let deb = epoch_deb();
+    let inv = Inventory {
+        image_name: "epoch".into(),
+        image_tag: "v1".into(),
+        image_digest: None,
+        created_epoch: 1_700_000_000,
+        base: None,
+        debs: vec![deb.clone()],
+        pypi: vec![],
+        local: vec![],
+    };
+    let spdx: Value = serde_json::from_slice(&sbom::spdx_json(&inv).unwrap()).unwrap();
+    let spdx_purl = spdx["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "libattr1")
+        .and_then(|p| p["externalRefs"][0]["referenceLocator"].as_str())
+        .unwrap()
+        .to_string();
+
+    let package = quarry::wheel::provides::Package {
+        manager: "deb".into(),
+        name: deb.name.clone(),
+        version: deb.version.clone(),
+        arch: Some(deb.architecture.clone()),
+        distro_id: Some("debian".into()),
+        distro: deb.suite.clone(),
+    };
+    let bundled = quarry::wheel::repair::Bundled {
+        soname: "libattr.so.1".into(),
+        source: "/usr/lib/x86_64-linux-gnu/libattr.so.1.1.2501".into(),
+        path: "x.libs/libattr-1234abcd.so.1.1.2501".into(),
+        sha256: "9".repeat(64),
+        package: Some(package),
+    };
+    let name = quarry::wheel::name::WheelName::parse("x-1.0-cp311-cp311-manylinux_2_36_x86_64.whl").unwrap();
+    let cdx: Value = serde_json::from_str(&quarry::wheel::repair::sbom::document(&name, &[bundled]).unwrap()).unwrap();
+    let cdx_purl = cdx["components"][1]["purl"].as_str().unwrap();
+
+    assert_eq!(spdx_purl, "pkg:deb/debian/libattr1@1:2.5.1-4?arch=amd64&distro=bookworm");
+    assert_eq!(cdx_purl, spdx_purl, "the two writers disagree");
 }
 
 fn build(def: &Path, out: &Path, cache: &Path) -> Value {

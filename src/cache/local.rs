@@ -53,6 +53,14 @@ pub fn layout_dir(root: &Path, image_name: &str) -> PathBuf {
     root.join("layouts").join(image_name)
 }
 
+/// The files of the committed entry `name` of `bucket` in the cache at
+/// `root`, when it is there, looked up without opening the cache: nothing
+/// is created, stamped or swept (for reports: `quarry doctor`).
+pub fn peek_entry_files(root: &Path, bucket: Bucket, name: &str) -> Option<PathBuf> {
+    let files = root.join(bucket.dir()).join(checked(name).ok()?).join("files");
+    files.is_dir().then_some(files)
+}
+
 impl Local {
     pub fn open(root: &Path) -> io::Result<Local> {
         let tmp = scratch_dir(root);

@@ -29,7 +29,7 @@ pub mod usage;
 pub use bucket::Bucket;
 pub use entry::{Entry, Staged};
 pub use key::{Key, KeyEncoder};
-pub use local::{layout_dir, scratch_dir};
+pub use local::{layout_dir, peek_entry_files, scratch_dir};
 pub use remote::{Mode as RegistryMode, RegistryTierConfig, RemoteReport};
 
 use crate::oci::{BlobDir, BlobError, BlobWriter, LayerBlob};

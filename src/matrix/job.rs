@@ -12,7 +12,7 @@ use super::cells::Cell;
 use super::definition::{fill, JobKind, JobSource, Matrix};
 use super::product::{files_of, ProductFile};
 use super::MatrixError;
-use crate::cache::{Cache, Key, KeyEncoder};
+use crate::cache::{Bucket, Cache, Key, KeyEncoder};
 use crate::engine::build_image::BuildImage;
 use crate::engine::gpu::{self, GpuMode, GpuPlan, TargetList};
 use std::collections::BTreeMap;
@@ -198,6 +198,22 @@ impl CellBuild {
         })
     }
 
+    /// Whether this machine's cache holds the output of the build keyed
+    /// `key` (its [`CellBuild::build_key`]): running it here would build
+    /// nothing. Only the local tier is looked at.
+    pub fn in_local_cache(&self, cache: &Cache, key: &Key) -> Result<bool, MatrixError> {
+        let entry = |bucket| crate::cache::peek_entry_files(cache.root(), bucket, &key.hex()).is_some();
+        Ok(match self {
+            CellBuild::Wheel(_) => entry(Bucket::Wheels),
+            CellBuild::Kernel(_) => entry(Bucket::Kernels),
+            // Every layer: the image is written from the cache alone.
+            CellBuild::Image { definition, opts } => image_plan(definition, opts)?
+                .layers
+                .iter()
+                .all(|n| n.key.as_ref().is_some_and(|k| cache.local_layer(k).is_some())),
+        })
+    }
+
     /// A wheel build's lock as it is now (what its key reads of it).
     pub fn lock_bytes(&self) -> Option<Vec<u8>> {
         match self {
@@ -248,8 +264,7 @@ impl CellBuild {
 /// An image job's key: its last layer's chained key and its config, when
 /// every key is known without building.
 fn image_key(definition: &Path, opts: &crate::build::BuildOptions) -> Result<Option<Key>, MatrixError> {
-    let image = crate::definition::load_image(definition, &opts.sets)?;
-    let plan = crate::plan::make(&image, &opts.plan_options(crate::plan::PinMode::Locked))?;
+    let plan = image_plan(definition, opts)?;
     let keys: Option<Vec<Key>> = plan.layers.iter().map(|n| n.key).collect();
     let Some(keys) = keys else { return Ok(None) };
     let mut k = KeyEncoder::new("matrix-image", 1);
@@ -258,6 +273,12 @@ fn image_key(definition: &Path, opts: &crate::build::BuildOptions) -> Result<Opt
     }
     k.key("config", &crate::plan::keys::config(&plan.top().image.config));
     Ok(Some(k.finish()))
+}
+
+/// An image job's plan, its pins as locked.
+fn image_plan(definition: &Path, opts: &crate::build::BuildOptions) -> Result<crate::plan::Plan, MatrixError> {
+    let image = crate::definition::load_image(definition, &opts.sets)?;
+    Ok(crate::plan::make(&image, &opts.plan_options(crate::plan::PinMode::Locked))?)
 }
 
 /// A cell's key: its kind, its id and its build's key.

@@ -8,7 +8,9 @@
 //! shared cache and pushes its product to the registry (`product`);
 //! `collect` gathers every cell's product into a wheelhouse with a PEP 503
 //! index. A cell whose product the registry holds is done: `plan` says so,
-//! `emit` leaves it out, `run` builds nothing.
+//! `emit` leaves it out, `run` builds nothing. `plan` and `run` work without
+//! a registry too: done then means the local cache holds the cell's build,
+//! and a run's products stay in its output directory.
 
 pub mod cells;
 pub mod collect;
@@ -88,9 +90,16 @@ impl MatrixError {
     }
 }
 
-/// The registry products go to: `--cache-registry` (or its variable), else the matrix's `[cache] registry`.
+/// The registry products go to, when one is named: `--cache-registry` (or
+/// its variable), else the matrix's `[cache] registry`.
+pub fn registry_named(m: &Matrix, given: Option<&str>) -> Option<String> {
+    given.map(str::to_string).or_else(|| m.registry.clone())
+}
+
+/// The registry products go to, which `emit` and `collect` need (the
+/// scheduler's tasks push there; `collect` pulls from there).
 pub fn registry_of(m: &Matrix, given: Option<&str>) -> Result<String, MatrixError> {
-    given.map(str::to_string).or_else(|| m.registry.clone()).ok_or_else(|| {
+    registry_named(m, given).ok_or_else(|| {
         MatrixError::Input(format!(
             "{}: the cells' products go to a registry: give --cache-registry HOST/REPO (or QUARRY_CACHE_REGISTRY), or `[cache] registry` in the matrix",
             m.file.display()

@@ -1,6 +1,9 @@
 //! `quarry matrix plan`: every cell, its id, index and needs, its key, and
-//! whether the registry already holds its product (done cells are left out
-//! of what `emit` writes, and `run` builds nothing for them).
+//! whether it is done: the registry products go to holds its product (done
+//! cells are left out of what `emit` writes, and `run` builds nothing for
+//! them), or, when no registry is named, this machine's cache holds its
+//! build (a local `matrix run` of it would build nothing). A plan needs no
+//! registry.
 
 use super::cells::{cells, Cell};
 use super::definition::{JobKind, Matrix, Needs};
@@ -24,8 +27,21 @@ pub struct CellPlan {
     /// The cell's key; null when it cannot be known before building (an
     /// isolated wheel build without a lock).
     pub key: Option<String>,
-    /// The registry holds its product.
+    /// Done: the registry holds its product, or (no registry named) the
+    /// local cache holds its build; see [`MatrixPlan::done_in`].
     pub done: bool,
+}
+
+/// Where a plan looked for done cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DoneIn {
+    /// The registry products go to: a done cell's product is there.
+    Registry,
+    /// No registry named: a done cell's build is in the local cache.
+    LocalCache,
+    /// Keys not computed (`plan --no-keys`, `emit --all`): every cell to run.
+    NotLookedUp,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -33,7 +49,12 @@ pub struct MatrixPlan {
     pub matrix: String,
     pub file: PathBuf,
     pub kind: JobKind,
+    /// The registry products go to; empty when none is named.
     pub registry: String,
+    pub done_in: DoneIn,
+    /// The local cache, when done cells were looked up there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
     pub cells: Vec<CellPlan>,
     /// Cells not done.
     pub to_run: usize,
@@ -82,17 +103,35 @@ pub fn key_of(shared: &Shared, cell: &Cell) -> Result<Option<String>, MatrixErro
     Ok(b.build_key()?.map(|k| job::cell_key(shared.matrix.job.kind, &cell.id, &k).hex()))
 }
 
-pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> {
+/// The cell's key (hex), when it can be known before building, and
+/// whether the local cache holds its build.
+fn key_and_local(shared: &Shared, cell: &Cell) -> Result<(Option<String>, bool), MatrixError> {
+    let b = job::options(&shared.context(cell), cell)?;
+    let Some(build_key) = b.build_key()? else { return Ok((None, false)) };
+    let key = job::cell_key(shared.matrix.job.kind, &cell.id, &build_key).hex();
+    Ok((Some(key), b.in_local_cache(&shared.cache, &build_key)?))
+}
+
+/// Every cell with its key; done when the registry holds its product, or,
+/// with no registry named (`registry` None), when the local cache holds
+/// its build.
+pub fn plan(shared: &Shared, registry: Option<&str>) -> Result<MatrixPlan, MatrixError> {
     let m = shared.matrix;
     let all = cells(m);
     super::check_cells(m, &all)?;
-    let mut products = Products::open(registry)?;
+    let mut products = registry.map(Products::open).transpose()?;
     let mut out = Vec::new();
     for c in &all {
-        let key = key_of(shared, c)?;
-        let done = match &key {
-            Some(k) => products.done(k)?,
-            None => false,
+        let (key, done) = match &mut products {
+            Some(products) => {
+                let key = key_of(shared, c)?;
+                let done = match &key {
+                    Some(k) => products.done(k)?,
+                    None => false,
+                };
+                (key, done)
+            }
+            None => key_and_local(shared, c)?,
         };
         out.push(CellPlan {
             id: c.id.clone(),
@@ -109,7 +148,9 @@ pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> 
         matrix: m.name.clone(),
         file: m.file.clone(),
         kind: m.job.kind,
-        registry: registry.to_string(),
+        registry: registry.unwrap_or_default().to_string(),
+        done_in: if registry.is_some() { DoneIn::Registry } else { DoneIn::LocalCache },
+        cache_dir: registry.is_none().then(|| shared.cache.root().to_path_buf()),
         cells: out,
         to_run,
     })
@@ -117,7 +158,7 @@ pub fn plan(shared: &Shared, registry: &str) -> Result<MatrixPlan, MatrixError> 
 
 /// Every cell as not done, keys not computed (`emit --all`, `plan
 /// --no-keys`): nothing is asked of the image, the source or the registry.
-pub fn every_cell(m: &Matrix, registry: &str) -> Result<MatrixPlan, MatrixError> {
+pub fn every_cell(m: &Matrix, registry: Option<&str>) -> Result<MatrixPlan, MatrixError> {
     let all = cells(m);
     super::check_cells(m, &all)?;
     let out: Vec<CellPlan> = all
@@ -136,7 +177,9 @@ pub fn every_cell(m: &Matrix, registry: &str) -> Result<MatrixPlan, MatrixError>
         matrix: m.name.clone(),
         file: m.file.clone(),
         kind: m.job.kind,
-        registry: registry.to_string(),
+        registry: registry.unwrap_or_default().to_string(),
+        done_in: DoneIn::NotLookedUp,
+        cache_dir: None,
         to_run: out.len(),
         cells: out,
     })

@@ -3,7 +3,9 @@
 //! machine built is taken from there), pushes its product to the registry
 //! as an OCI artifact (by digest, tagged by the cell's key) and writes its
 //! report beside its products. A failed build pushes its report alone, so
-//! `collect` can name it; the exit status is the build's.
+//! `collect` can name it; the exit status is the build's. With no registry
+//! named, nothing is pushed: the products and the report stay in the
+//! output directory (and the build in the local cache).
 
 use super::cells::Cell;
 use super::job;
@@ -33,16 +35,17 @@ fn write_report(path: &Path, r: &CellReport) -> Result<(), MatrixError> {
 }
 
 /// Run `cell`; the report, and the build's error when it failed (its
-/// report says so too and was pushed). Errors before a report can be
-/// pushed (the registry unreachable) are returned as errors.
+/// report says so too and was pushed, when a registry is named). Errors
+/// before a report can be pushed (the registry unreachable) are returned
+/// as errors.
 pub fn run_cell(
     shared: &Shared,
-    registry: &str,
+    registry: Option<&str>,
     cell: &Cell,
 ) -> Result<(CellReport, Option<MatrixError>), MatrixError> {
     let started = Instant::now();
     let m = shared.matrix;
-    let mut products = Products::open(registry)?;
+    let mut products = registry.map(Products::open).transpose()?;
     let mut report = CellReport {
         matrix: m.name.clone(),
         cell: cell.id.clone(),
@@ -65,8 +68,11 @@ pub fn run_cell(
     let failure = match attempt(shared, registry, cell, &mut report) {
         Ok(files) => {
             report.seconds = started.elapsed().as_secs_f64();
-            let pushed = crate::trace::time("cell: push products", || products.push(&report, &files, scratch.path()))?;
-            report.artifact = Some(pushed);
+            if let Some(products) = &mut products {
+                let pushed =
+                    crate::trace::time("cell: push products", || products.push(&report, &files, scratch.path()))?;
+                report.artifact = Some(pushed);
+            }
             None
         }
         Err(e) => {
@@ -75,7 +81,9 @@ pub fn run_cell(
             report.error = Some(e.to_string());
             report.products.clear();
             report.seconds = started.elapsed().as_secs_f64();
-            report.artifact = Some(products.push(&report, &[], scratch.path())?);
+            if let Some(products) = &mut products {
+                report.artifact = Some(products.push(&report, &[], scratch.path())?);
+            }
             Some(e)
         }
     };
@@ -86,7 +94,7 @@ pub fn run_cell(
 /// Build the cell into `report`; the files to push.
 fn attempt(
     shared: &Shared,
-    registry: &str,
+    registry: Option<&str>,
     cell: &Cell,
     report: &mut CellReport,
 ) -> Result<Vec<(String, PathBuf)>, MatrixError> {
@@ -111,7 +119,8 @@ fn attempt(
     report.cached = outcome.cached;
     report.build_seconds = outcome.build_seconds;
     report.products = outcome.files.iter().map(|(f, _)| f.clone()).collect();
-    if let Some(layout) = &outcome.layout {
+    // An image job's image goes to the registry; with none named, its layout stays in the output.
+    if let (Some(layout), Some(registry)) = (&outcome.layout, registry) {
         let tag = format!("image-{}", key.as_deref().unwrap_or(&cell.id));
         let reference = crate::registry::Reference::parse(&format!("{registry}:{tag}"))
             .map_err(crate::registry::RegistryError::from)?;

@@ -21,7 +21,6 @@
 use super::inventory::{BaseKind, Inventory, LocalKind};
 use super::SbomError;
 use crate::oci::digest::sha256_hex;
-use packageurl::PackageUrl;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -160,8 +159,8 @@ fn checked_hex<'a>(hex: &'a str, what: &str) -> Result<&'a str, SbomError> {
     }
 }
 
-/// A package URL from its parts (the `packageurl` crate applies the
-/// spec's per-type normalization and percent-encoding).
+/// A package URL from its parts (see `crate::purl`: the one encoder of
+/// every SBOM quarry writes).
 fn purl(
     ty: &str,
     namespace: Option<&str>,
@@ -170,17 +169,7 @@ fn purl(
     qualifiers: &[(&str, &str)],
     what: &str,
 ) -> Result<String, SbomError> {
-    let bad = |e: packageurl::Error| input_error(what, format!("no package URL can hold it: {e}"));
-    let mut p = PackageUrl::new(ty.to_string(), name.to_string()).map_err(bad)?;
-    if let Some(ns) = namespace {
-        p.with_namespace(ns.to_string()).map_err(bad)?;
-    }
-    p.with_version(version.to_string()).map_err(bad)?;
-    for (k, v) in qualifiers {
-        p.add_qualifier(k.to_string(), v.to_string()).map_err(bad)?;
-    }
-    p.validate().map_err(bad)?;
-    Ok(p.to_string())
+    crate::purl::format(ty, namespace, name, Some(version), qualifiers).map_err(|e| input_error(what, e.to_string()))
 }
 
 /// Unique SPDX identifiers (`SPDXRef-` then letters, digits, `.` and `-`).

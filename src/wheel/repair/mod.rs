@@ -325,7 +325,8 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
         None
     } else {
         let rel = format!("{dist_info}/sboms/quarry.cdx.json");
-        let doc = sbom::document(&new_name, &bundled);
+        let doc = sbom::document(&new_name, &bundled)
+            .map_err(|e| WheelError::Sbom { wheel: wheel.to_path_buf(), source: Box::new(e) })?;
         let path = root.join(&rel);
         std::fs::create_dir_all(path.parent().expect("in sboms/"))
             .map_err(|source| WheelError::Io { path: path.clone(), source })?;

@@ -11,22 +11,20 @@
 //! random serial number: the same repair gives the same bytes.
 
 use super::Bundled;
+use crate::purl::PurlError;
 use crate::wheel::name::WheelName;
 use serde_json::{json, Value};
 
-fn enc(s: &str) -> String {
-    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
 /// The wheel's package URL (`pkg:pypi/cffi@1.17.1?file_name=...`).
-pub fn wheel_purl(name: &WheelName) -> String {
-    format!("pkg:pypi/{}@{}?file_name={}", enc(&name.name), enc(&name.version), enc(&name.to_string()))
+pub fn wheel_purl(name: &WheelName) -> Result<String, PurlError> {
+    crate::purl::format("pypi", None, &name.name, Some(&name.version), &[("file_name", &name.to_string())])
 }
 
 /// The SBOM of a repaired wheel (`name`: its final file name) bundling
-/// `bundled`, as pretty JSON.
-pub fn document(name: &WheelName, bundled: &[Bundled]) -> String {
-    let wheel_ref = wheel_purl(name);
+/// `bundled`, as pretty JSON. Package URLs are encoded by `crate::purl`,
+/// as in the SPDX documents of images.
+pub fn document(name: &WheelName, bundled: &[Bundled]) -> Result<String, PurlError> {
+    let wheel_ref = wheel_purl(name)?;
     let wheel = json!({
         "type": "library",
         "bom-ref": wheel_ref,
@@ -39,7 +37,8 @@ pub fn document(name: &WheelName, bundled: &[Bundled]) -> String {
     let mut dependencies = Vec::new();
     for b in bundled {
         // Unique per file, stable across runs: the path inside the wheel.
-        let bom_ref = format!("{}#{}", b.package.as_ref().map(|p| p.purl()).unwrap_or_else(|| "file".into()), b.path);
+        let purl = b.package.as_ref().map(|p| p.purl()).transpose()?;
+        let bom_ref = format!("{}#{}", purl.as_deref().unwrap_or("file"), b.path);
         let mut c = json!({
             "type": "library",
             "bom-ref": bom_ref,
@@ -52,7 +51,7 @@ pub fn document(name: &WheelName, bundled: &[Bundled]) -> String {
         });
         if let Some(p) = &b.package {
             c["version"] = Value::from(p.version.clone());
-            c["purl"] = Value::from(p.purl());
+            c["purl"] = Value::from(purl.clone());
             c["properties"]
                 .as_array_mut()
                 .expect("an array")
@@ -76,7 +75,7 @@ pub fn document(name: &WheelName, bundled: &[Bundled]) -> String {
     });
     let mut text = serde_json::to_string_pretty(&doc).expect("JSON values serialize");
     text.push('\n');
-    text
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -101,7 +100,7 @@ mod tests {
                 distro: Some("debian-12".into()),
             }),
         }];
-        let doc: Value = serde_json::from_str(&document(&name, &bundled)).unwrap();
+        let doc: Value = serde_json::from_str(&document(&name, &bundled).unwrap()).unwrap();
         assert_eq!(doc["bomFormat"], "CycloneDX");
         assert_eq!(doc["specVersion"], "1.4");
         assert_eq!(
@@ -113,6 +112,37 @@ mod tests {
         assert_eq!(lib["hashes"][0]["content"], "ab".repeat(32));
         assert_eq!(lib["purl"], "pkg:deb/debian/libffi8@3.4.4-1?arch=amd64&distro=debian-12");
         assert_eq!(doc["dependencies"][0]["dependsOn"][0], lib["bom-ref"]);
-        assert_eq!(document(&name, &bundled), document(&name, &bundled));
+        assert_eq!(document(&name, &bundled).unwrap(), document(&name, &bundled).unwrap());
+    }
+
+    /// A Debian version with an epoch keeps its `:` (the purl
+    /// specification), as in the SPDX documents of images (tests/sbom.rs
+    /// compares the two writers); a local version's `+` is `%2B`.
+    #[test]
+    fn an_epoch_version_is_written_as_the_purl_spec_says() {
+        let name = WheelName::parse("flash_attn-2.8.3+rocm62-cp311-cp311-manylinux_2_36_x86_64.whl").unwrap();
+        let package = Package {
+            manager: "deb".into(),
+            name: "libattr1".into(),
+            version: "1:2.5.1-4".into(),
+            arch: Some("amd64".into()),
+            distro_id: Some("debian".into()),
+            distro: Some("debian-12".into()),
+        };
+        let bundled = vec![Bundled {
+            soname: "libattr.so.1".into(),
+            source: "/usr/lib/x86_64-linux-gnu/libattr.so.1.1.2501".into(),
+            path: "flash_attn.libs/libattr-1234abcd.so.1.1.2501".into(),
+            sha256: "cd".repeat(32),
+            package: Some(package),
+        }];
+        let doc: Value = serde_json::from_str(&document(&name, &bundled).unwrap()).unwrap();
+        let lib = &doc["components"][1];
+        assert_eq!(lib["purl"], "pkg:deb/debian/libattr1@1:2.5.1-4?arch=amd64&distro=debian-12");
+        assert_eq!(lib["version"], "1:2.5.1-4");
+        assert_eq!(
+            doc["metadata"]["component"]["purl"],
+            "pkg:pypi/flash-attn@2.8.3%2Brocm62?file_name=flash_attn-2.8.3%2Brocm62-cp311-cp311-manylinux_2_36_x86_64.whl"
+        );
     }
 }
