@@ -67,13 +67,16 @@ fn hip_library_builds_for_three_targets_is_checked_and_cached() {
         "GPU_TARGETS=gfx90a;gfx942;gfx1100".into(),
         "AMDGPU_TARGETS=gfx90a;gfx942;gfx1100".into(),
         "HIP_OFFLOAD_ARCH=gfx90a;gfx942;gfx1100".into(),
-        "HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100".into(),
+        "HCC_AMDGPU_TARGET=gfx90a,gfx942,gfx1100".into(),
+        "CMAKE_TOOLCHAIN_FILE=/quarry/targets.cmake".into(),
         format!("MAX_JOBS={jobs}"),
         format!("CMAKE_BUILD_PARALLEL_LEVEL={jobs}"),
     ] {
         assert!(env.lines().any(|l| l == want), "the build did not see {want}:\n{env}");
     }
     assert!(env.contains(&format!("MAKEFLAGS=-j{jobs}")), "{env}");
+    // Nothing appended after hipcc's own list (a command's own --offload-arch stays alone).
+    assert!(!env.contains("HIPCC_COMPILE_FLAGS_APPEND="), "{env}");
 
     // code-objects reads exactly the three targets from the library.
     let co = stdout_json(&run_expect(quarry().args(["code-objects", "--json"]).arg(out.join("libvops.so")), 0));
@@ -93,11 +96,11 @@ fn hip_library_builds_for_three_targets_is_checked_and_cached() {
     assert!(String::from_utf8_lossy(&human.stdout).contains("cached: nothing changed"), "{human:?}");
 
     // A fourth target the command does not compile (it names its own
-    // --offload-arch list and ignores the one quarry passes): the build fails naming it.
+    // --offload-arch list, which hipcc takes alone): the build fails naming it.
     let own_list = [
         "sh",
         "-ec",
-        "unset HIPCC_COMPILE_FLAGS_APPEND; mkdir -p build; env | sort > build/env.txt
+        "mkdir -p build; env | sort > build/env.txt
          hipcc --offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100 -O2 -fPIC -shared -o build/libvops.so vops.hip",
     ];
     let four = ["--targets", "gfx90a,gfx942,gfx1100,gfx908", "--jobs", "3"];
@@ -197,32 +200,53 @@ fn example_copy(into: &Path, kind: &str) -> PathBuf {
     src
 }
 
-/// Issue 26 items 2 and 3: the official examples' two conventions, unmodified,
-/// with real hipcc and CMake: a Makefile whose compiler defaults to hipcc
-/// (the image must not override it) and CMake's HIP language (which must see
-/// the target list: it reads rocm_agent_enumerator, which reads ROCM_TARGET_LST).
+/// Issue 26 items 2 and 3, issue 36 item 8: the official examples'
+/// conventions, unmodified, with real hipcc and CMake, for feature targets
+/// mixed with a plain one: a Makefile whose compiler defaults to hipcc with
+/// no --offload-arch (the image must not override it; hipcc takes
+/// HCC_AMDGPU_TARGET and must add no bare id from rocm_agent_enumerator),
+/// CMake's HIP language (CMAKE_HIP_ARCHITECTURES from quarry's toolchain
+/// file: unset, CMake strips features from rocm_agent_enumerator's answer)
+/// and ROCm's CMake package (hip::device's --offload-arch from GPU_TARGETS,
+/// the same file). Each output holds exactly the requested ids.
 #[test]
-fn official_example_makefile_and_cmake_build_exactly_the_targets() {
+fn official_example_makefile_and_cmake_build_exactly_the_feature_targets() {
     if !have_docker() || !have_tool("gpgv") {
         return;
     }
     let (_, builder) = debian13_rocm_images();
     let work = tempfile::tempdir().unwrap();
     let cache = work.path().join("cache");
-    let two = ["--targets", "gfx90a,gfx1100", "--json"];
+    let requested = ["gfx90a:xnack+", "gfx942:sramecc+:xnack-", "gfx1100"];
+    let list = requested.join(",");
+    let mut sorted = requested.map(String::from).to_vec();
+    sorted.sort();
+    let cmake = "cmake -B build -G Ninja && cmake --build build";
+    let package = format!("CXX=clang++ {cmake}");
     for (kind, cmd, output) in [
-        ("make", &["make"][..], "hip_saxpy"),
-        ("cmake", &["sh", "-ec", "cmake -B build -G Ninja && cmake --build build"][..], "build/hip_saxpy"),
+        ("make", vec!["make"], "hip_saxpy"),
+        ("cmake", vec!["sh", "-ec", cmake], "build/hip_saxpy"),
+        ("package", vec!["sh", "-ec", package.as_str()], "build/hip_saxpy"),
     ] {
         let src = example_copy(work.path(), kind);
         let out = work.path().join(format!("out-{kind}"));
-        let mut flags = two.to_vec();
-        flags.extend(["--output", output]);
-        let r = stdout_json(&run_expect(&mut kernel_build(&builder, &src, &out, &cache, &flags, cmd), 0));
+        let flags = ["--targets", list.as_str(), "--json", "--output", output];
+        let r = stdout_json(&run_expect(&mut kernel_build(&builder, &src, &out, &cache, &flags, &cmd), 0));
         let exe = &r["outputs"][0];
         assert_eq!(exe["file"], "hip_saxpy", "{kind}: {r:#}");
-        assert_eq!(strings(&exe["targets"]), ["gfx1100", "gfx90a"], "{kind}: exactly the requested targets: {r:#}");
+        assert_eq!(strings(&exe["targets"]), sorted, "{kind}: exactly the requested targets: {r:#}");
         assert_eq!(exe["checked"], true, "{kind}: {r:#}");
+        // code-objects reads the same ids, features included, once each.
+        let co = stdout_json(&run_expect(quarry().args(["code-objects", "--json"]).arg(out.join("hip_saxpy")), 0));
+        let mut ids: Vec<String> = co[0]["code_objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| std::iter::once(c["target"].clone()).chain(c["features"].as_array().unwrap().iter().cloned()))
+            .map(|parts| parts.map(|p| p.as_str().unwrap().to_string()).collect::<Vec<_>>().join(":"))
+            .collect();
+        ids.sort();
+        assert_eq!(ids, sorted, "{kind}: {co:#}");
     }
 }
 
@@ -236,13 +260,8 @@ fn target_features_are_matched_as_the_hip_runtime_does() {
     let work = tempfile::tempdir().unwrap();
     let cache = work.path().join("cache");
     let src = source_copy(work.path());
-    // The command names its own targets; quarry's are ignored.
-    let hipcc = |archs: &str| {
-        format!(
-            "unset HIPCC_COMPILE_FLAGS_APPEND ROCM_TARGET_LST; mkdir -p build
-             hipcc {archs} -O2 -fPIC -shared -o build/libvops.so vops.hip"
-        )
-    };
+    // The command names its own targets; hipcc adds none of quarry's beside them.
+    let hipcc = |archs: &str| format!("mkdir -p build; hipcc {archs} -O2 -fPIC -shared -o build/libvops.so vops.hip");
     let run = |name: &str, targets: &str, archs: &str, code: i32| {
         let script = hipcc(archs);
         let cmd = ["sh", "-ec", script.as_str()];

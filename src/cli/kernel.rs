@@ -29,8 +29,8 @@ pub struct BuildArgs {
     output: PathBuf,
     /// `auto`: PYTORCH_ROCM_ARCH / GPU_ARCHS when set, else this machine's GPUs, else
     /// gfx90a,gfx942,gfx950,gfx1100,gfx1201; or a list like gfx90a,gfx942. The build sees
-    /// them as PYTORCH_ROCM_ARCH, GPU_ARCHS, HIP_OFFLOAD_ARCH, GPU_TARGETS, AMDGPU_TARGETS and
-    /// --offload-arch flags in HIPCC_COMPILE_FLAGS_APPEND
+    /// them as PYTORCH_ROCM_ARCH, GPU_ARCHS, HIP_OFFLOAD_ARCH, GPU_TARGETS, AMDGPU_TARGETS,
+    /// hipcc's HCC_AMDGPU_TARGET and CMake's CMAKE_HIP_ARCHITECTURES (CMAKE_TOOLCHAIN_FILE)
     #[arg(long, default_value = "auto")]
     targets: String,
     /// Parallel jobs (MAX_JOBS, CMAKE_BUILD_PARALLEL_LEVEL, MAKEFLAGS=-jN) [default: the

@@ -8,6 +8,7 @@
 //! (success, failing command, error, SIGINT/SIGTERM).
 
 use super::jobs::{self, Resources};
+use super::targets::{self, TARGETS_FILE, TOOLCHAIN_FILE};
 use crate::engine::compiler_cache::{self, Stats};
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
@@ -19,10 +20,6 @@ use std::path::{Path, PathBuf};
 pub const SRC_DIR: &str = "/quarry/src";
 /// The other default output directory, created empty before the command runs.
 pub const OUT_DIR: &str = "/out";
-/// The target list, one per line, as `rocm_agent_enumerator` reads it from
-/// `ROCM_TARGET_LST` (CMake's HIP language and ROCm's CMake config take their
-/// default architectures from that tool).
-pub const TARGETS_FILE: &str = "/quarry/targets.lst";
 
 /// One output to copy out.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +38,7 @@ pub struct ContainerJob<'a> {
     /// `--jobs`; None: from the container's resources.
     pub jobs: Option<u64>,
     pub outputs: &'a [OutputPath],
-    /// Written to [`TARGETS_FILE`].
+    /// Written to [`TARGETS_FILE`] and [`TOOLCHAIN_FILE`].
     pub targets: &'a [String],
     /// Each output's files are merged into this directory.
     pub into: &'a Path,
@@ -80,14 +77,19 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
         let _preparing = crate::trace::span("kernel container: prepare (owner, jobs, ccache)");
         let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
         // The copied source and /out belong to the image's user, who runs
-        // the command; the target list file is written beside the source.
+        // the command; the target list and toolchain files are written beside
+        // the source. The toolchain file includes the one the container's
+        // environment names (the image's or --env's): the command's names quarry's.
         let owner = format!(
-            "mkdir -p {SRC_DIR} {OUT_DIR} && chown -R \"$1\" {SRC_DIR} {OUT_DIR} && shift && printf '%s\\n' \"$@\" > {TARGETS_FILE}"
+            "mkdir -p {SRC_DIR} {OUT_DIR} && chown -R \"$1\" {SRC_DIR} {OUT_DIR} && printf '%s' \"$2\" > {TOOLCHAIN_FILE} \
+             && if [ -n \"$CMAKE_TOOLCHAIN_FILE\" ] && [ \"$CMAKE_TOOLCHAIN_FILE\" != {TOOLCHAIN_FILE} ]; then \
+             printf 'include([=[%s]=])\\n' \"$CMAKE_TOOLCHAIN_FILE\" >> {TOOLCHAIN_FILE}; fi \
+             && shift 2 && printf '%s\\n' \"$@\" > {TARGETS_FILE}"
         );
         let (ids, user) = s.exec(&id, sh("echo $(id -u):$(id -g)"), vec![], None, ExecOutput::Capture).await?;
         let user = String::from_utf8_lossy(&user).trim().to_string();
         let mut prepare = sh(&owner);
-        prepare.extend(["sh".to_string(), user.clone()]);
+        prepare.extend(["sh".to_string(), user.clone(), targets::cmake_toolchain(job.targets)]);
         prepare.extend(job.targets.iter().cloned());
         let made =
             if ids == 0 { s.exec_as(&id, Some("0"), prepare, vec![], None, ExecOutput::Capture).await?.0 } else { ids };
@@ -111,6 +113,7 @@ pub fn run(engine: &Engine, job: &ContainerJob) -> Result<Ran, EngineError> {
             None => false,
         };
         let mut env = jobs::env(jobs);
+        env.extend(targets::command_env());
         if ccache {
             env.extend(compiler_cache::env(SRC_DIR));
         }

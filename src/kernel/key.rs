@@ -25,9 +25,11 @@ pub struct KeyInputs<'a> {
     pub network: bool,
 }
 
-/// The build's cache key. Bump the version when what it encodes changes.
+/// The build's cache key. Bump the version when what it encodes changes,
+/// or what a build sees for the same inputs (2: the targets reach hipcc
+/// through `HCC_AMDGPU_TARGET` and CMake through a toolchain file).
 pub fn key(i: &KeyInputs) -> Key {
-    let mut k = KeyEncoder::new("kernel-build", 1);
+    let mut k = KeyEncoder::new("kernel-build", 2);
     k.digest("image", i.image).key("source", i.source).list("cmd", i.cmd).list("targets", i.targets);
     k.list("env", i.env).list("outputs", i.outputs).bool("network", i.network);
     k.finish()

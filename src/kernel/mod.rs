@@ -128,7 +128,7 @@ pub enum KernelError {
     BadTarget { target: String },
     #[error("--targets: empty list; give `auto` or targets like gfx90a,gfx942")]
     NoTargets,
-    #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, HIP_OFFLOAD_ARCH, GPU_TARGETS, HIPCC_COMPILE_FLAGS_APPEND and ROCM_TARGET_LST, which CMake reads through rocm_agent_enumerator), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
+    #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, GPU_TARGETS, hipcc's HCC_AMDGPU_TARGET and CMake's CMAKE_HIP_ARCHITECTURES through CMAKE_TOOLCHAIN_FILE), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
     MissingTargets { missing: Vec<Missing>, output: PathBuf },
 }
 

@@ -3,9 +3,25 @@
 //! `PYTORCH_ROCM_ARCH` / `GPU_ARCHS` when set, else the GPUs of this
 //! machine's KFD topology (as `quarry gpus`), else
 //! [`crate::engine::gpu::DEFAULT_TARGETS`].
+//!
+//! Every convention gets the same list, full target ids with their
+//! features, through what it reads itself, so none adds ids of its own
+//! beside them: hipcc `HCC_AMDGPU_TARGET` ([`env`]), CMake's HIP language
+//! and ROCm's `hip-config.cmake` a toolchain file ([`cmake_toolchain`],
+//! named by [`command_env`]); `rocm_agent_enumerator`, which keeps only the
+//! processors, is left to the programs that ask it.
 
 use super::KernelError;
 use crate::engine::gpu::{self, GpuInfo, TargetList};
+
+/// The target list, one per line, as `rocm_agent_enumerator` reads it from
+/// `ROCM_TARGET_LST` (it prints the processors only: features are dropped);
+/// written by the build container.
+pub const TARGETS_FILE: &str = "/quarry/targets.lst";
+/// The CMake toolchain file the command's `CMAKE_TOOLCHAIN_FILE` names:
+/// [`cmake_toolchain`], then an `include()` of the toolchain file the
+/// container's environment named, if any (written by the build container).
+pub const TOOLCHAIN_FILE: &str = "/quarry/targets.cmake";
 
 /// `--targets`: `auto` or an explicit list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,26 +70,77 @@ pub fn resolve(arg: &TargetsArg, detected: &[GpuInfo]) -> TargetList {
     }
 }
 
-/// The variables a build reads its targets from: `PYTORCH_ROCM_ARCH`,
-/// `GPU_ARCHS` and `HIP_OFFLOAD_ARCH` (`;`-separated), `GPU_TARGETS` and
-/// `AMDGPU_TARGETS` (CMake lists, also `;`), hipcc's
-/// `HIPCC_COMPILE_FLAGS_APPEND` with one `--offload-arch=` per target, and
-/// `ROCM_TARGET_LST`, the file `rocm_agent_enumerator` lists instead of the
-/// machine's GPUs: CMake initialises `CMAKE_HIP_ARCHITECTURES` from that
-/// tool, ROCm's `hip-config.cmake` its `GPU_TARGETS`, hipcc its default
-/// `--offload-arch` list (the file is written by the build container).
+/// The variables a build reads its targets from, every one with the full
+/// target ids (features included): `PYTORCH_ROCM_ARCH`, `GPU_ARCHS` and
+/// `HIP_OFFLOAD_ARCH` (`;`-separated), `GPU_TARGETS` and `AMDGPU_TARGETS`
+/// (CMake lists, also `;`), `HCC_AMDGPU_TARGET` (`,`), and `ROCM_TARGET_LST`.
+///
+/// hipcc given no `--offload-arch` compiles for `HCC_AMDGPU_TARGET` when it
+/// is set and asks `rocm_agent_enumerator` only when it is not (Debian's
+/// perl hipcc and ROCm's C++ one alike); a command naming its own
+/// `--offload-arch` gets exactly those. Nothing goes into
+/// `HIPCC_COMPILE_FLAGS_APPEND`, which hipcc appends after its own list:
+/// there, `gfx90a:xnack+` beside the enumerator's bare `gfx90a` is a mix
+/// clang refuses.
+///
+/// `ROCM_TARGET_LST` names the file `rocm_agent_enumerator` lists instead of
+/// the machine's GPUs, for programs that ask it; it prints processors only
+/// (`gfx90a`), dropping features. CMake gets the full ids from
+/// [`cmake_toolchain`] instead ([`command_env`]).
 pub fn env(targets: &[String]) -> Vec<String> {
     let list = targets.join(";");
-    let flags: Vec<String> = targets.iter().map(|t| format!("--offload-arch={t}")).collect();
     vec![
         format!("PYTORCH_ROCM_ARCH={list}"),
         format!("GPU_ARCHS={list}"),
         format!("GPU_TARGETS={list}"),
         format!("AMDGPU_TARGETS={list}"),
         format!("HIP_OFFLOAD_ARCH={list}"),
-        format!("HIPCC_COMPILE_FLAGS_APPEND={}", flags.join(" ")),
-        format!("ROCM_TARGET_LST={}", super::container::TARGETS_FILE),
+        format!("HCC_AMDGPU_TARGET={}", targets.join(",")),
+        format!("ROCM_TARGET_LST={TARGETS_FILE}"),
     ]
+}
+
+/// What the command's environment adds to the container's:
+/// `CMAKE_TOOLCHAIN_FILE` (CMake 3.21+ reads it on a build tree's first
+/// configure) naming [`cmake_toolchain`]'s file. Set for the command only, so
+/// the container's preparation still sees the image's (or `--env`'s) own
+/// toolchain file, which quarry's then includes.
+pub fn command_env() -> Vec<String> {
+    vec![format!("CMAKE_TOOLCHAIN_FILE={TOOLCHAIN_FILE}")]
+}
+
+/// The CMake toolchain file of the build: the targets, features included, as
+/// cache entries, the way a user's `-D` would give them.
+/// `CMAKE_HIP_ARCHITECTURES` is CMake's HIP language's list: unset, CMake
+/// asks `rocm_agent_enumerator` and strips features from what it prints.
+/// `GPU_TARGETS` and `AMDGPU_TARGETS` are ROCm's `hip-config.cmake`'s
+/// (`hip::device` gets one `--offload-arch` per entry): unset, it gives none
+/// and clang compiles for its default processor. A value given with `-D`, or
+/// set by the project before `project()`, wins.
+pub fn cmake_toolchain(targets: &[String]) -> String {
+    let list = cmake_quoted(&targets.join(";"));
+    let mut out = String::from("# Written by `quarry kernel build`: the GPU targets (--targets), features included.\n");
+    for (name, doc) in [
+        ("CMAKE_HIP_ARCHITECTURES", "HIP architectures"),
+        ("GPU_TARGETS", "GPU targets to compile for"),
+        ("AMDGPU_TARGETS", "AMD GPU targets to compile for"),
+    ] {
+        out.push_str(&format!("set({name} {list} CACHE STRING \"{doc} (quarry kernel build --targets)\")\n"));
+    }
+    out
+}
+
+/// A CMake quoted argument.
+fn cmake_quoted(s: &str) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        if matches!(c, '\\' | '"' | '$') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -130,14 +197,22 @@ mod tests {
     }
 
     #[test]
-    fn every_name_the_ecosystem_reads() {
-        let e = env(&["gfx90a".into(), "gfx942".into()]);
-        assert!(e.contains(&"PYTORCH_ROCM_ARCH=gfx90a;gfx942".to_string()));
-        assert!(e.contains(&"GPU_ARCHS=gfx90a;gfx942".to_string()));
-        assert!(e.contains(&"GPU_TARGETS=gfx90a;gfx942".to_string()));
-        assert!(e.contains(&"AMDGPU_TARGETS=gfx90a;gfx942".to_string()));
-        assert!(e.contains(&"HIP_OFFLOAD_ARCH=gfx90a;gfx942".to_string()));
-        assert!(e.contains(&"HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx942".to_string()));
+    fn every_name_the_ecosystem_reads_with_full_target_ids() {
+        let targets = ["gfx90a:xnack+".to_string(), "gfx942:sramecc+:xnack-".into(), "gfx1100".into()];
+        let e = env(&targets);
+        let list = "gfx90a:xnack+;gfx942:sramecc+:xnack-;gfx1100";
+        for name in ["PYTORCH_ROCM_ARCH", "GPU_ARCHS", "GPU_TARGETS", "AMDGPU_TARGETS", "HIP_OFFLOAD_ARCH"] {
+            assert!(e.contains(&format!("{name}={list}")), "{name}: {e:?}");
+        }
+        // hipcc's own default list (commas), never flags appended beside it.
+        assert!(e.contains(&"HCC_AMDGPU_TARGET=gfx90a:xnack+,gfx942:sramecc+:xnack-,gfx1100".to_string()), "{e:?}");
+        assert!(!e.iter().any(|v| v.starts_with("HIPCC_COMPILE_FLAGS_APPEND=")), "{e:?}");
         assert!(e.contains(&"ROCM_TARGET_LST=/quarry/targets.lst".to_string()));
+        assert_eq!(command_env(), ["CMAKE_TOOLCHAIN_FILE=/quarry/targets.cmake"]);
+        let toolchain = cmake_toolchain(&targets);
+        for name in ["CMAKE_HIP_ARCHITECTURES", "GPU_TARGETS", "AMDGPU_TARGETS"] {
+            assert!(toolchain.contains(&format!("set({name} \"{list}\" CACHE STRING ")), "{toolchain}");
+        }
+        assert_eq!(cmake_quoted("a\"b$c\\"), "\"a\\\"b\\$c\\\\\"");
     }
 }

@@ -101,19 +101,20 @@ pub(super) async fn install(
 
 /// The target list in the other variables ROCm's tools read, as a kernel
 /// build exports them (`GPU_TARGETS`, `AMDGPU_TARGETS`, `HIP_OFFLOAD_ARCH`,
-/// hipcc's `HIPCC_COMPILE_FLAGS_APPEND`): taken from the build's final
-/// `PYTORCH_ROCM_ARCH` (an axis of that name wins over quarry's list), each
-/// left alone when an axis sets it.
+/// and hipcc's own default list `HCC_AMDGPU_TARGET`, comma-separated, which
+/// hipcc takes instead of asking `rocm_agent_enumerator` and ignores when the
+/// command names `--offload-arch`): taken from
+/// the build's final `PYTORCH_ROCM_ARCH` (an axis of that name wins over
+/// quarry's list), each left alone when an axis sets it.
 fn target_env(env: &[String]) -> Vec<String> {
     let value = |name: &str| env.iter().rev().find_map(|e| e.strip_prefix(name)?.strip_prefix('=')).map(str::to_string);
     let Some(list) = value("PYTORCH_ROCM_ARCH") else { return Vec::new() };
     let targets: Vec<&str> = list.split([';', ',']).map(str::trim).filter(|t| !t.is_empty()).collect();
-    let flags: Vec<String> = targets.iter().map(|t| format!("--offload-arch={t}")).collect();
     [
         ("GPU_TARGETS", targets.join(";")),
         ("AMDGPU_TARGETS", targets.join(";")),
         ("HIP_OFFLOAD_ARCH", targets.join(";")),
-        ("HIPCC_COMPILE_FLAGS_APPEND", flags.join(" ")),
+        ("HCC_AMDGPU_TARGET", targets.join(",")),
     ]
     .into_iter()
     .filter(|(name, _)| value(name).is_none())
@@ -173,7 +174,8 @@ mod tests {
         assert_eq!(env[1], "PATH=/quarry/env/cp313/bin:/r/bin:/usr/bin:/bin");
         // The axis's targets (the later value), not quarry's list; an axis's own variable kept.
         assert!(env.contains(&"GPU_TARGETS=gfx90a;gfx1100".to_string()), "{env:?}");
-        assert!(env.contains(&"HIPCC_COMPILE_FLAGS_APPEND=--offload-arch=gfx90a --offload-arch=gfx1100".to_string()));
+        assert!(env.contains(&"HCC_AMDGPU_TARGET=gfx90a,gfx1100".to_string()), "{env:?}");
+        assert!(!env.iter().any(|e| e.starts_with("HIPCC_COMPILE_FLAGS_APPEND=")), "{env:?}");
         assert_eq!(env.iter().filter(|e| e.starts_with("AMDGPU_TARGETS=")).count(), 1, "{env:?}");
         assert!(env.contains(&"CMAKE_PREFIX_PATH=/r/lib/cmake".to_string()));
         assert!(env.contains(&"PYTORCH_EXTRA_INSTALL_REQUIREMENTS=rocm[libraries]==5.7.dev0".to_string()));
