@@ -182,11 +182,11 @@ except RuntimeError as e:
     let site = "/tmp/quarry-venv/lib/python3.13/site-packages";
     assert!(stderr.contains(&format!("HIP-MAPPED ['{site}/_rocm_sdk_core/lib/libamdhip64.so.5']")), "{stderr}");
     assert!(stderr.contains("DEVICE hipGetDeviceCount: no ROCm-capable device is detected"), "{stderr}");
-    assert!(stderr.contains("requires rocm[libraries]==5.7.dev0; _rocm_init.py in hipscale"), "{stderr}");
-    assert!(
-        stderr.contains("left out 1 libraries the ROCm packages provide (rocm_sdk loads them): libamdhip64.so.5"),
-        "{stderr}"
-    );
+    // With --json the notes are not printed: the JSON says the same
+    // (rocm_requirement, rocm_init, rocm_excluded, checked in `build`), and
+    // stderr holds only the build's and the test's own output.
+    assert!(!stderr.contains("_rocm_init.py in hipscale"), "{stderr}");
+    assert!(!stderr.contains("left out 1 libraries the ROCm packages provide"), "{stderr}");
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("hipscale-1.0-cp313-cp313-"), "{name}");
 
