@@ -7,10 +7,11 @@
 //! order, modes); 75 of them are the zip64 tests.
 
 use super::record::{self, Measured, RecordRow};
-pub use super::zip_time::{source_date_epoch, zip_time};
+pub use super::source_epoch::source_date_epoch;
 use super::WheelError;
 use crate::layer::path::normalize_member;
 use crate::zip::inflate_index::{FileStamp, IndexedInflate, Member, StreamIndex};
+pub use crate::zip::time::zip_time;
 use crate::zip::write::{ZipEntry, ZipOut};
 use crate::zip::ZipError;
 use sha2::{Digest, Sha256};

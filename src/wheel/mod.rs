@@ -24,9 +24,9 @@ pub mod record;
 pub mod repair;
 pub mod rocm_init;
 pub mod rocm_packages;
+pub mod source_epoch;
 pub mod unpack;
 pub mod version;
-pub mod zip_time;
 
 use std::path::PathBuf;
 

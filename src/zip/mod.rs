@@ -15,6 +15,7 @@ pub mod headers;
 pub mod inflate_index;
 pub mod pieces;
 pub mod reuse;
+pub mod time;
 pub mod write;
 
 pub use error::{DeflateError, ZipError};

@@ -1,14 +1,7 @@
-//! The time stamped on rewritten zips: SOURCE_DATE_EPOCH, or a zip time
-//! made from a Unix time.
+//! The time stamped on written zips, made from a Unix time (zip's DOS
+//! times cover 1980..2107 in two-second steps, with no time zone).
 
-use super::WheelError;
 use zip::DateTime;
-
-/// SOURCE_DATE_EPOCH from the environment, when set (see `crate::epoch`).
-pub fn source_date_epoch() -> Result<Option<i64>, WheelError> {
-    let epoch = crate::epoch::from_env().map_err(|e| WheelError::BadEpoch { value: e.0 })?;
-    Ok(epoch.map(|e| e.min(i64::MAX as u64) as i64))
-}
 
 /// A zip timestamp for a Unix time: UTC, clipped to the zip range
 /// (1980-01-01 .. 2107-12-31), seconds rounded down to even.
