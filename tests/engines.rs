@@ -2,14 +2,15 @@
 //! subset (a build with a step layer, load, run with simulated GPUs and
 //! host gids, a wheel build and a kernel build with hipcc in the Debian 13
 //! ROCm builder, gc, doctor) on the local Docker Engine, on Podman 4.3
-//! (Debian's, a service on its own socket), over TCP with TLS (stunnel with
-//! openssl-made certificates) and over ssh (Debian's sshd, a key made
-//! here); the TLS and ssh endpoints front the local Docker Engine, whose
-//! images are already there. Step layers and wheels come out the same on
-//! Docker and Podman, and Podman's refused limits are lowered. In
-//! engines/: choosing endpoints (docker contexts, `--engine`) and bad ones
-//! (endpoints.rs), CDI on Podman against Docker's fallback (cdi.rs), and
-//! rootless Podman (rootless.rs).
+//! (Debian's, a service on its own socket), over TCP with TLS (stunnel, and
+//! socat's `OPENSSL-LISTEN`, with openssl-made certificates: tls.rs) and
+//! over ssh (Debian's sshd, a key made here); the TLS and ssh endpoints
+//! front the local Docker Engine, whose images are already there. Step
+//! layers and wheels come out the same on Docker and Podman, and Podman's
+//! refused limits are lowered. In engines/: choosing endpoints (docker
+//! contexts, `--engine`) and bad ones (endpoints.rs), TLS terminators and
+//! what a failed handshake says (tls.rs), CDI on Podman against Docker's
+//! fallback (cdi.rs), and rootless Podman (rootless.rs).
 
 #[path = "engines/cdi.rs"]
 mod cdi;
@@ -18,9 +19,11 @@ mod common;
 mod endpoints;
 #[path = "engines/rootless.rs"]
 mod rootless;
+#[path = "engines/tls.rs"]
+mod tls;
 
-use common::engines::{have_podman, Endpoint, Podman, DOCKER_SOCKET};
-use common::remote::{have_endpoint_tools, SshEndpoint, TlsEndpoint};
+use common::engines::{have_podman, Endpoint, Podman};
+use common::remote::{have_endpoint_tools, SshEndpoint};
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -357,23 +360,6 @@ fn podman_reads_zstd_and_lowers_the_limits_it_cannot_apply() {
         assert!(doc["engine"]["differences"].to_string().contains("cannot raise limits"), "{doc:#}");
     }
     assert!(ep.leaked_containers().is_empty());
-}
-
-#[test]
-fn subset_over_tls() {
-    if !have_docker() || !have_endpoint_tools() || !have_tool("mmdebstrap") || !have_tool("gpgv") {
-        return;
-    }
-    let tls = TlsEndpoint::start(Path::new(DOCKER_SOCKET), "docker");
-    subset(&tls.endpoint);
-    // No host path is handed to a remote engine.
-    let out = run_expect(q(&tls.endpoint).args(["run", "debian:12", "--mount", "/tmp:/host-tmp", "--", "true"]), 1);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--mount bind-mounts a path of this machine")
-            && err.contains(&format!("tcp://127.0.0.1:{}", tls.port)),
-        "{err}"
-    );
 }
 
 #[test]

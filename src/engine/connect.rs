@@ -1,10 +1,10 @@
 //! Connecting to the engine the endpoint rules choose (see `endpoint`):
 //! a unix socket, TCP, TCP with TLS (the docker CLI's client certificate
-//! and CA) or ssh (see `ssh`); the API version negotiated down to what the
-//! engine speaks (Docker 20.10 and Podman 4 speak 1.41; bollard 0.21 would
-//! otherwise ask for 1.53 and be refused); and what kind of engine
-//! answered, Docker or Podman (whose service speaks the same API with the
-//! differences quarry copes with: see `podman`).
+//! and CA, see `tls`) or ssh (see `ssh`); the API version negotiated down
+//! to what the engine speaks (Docker 20.10 and Podman 4 speak 1.41;
+//! bollard 0.21 would otherwise ask for 1.53 and be refused); and what kind
+//! of engine answered, Docker or Podman (whose service speaks the same API
+//! with the differences quarry copes with: see `podman`).
 //!
 //! The [`Engine`] owns a small tokio runtime and offers blocking methods,
 //! so the synchronous parts of quarry (builds, the CLI) can call it.
@@ -12,6 +12,7 @@
 use super::endpoint::{self, Endpoint, Transport};
 use super::limits::LimitFallbacks;
 use super::ssh::SshStderr;
+use super::tls::Failure;
 use super::{describe, EngineError, EngineKind};
 use bollard::Docker;
 use std::time::Duration;
@@ -54,13 +55,11 @@ pub fn engine_host() -> String {
     endpoint::resolve().map(|e| e.url).unwrap_or_else(|e| e.to_string())
 }
 
-fn unreachable(e: &Endpoint, detail: String) -> EngineError {
+/// `failure` says what went wrong at a TLS endpoint (other transports have one hint each).
+fn unreachable(e: &Endpoint, detail: String, failure: Failure) -> EngineError {
     let hint = match &e.transport {
         Transport::Unix(_) | Transport::Tcp(_) => "is dockerd running? (or a Podman service: `podman system service`); set DOCKER_HOST, a docker context or --engine to reach another engine".to_string(),
-        Transport::Tls { certs, .. } => format!(
-            "check the TLS material in {}: ca.pem must have signed the engine's certificate, and cert.pem/key.pem must be a client certificate the engine trusts",
-            certs.dir.display()
-        ),
+        Transport::Tls { certs, .. } => failure.hint(&e.url, certs),
         Transport::Ssh(_) => "quarry runs `ssh HOST docker system dial-stdio` as the docker CLI does: check the host, port and user, your ssh config and agent, and that `docker` is installed there".to_string(),
     };
     EngineError::Unreachable(Box::new(super::Unreachable {
@@ -79,32 +78,33 @@ impl Engine {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| unreachable(&endpoint, format!("cannot start the I/O runtime: {e}")))?;
+            .map_err(|e| unreachable(&endpoint, format!("cannot start the I/O runtime: {e}"), Failure::Connection))?;
         let secs = LONG_TIMEOUT.as_secs();
         let v = bollard::API_DEFAULT_VERSION;
         let mut ssh_stderr: Option<SshStderr> = None;
+        // bollard's custom transports (ssh, TLS) spawn on the runtime: enter it.
+        let guard = rt.enter();
         let docker = match &endpoint.transport {
             Transport::Unix(path) => Docker::connect_with_unix(&path.display().to_string(), secs, v),
             Transport::Tcp(addr) => Docker::connect_with_http(addr, secs, v),
             Transport::Tls { addr, certs } => {
                 for f in [&certs.ca, &certs.cert, &certs.key] {
                     if !f.is_file() {
-                        return Err(unreachable(&endpoint, format!("`{}` does not exist", f.display())));
+                        let detail = format!("`{}` does not exist", f.display());
+                        return Err(unreachable(&endpoint, detail, Failure::Certificate));
                     }
                 }
-                Docker::connect_with_ssl(addr, &certs.key, &certs.cert, &certs.ca, secs, v)
+                let setup = super::tls::connect(addr, certs, secs);
+                Ok(setup.map_err(|e| unreachable(&endpoint, e.to_string(), e.failure()))?)
             }
-            Transport::Ssh(target) => {
-                // bollard's custom transports spawn on the runtime: enter it.
-                let _guard = rt.enter();
-                super::ssh::connect(target, secs).map(|(d, err)| {
-                    ssh_stderr = Some(err);
-                    d
-                })
-            }
+            Transport::Ssh(target) => super::ssh::connect(target, secs).map(|(d, err)| {
+                ssh_stderr = Some(err);
+                d
+            }),
         }
-        .map_err(|e| unreachable(&endpoint, describe(&e)))?
+        .map_err(|e| unreachable(&endpoint, describe(&e), Failure::of(&e)))?
         .with_timeout(LONG_TIMEOUT);
+        drop(guard);
         let said = |detail: String| match ssh_stderr.as_ref().map(SshStderr::text).filter(|t| !t.is_empty()) {
             Some(ssh) => format!("ssh said: {ssh}"),
             None => detail,
@@ -120,9 +120,12 @@ impl Engine {
                 Ok(Err(e)) => {
                     // What ssh said arrives on its own pipe, maybe just after the failure.
                     tokio::time::sleep(Duration::from_millis(300)).await;
-                    Err(unreachable(&endpoint, said(describe(&e))))
+                    Err(unreachable(&endpoint, said(describe(&e)), Failure::of(&e)))
                 }
-                Err(_) => Err(unreachable(&endpoint, said(format!("no answer within {} s", PING_TIMEOUT.as_secs())))),
+                Err(_) => {
+                    let detail = said(format!("no answer within {} s", PING_TIMEOUT.as_secs()));
+                    Err(unreachable(&endpoint, detail, Failure::Connection))
+                }
             }
         })?;
         let podman = version.components.iter().flatten().any(|c| c.name.contains("Podman"));

@@ -1,9 +1,10 @@
 //! The Docker Engine API (`bollard`), as Docker and Podman serve it:
 //! choosing the endpoint (`DOCKER_HOST`, docker contexts, `--engine`) and
-//! connecting over a unix socket, TCP, TLS or ssh (any engine from Docker
-//! 20.10 / Podman 4 / API 1.41 on), loading images while skipping the layers the
-//! engine has, running containers with AMD GPUs passed through, step
-//! layers (a script run in a container, its diff turned into a layer),
+//! connecting over a unix socket, TCP, TLS (`tls`: as the docker CLI, no
+//! session resumption) or ssh (any engine from Docker 20.10 / Podman 4 /
+//! API 1.41 on), loading images while skipping the layers the engine has,
+//! running containers with AMD GPUs passed through, step layers (a script
+//! run in a container, its diff turned into a layer),
 //! cleaning up after killed runs, and the health report of `doctor`.
 //!
 //! Every container and temporary image quarry creates carries the label
@@ -35,6 +36,7 @@ mod ssh;
 mod stats;
 pub mod step;
 mod stream;
+mod tls;
 
 pub use connect::Engine;
 pub use devices::CdiSupport;

@@ -1,7 +1,9 @@
 //! Remote endpoints for the end-to-end tests, both in front of the local
 //! Docker Engine (whose images are already there) and stopped when their
 //! guards drop:
-//! - TLS: stunnel with a CA, server and client certificates made by
+//! - TLS: stunnel or socat (`OPENSSL-LISTEN` with `verify=1`: OpenSSL
+//!   with no session id context, so a client that resumes a session is
+//!   refused), each with a CA, server and client certificates made by
 //!   openssl, requiring the client certificate (as `dockerd --tlsverify`);
 //! - ssh: Debian's sshd on 127.0.0.1 with host and user keys made here,
 //!   for `docker system dial-stdio` on the "remote" side.
@@ -17,33 +19,59 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// A TLS endpoint in front of a unix socket (stunnel, client certificate required).
+/// What terminates TLS in front of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminator {
+    Stunnel,
+    /// `socat OPENSSL-LISTEN:...,verify=1`.
+    Socat,
+}
+
+/// A TLS endpoint in front of a unix socket (client certificate required).
 pub struct TlsEndpoint {
-    _daemon: Daemon,
+    daemon: Daemon,
     dir: tempfile::TempDir,
     pub port: u16,
     pub endpoint: Endpoint,
 }
 
 impl TlsEndpoint {
-    pub fn start(target: &Path, name: &str) -> TlsEndpoint {
+    pub fn start(terminator: Terminator, target: &Path, name: &str) -> TlsEndpoint {
+        TlsEndpoint::start_with(terminator, target, name, "")
+    }
+
+    /// With `options` added to socat's listening address (`,opt=value...`).
+    pub fn start_with(terminator: Terminator, target: &Path, name: &str, options: &str) -> TlsEndpoint {
         let dir = tempfile::Builder::new().prefix("quarry-test-tls-").tempdir().unwrap();
         let d = dir.path();
         certificates(d, "quarry test CA");
         let port = free_port();
-        let conf = format!(
-            "foreground = yes\npid =\n[engine]\naccept = 127.0.0.1:{port}\nconnect = {}\ncert = {d}/server.pem\nkey = {d}/server-key.pem\nCAfile = {d}/ca.pem\nverifyChain = yes\nrequireCert = yes\n",
-            target.display(),
-            d = d.display()
-        );
-        std::fs::write(d.join("stunnel.conf"), conf).unwrap();
-        let mut daemon =
-            Daemon::spawn("stunnel", Command::new("stunnel").arg(d.join("stunnel.conf")), d.join("stunnel.log"));
+        let (mut daemon, suffix) = match terminator {
+            Terminator::Stunnel => {
+                let conf = format!(
+                    "foreground = yes\npid =\n[engine]\naccept = 127.0.0.1:{port}\nconnect = {}\ncert = {d}/server.pem\nkey = {d}/server-key.pem\nCAfile = {d}/ca.pem\nverifyChain = yes\nrequireCert = yes\n",
+                    target.display(),
+                    d = d.display()
+                );
+                std::fs::write(d.join("stunnel.conf"), conf).unwrap();
+                let cmd = &mut Command::new("stunnel");
+                (Daemon::spawn("stunnel", cmd.arg(d.join("stunnel.conf")), d.join("stunnel.log")), "tls")
+            }
+            Terminator::Socat => {
+                let listen = format!(
+                    "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={d}/server.pem,key={d}/server-key.pem,cafile={d}/ca.pem,verify=1{options}",
+                    d = d.display()
+                );
+                let cmd = &mut Command::new("socat");
+                cmd.arg(listen).arg(format!("UNIX-CONNECT:{}", target.display()));
+                (Daemon::spawn("socat", cmd, d.join("socat.log")), "socat-tls")
+            }
+        };
         daemon.wait_until("its port listens", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
         let client = d.join("client");
         let host = format!("tcp://127.0.0.1:{port}");
         let endpoint = Endpoint {
-            name: format!("{name}-tls"),
+            name: format!("{name}-{suffix}"),
             env: vec![
                 ("DOCKER_HOST".into(), host.clone()),
                 ("DOCKER_TLS_VERIFY".into(), "1".into()),
@@ -54,12 +82,17 @@ impl TlsEndpoint {
             kind: "docker",
             remote: true,
         };
-        TlsEndpoint { _daemon: daemon, dir, port, endpoint }
+        TlsEndpoint { daemon, dir, port, endpoint }
     }
 
     /// The directory holding ca.pem, cert.pem and key.pem for clients.
     pub fn client_dir(&self) -> PathBuf {
         self.dir.path().join("client")
+    }
+
+    /// What the terminator logged.
+    pub fn log(&self) -> String {
+        self.daemon.log()
     }
 }
 
@@ -206,11 +239,14 @@ pub fn which(tool: &str) -> Option<PathBuf> {
 
 /// True when the tools the TLS and ssh endpoints need are here.
 pub fn have_endpoint_tools() -> bool {
-    let ok = ["stunnel", "openssl", "ssh", "ssh-keygen"].iter().all(|t| which(t).is_some())
+    let ok = ["stunnel", "socat", "openssl", "ssh", "ssh-keygen"].iter().all(|t| which(t).is_some())
         && Path::new("/usr/sbin/sshd").exists();
     if !ok {
-        assert!(!in_ci(), "CI is set but stunnel, openssl or openssh are missing: scripts/setup must install them");
-        eprintln!("skipping: stunnel, openssl or openssh are missing");
+        assert!(
+            !in_ci(),
+            "CI is set but stunnel, socat, openssl or openssh are missing: scripts/setup must install them"
+        );
+        eprintln!("skipping: stunnel, socat, openssl or openssh are missing");
     }
     ok
 }

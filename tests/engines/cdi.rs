@@ -4,7 +4,7 @@
 //! CDI) gets the same devices through quarry's own mapping.
 
 use super::common::engines::{have_podman, Endpoint, Podman, DOCKER_SOCKET};
-use super::common::remote::{have_endpoint_tools, TlsEndpoint};
+use super::common::remote::{have_endpoint_tools, Terminator, TlsEndpoint};
 use super::common::*;
 use super::{fails_clearly, fresh_cache, q, simulated_dev_root, Tag, PROBE};
 use std::path::{Path, PathBuf};
@@ -143,7 +143,7 @@ fn cdi_spec_is_accepted_by_podman_and_matches_the_fallback() {
     );
     // A remote engine without CDI cannot take a name quarry cannot map.
     if have_endpoint_tools() {
-        let tls = TlsEndpoint::start(Path::new(DOCKER_SOCKET), "docker");
+        let tls = TlsEndpoint::start(Terminator::Stunnel, Path::new(DOCKER_SOCKET), "docker");
         let mut c = q(&tls.endpoint);
         gpu_env(&mut c);
         c.args(["run", &format!("{name}:1"), "--gpu-devices", "amd.com/gpu=7", "--", "true"]);

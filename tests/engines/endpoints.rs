@@ -4,7 +4,7 @@
 //! give one-line errors naming the endpoint and what to do.
 
 use super::common::engines::{Endpoint, DOCKER_SOCKET};
-use super::common::remote::{have_endpoint_tools, SshEndpoint, TlsEndpoint};
+use super::common::remote::{have_endpoint_tools, SshEndpoint, Terminator, TlsEndpoint};
 use super::common::*;
 use super::{fails_clearly, q};
 use std::path::Path;
@@ -27,7 +27,8 @@ fn docker_contexts_choose_the_endpoint() {
     if !have_docker() || !have_endpoint_tools() {
         return;
     }
-    let tls = TlsEndpoint::start(Path::new(DOCKER_SOCKET), "docker");
+    // Behind socat, which refuses a resumed TLS session as the docker CLI never offers one.
+    let tls = TlsEndpoint::start(Terminator::Socat, Path::new(DOCKER_SOCKET), "docker");
     let ssh = SshEndpoint::start();
     let config = tempfile::tempdir().unwrap();
     let c = tls.client_dir();
@@ -93,7 +94,7 @@ fn bad_endpoints_give_one_line_errors() {
         return;
     }
     let docker = Endpoint::local_docker();
-    let tls = TlsEndpoint::start(Path::new(DOCKER_SOCKET), "docker");
+    let tls = TlsEndpoint::start(Terminator::Stunnel, Path::new(DOCKER_SOCKET), "docker");
     // A client certificate from another CA: the engine refuses it.
     let other = tempfile::tempdir().unwrap();
     super::common::remote::certificates(other.path(), "another CA");
