@@ -202,16 +202,6 @@ impl RegistryTier {
         format!("{}-{name}", bucket.tag_prefix().expect("a shared bucket"))
     }
 
-    /// Whether the registry has the entry (fetching nothing).
-    pub fn has(&self, bucket: Bucket, name: &str) -> Result<bool, RemoteError> {
-        let tag = Self::tag(bucket, name);
-        let what = format!("{bucket} entry {tag}");
-        Ok(matches!(
-            self.call(&what, |c, repo| crate::registry::artifact::has_manifest(c, repo, &tag))?,
-            Outcome::Done(true)
-        ))
-    }
-
     fn count(&self, hit: bool, bytes: u64) {
         let mut rep = self.report.lock().expect("not poisoned");
         if hit {
@@ -220,32 +210,6 @@ impl RegistryTier {
         } else {
             rep.misses += 1;
         }
-    }
-
-    /// A layer's record, its blob pulled into the cache's blob directory and verified.
-    pub fn fetch_layer(&self, key: &Key, cache: &Cache) -> Result<Option<LayerBlob>, RemoteError> {
-        let tag = Self::tag(Bucket::Layers, &key.hex());
-        let what = format!("layer entry {tag}");
-        let got = self.call(&what, |c, repo| entry::fetch_layer(c, repo, &tag, key, cache))?;
-        let found = match got {
-            Outcome::Done(found) => found,
-            Outcome::Skip => return Ok(None),
-        };
-        self.count(found.is_some(), found.as_ref().map_or(0, |b| b.size));
-        Ok(found)
-    }
-
-    /// A directory entry, pulled, verified and unpacked into a staging directory.
-    pub fn fetch_entry(&self, bucket: Bucket, name: &str, cache: &Cache) -> Result<Option<Staged>, RemoteError> {
-        let tag = Self::tag(bucket, name);
-        let what = format!("{bucket} entry {tag}");
-        let got = self.call(&what, |c, repo| entry::fetch_dir(c, repo, &tag, bucket, name, cache))?;
-        let found = match got {
-            Outcome::Done(found) => found,
-            Outcome::Skip => return Ok(None),
-        };
-        self.count(found.is_some(), found.as_ref().map_or(0, |(_, n)| *n));
-        Ok(found.map(|(s, _)| s))
     }
 
     /// Whether a push may happen; notes why not.
@@ -267,8 +231,47 @@ impl RegistryTier {
         rep.pushed += 1;
         rep.bytes_pushed += bytes;
     }
+}
 
-    pub fn push_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), RemoteError> {
+/// The registry tier as the cache sees every shared tier.
+impl SharedTier for RegistryTier {
+    /// Whether the registry has the entry (fetching nothing).
+    fn has(&self, bucket: Bucket, name: &str) -> Result<bool, CacheError> {
+        let tag = Self::tag(bucket, name);
+        let what = format!("{bucket} entry {tag}");
+        Ok(matches!(
+            self.call(&what, |c, repo| crate::registry::artifact::has_manifest(c, repo, &tag))?,
+            Outcome::Done(true)
+        ))
+    }
+
+    /// A layer's record, its blob pulled into the cache's blob directory and verified.
+    fn fetch_layer(&self, key: &Key, cache: &Cache) -> Result<Option<LayerBlob>, CacheError> {
+        let tag = Self::tag(Bucket::Layers, &key.hex());
+        let what = format!("layer entry {tag}");
+        let got = self.call(&what, |c, repo| entry::fetch_layer(c, repo, &tag, key, cache))?;
+        let found = match got {
+            Outcome::Done(found) => found,
+            Outcome::Skip => return Ok(None),
+        };
+        self.count(found.is_some(), found.as_ref().map_or(0, |b| b.size));
+        Ok(found)
+    }
+
+    /// A directory entry, pulled, verified and unpacked into a staging directory.
+    fn fetch_entry(&self, bucket: Bucket, name: &str, cache: &Cache) -> Result<Option<Staged>, CacheError> {
+        let tag = Self::tag(bucket, name);
+        let what = format!("{bucket} entry {tag}");
+        let got = self.call(&what, |c, repo| entry::fetch_dir(c, repo, &tag, bucket, name, cache))?;
+        let found = match got {
+            Outcome::Done(found) => found,
+            Outcome::Skip => return Ok(None),
+        };
+        self.count(found.is_some(), found.as_ref().map_or(0, |(_, n)| *n));
+        Ok(found.map(|(s, _)| s))
+    }
+
+    fn push_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), CacheError> {
         let tag = Self::tag(Bucket::Layers, &key.hex());
         let what = format!("layer entry {tag}");
         if !self.may_push(&what, sharing) {
@@ -280,14 +283,14 @@ impl RegistryTier {
         Ok(())
     }
 
-    pub fn push_entry(
+    fn push_entry(
         &self,
         bucket: Bucket,
         name: &str,
         e: &Entry,
         cache: &Cache,
         sharing: &Sharing,
-    ) -> Result<(), RemoteError> {
+    ) -> Result<(), CacheError> {
         let tag = Self::tag(bucket, name);
         let what = format!("{bucket} entry {tag}");
         if !self.may_push(&what, sharing) {
@@ -299,36 +302,6 @@ impl RegistryTier {
             self.pushed(bytes);
         }
         Ok(())
-    }
-}
-
-/// The registry tier as the cache sees every shared tier.
-impl SharedTier for RegistryTier {
-    fn has(&self, bucket: Bucket, name: &str) -> Result<bool, CacheError> {
-        Ok(RegistryTier::has(self, bucket, name)?)
-    }
-
-    fn fetch_layer(&self, key: &Key, cache: &Cache) -> Result<Option<LayerBlob>, CacheError> {
-        Ok(RegistryTier::fetch_layer(self, key, cache)?)
-    }
-
-    fn fetch_entry(&self, bucket: Bucket, name: &str, cache: &Cache) -> Result<Option<Staged>, CacheError> {
-        Ok(RegistryTier::fetch_entry(self, bucket, name, cache)?)
-    }
-
-    fn push_layer(&self, key: &Key, blob: &LayerBlob, cache: &Cache, sharing: &Sharing) -> Result<(), CacheError> {
-        Ok(RegistryTier::push_layer(self, key, blob, cache, sharing)?)
-    }
-
-    fn push_entry(
-        &self,
-        bucket: Bucket,
-        name: &str,
-        entry: &Entry,
-        cache: &Cache,
-        sharing: &Sharing,
-    ) -> Result<(), CacheError> {
-        Ok(RegistryTier::push_entry(self, bucket, name, entry, cache, sharing)?)
     }
 
     fn writable(&self) -> bool {
