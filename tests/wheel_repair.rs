@@ -474,7 +474,7 @@ fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
 
     // Once fetched (as a repair fetches it), doctor names it in the cache and runs it.
     let arch = quarry::elf::patchelf::pinned::host_arch().unwrap();
-    quarry::elf::patchelf::pinned::fetch(&cache, arch).unwrap();
+    quarry::elf::patchelf::pinned::fetch(&quarry::cache::Cache::open(&cache).unwrap(), arch).unwrap();
     let before = tree(&cache);
     let (pe, out) = doc(&[]);
     assert_eq!(pe["in_cache"], true, "{out}");

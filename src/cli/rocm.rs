@@ -116,6 +116,7 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
             Split::On => SplitMode::On,
             Split::Off => SplitMode::Off,
         },
+        cache: crate::cache::Cache::open(&crate::cache::default_dir())?,
     };
     let report = package::package(&opts).with_context(|| format!("packaging `{}`", opts.artifact_dir.display()))?;
     if a.json {

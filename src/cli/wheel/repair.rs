@@ -68,10 +68,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     exclude.extend(rocm.iter().flat_map(|r| r.exclude_globs()));
     let engine;
     let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::cache::default_dir);
+    let cache = crate::cache::Cache::open(&cache_dir)?;
     let within = match &a.image {
-        None => RepairIn::Host { patchelf: Patchelf::chosen(a.patchelf.as_deref())?, cache_dir: cache_dir.clone() },
+        None => RepairIn::Host { patchelf: Patchelf::chosen(a.patchelf.as_deref())?, cache: cache.clone() },
         Some(arg) => {
-            let patchelf = ContainerPatchelf::choose(&cache_dir, a.patchelf.as_deref())?;
+            let patchelf = ContainerPatchelf::choose(&cache, a.patchelf.as_deref())?;
             engine = Engine::connect()?;
             let image = crate::cli::image_arg::image_in_engine(
                 &engine,

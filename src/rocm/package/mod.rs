@@ -94,6 +94,8 @@ pub struct Options {
     /// Appended to every `_`-package name (`--version-suffix`, default empty).
     pub version_suffix: String,
     pub split: SplitMode,
+    /// The cache quarry's own patchelf comes from, when an edit needs it.
+    pub cache: crate::cache::Cache,
 }
 
 /// One package written.

