@@ -14,6 +14,8 @@ pub mod amdgpu;
 pub mod bundle;
 pub mod compressed;
 pub mod kpack;
+pub mod packaging_chain;
+pub mod target_id;
 mod scan;
 
 use serde::Serialize;

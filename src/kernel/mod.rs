@@ -19,7 +19,6 @@ pub mod container;
 pub mod inputs;
 pub mod jobs;
 pub mod key;
-pub mod target_id;
 pub mod targets;
 
 use crate::cache::{Bucket, Cache, RemoteReport, Sharing, Tier};

@@ -1,0 +1,55 @@
+//! quarry's packaging-chain table against the data it was taken from: the
+//! pinned `rocm-bootstrap` wheel from PyPI (checked against its sha256),
+//! imported by Python from the wheel itself, `packaging_chain()` of every
+//! target it knows. A target, sub-family or family that differs, or a
+//! target one side lacks, fails.
+
+mod common;
+
+use quarry::code_objects::packaging_chain::{self, ROCM_BOOTSTRAP_VERSION, ROCM_BOOTSTRAP_WHEEL_SHA256};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::process::Command;
+
+fn pinned_wheel() -> std::path::PathBuf {
+    let dir = common::test_cache().join(format!("rocm-bootstrap-{ROCM_BOOTSTRAP_VERSION}"));
+    let wheel = dir.join(format!("rocm_bootstrap-{ROCM_BOOTSTRAP_VERSION}-py3-none-any.whl"));
+    if !wheel.exists() {
+        let st = Command::new("python3")
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:", "-d"])
+            .arg(&dir)
+            .arg(format!("rocm-bootstrap=={ROCM_BOOTSTRAP_VERSION}"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "pip download rocm-bootstrap=={ROCM_BOOTSTRAP_VERSION} failed");
+    }
+    let digest = hex::encode(Sha256::digest(std::fs::read(&wheel).unwrap()));
+    assert_eq!(digest, ROCM_BOOTSTRAP_WHEEL_SHA256, "{} is not the pinned wheel", wheel.display());
+    wheel
+}
+
+#[test]
+fn the_table_is_rocm_bootstraps_packaging_chain() {
+    let wheel = pinned_wheel();
+    let script = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from rocm_bootstrap import targets as t
+out = {}
+for g in t.ALL_TARGETS:
+    chain = t.packaging_chain(g.name)
+    out[g.name] = [b.key for b in chain]
+print(json.dumps(out))
+"#;
+    let out = Command::new("python3").arg("-c").arg(script).arg(&wheel).output().unwrap();
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    let theirs: BTreeMap<String, Vec<String>> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(theirs.len() >= 30, "rocm-bootstrap listed only {} targets", theirs.len());
+    for (target, keys) in &theirs {
+        let ours = packaging_chain::chain(target).unwrap_or_else(|| panic!("quarry's table lacks {target}"));
+        assert_eq!(keys, &[ours.target, ours.sub_family, ours.family], "the chain of {target}");
+    }
+    for target in packaging_chain::known_targets() {
+        assert!(theirs.contains_key(target), "rocm-bootstrap does not know {target}, which quarry's table lists");
+    }
+}
