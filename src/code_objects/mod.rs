@@ -15,8 +15,8 @@ pub mod bundle;
 pub mod compressed;
 pub mod kpack;
 pub mod packaging_chain;
-pub mod target_id;
 mod scan;
+pub mod target_id;
 
 use serde::Serialize;
 use std::path::Path;

@@ -30,7 +30,9 @@ pub struct TargetId {
 /// Why a target id does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetIdError {
-    #[error("`{0}` is not a target id: give a processor such as gfx942, optionally with `:sramecc+`/`:xnack-` features")]
+    #[error(
+        "`{0}` is not a target id: give a processor such as gfx942, optionally with `:sramecc+`/`:xnack-` features"
+    )]
     Processor(String),
     #[error("`{id}`: unknown target feature `{feature}` (target ids take sramecc and xnack, each with + or -)")]
     Feature { id: String, feature: String },
@@ -149,13 +151,13 @@ pub fn best(candidates: &[TargetId], device: &TargetId) -> Option<usize> {
 pub fn uncovered(requested: &str, have: &[String]) -> Result<Vec<String>, TargetIdError> {
     let want = TargetId::parse(requested)?;
     let on_processor = |c: &TargetId| c.runs_on(&TargetId::bare(&want.processor)) || c.processor == want.processor;
-    let codes: Vec<TargetId> =
-        have.iter().filter_map(|h| TargetId::parse(h).ok()).filter(on_processor).collect();
+    let codes: Vec<TargetId> = have.iter().filter_map(|h| TargetId::parse(h).ok()).filter(on_processor).collect();
     if codes.is_empty() {
         return Ok(vec![requested.to_string()]);
     }
     // Features the request leaves open and some code object fixes.
-    let fixes = |pick: fn(&TargetId) -> Setting| pick(&want) == Setting::Any && codes.iter().any(|c| pick(c) != Setting::Any);
+    let fixes =
+        |pick: fn(&TargetId) -> Setting| pick(&want) == Setting::Any && codes.iter().any(|c| pick(c) != Setting::Any);
     let open_sramecc = fixes(|t| t.sramecc);
     let open_xnack = fixes(|t| t.xnack);
     let settings = |open: bool, fixed: Setting| if open { vec![Setting::On, Setting::Off] } else { vec![fixed] };

@@ -5,13 +5,15 @@
 //! patched files ([`verify`]), native edits of the dynamic entries made as
 //! a splice of the source file ([`edit`]), a driver for patchelf, quarry's
 //! own pinned one unless the user names another ([`patchelf::Patchelf`]),
-//! and a symbol stripper for `wheel repair --strip` ([`strip`]).
+//! a symbol stripper for `wheel repair --strip` ([`strip`]), and the
+//! host-binary rewrite of a device split (kpack) HIP binary ([`kpack_ref`]).
 //!
 //! Parsing is done by the `object` crate's low-level ELF API; this module
 //! only decides which facts to take and how to name what is wrong.
 
 pub mod batch;
 pub mod edit;
+pub mod kpack_ref;
 pub mod patchelf;
 mod read;
 pub mod strip;
@@ -31,6 +33,8 @@ pub enum ElfError {
     NotElf { path: PathBuf },
     #[error("`{path}` is a corrupted ELF file: {problem}")]
     Corrupt { path: PathBuf, problem: String },
+    #[error("`{path}` cannot be kpack'd: {problem}")]
+    Kpack { path: PathBuf, problem: kpack_ref::KpackProblem },
 }
 
 impl ElfError {

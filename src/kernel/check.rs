@@ -95,7 +95,8 @@ pub fn missing(outputs: &[OutputFile], requested: &[String]) -> Vec<Missing> {
             let has: Vec<String> =
                 o.targets.iter().filter(|h| super::targets::processor(h) == processor).cloned().collect();
             // A request kernel::targets let through but this cannot read is named as missing.
-            let uncovered = crate::code_objects::target_id::uncovered(t, &o.targets).unwrap_or_else(|_| vec![t.clone()]);
+            let uncovered =
+                crate::code_objects::target_id::uncovered(t, &o.targets).unwrap_or_else(|_| vec![t.clone()]);
             for target in uncovered {
                 out.push(Missing { file: o.file.clone(), target, has: has.clone() });
             }
