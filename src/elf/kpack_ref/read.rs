@@ -139,6 +139,7 @@ impl Input {
         let phdrs: Vec<Phdr> = table.chunks_exact(PHDR_LEN as usize).map(Phdr::parse).collect();
         let table = r.bytes(header.e_shoff, u64::from(header.e_shnum) * SHDR_LEN, "the section header table")?;
         let sections: Vec<Shdr> = table.chunks_exact(SHDR_LEN as usize).map(Shdr::parse).collect();
+        check_tables(path, len, &phdrs, &sections)?;
         let names = sections[usize::from(header.e_shstrndx)];
         if names.sh_type == SHT_NOBITS {
             return Err(ElfError::corrupt(path, ".shstrtab has no bytes"));
@@ -312,6 +313,30 @@ impl Input {
         let shndx = u16::from_le_bytes([sym[6], sym[7]]);
         Ok((shndx != 0).then(|| u64_at(&sym, 8)))
     }
+}
+
+/// Every range the rewrite computes with is inside the file and the
+/// address space, so the arithmetic on them cannot overflow.
+fn check_tables(path: &Path, len: u64, phdrs: &[Phdr], sections: &[Shdr]) -> Result<(), ElfError> {
+    let fits = |at: u64, size: u64| at.checked_add(size).is_some_and(|end| end <= len);
+    // x86-64 user space ends below 2^47; this leaves room for page rounding.
+    let mapped = |at: u64, size: u64| at.checked_add(size).is_some_and(|end| end < 1 << 48);
+    for (i, p) in phdrs.iter().enumerate() {
+        if (p.p_filesz > 0 && !fits(p.p_offset, p.p_filesz)) || (p.is_load() && !mapped(p.p_vaddr, p.p_memsz)) {
+            return Err(ElfError::corrupt(path, format!("program header {i} runs past the file or the address space")));
+        }
+        if p.is_load() && p.p_filesz > p.p_memsz {
+            return Err(ElfError::corrupt(path, format!("PT_LOAD {i} has more file bytes than memory")));
+        }
+    }
+    for (i, s) in sections.iter().enumerate() {
+        if (s.in_file() && !fits(s.sh_offset, s.sh_size))
+            || (s.sh_flags & SHF_ALLOC != 0 && !mapped(s.sh_addr, s.sh_size))
+        {
+            return Err(ElfError::corrupt(path, format!("section {i} runs past the file or the address space")));
+        }
+    }
+    Ok(())
 }
 
 enum Found {
