@@ -39,11 +39,22 @@ out = {}
 for g in t.ALL_TARGETS:
     chain = t.packaging_chain(g.name)
     out[g.name] = [b.key for b in chain]
-print(json.dumps(out))
+generic = {v.llvm_generic: v.key for v in vars(t).values()
+           if isinstance(v, t.TargetBundle) and v.llvm_generic}
+print(json.dumps({"chains": out, "generic": generic}))
 "#;
     let out = Command::new("python3").arg("-c").arg(script).arg(&wheel).output().unwrap();
     assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
-    let theirs: BTreeMap<String, Vec<String>> = serde_json::from_slice(&out.stdout).unwrap();
+    #[derive(serde::Deserialize)]
+    struct Data {
+        chains: BTreeMap<String, Vec<String>>,
+        generic: BTreeMap<String, String>,
+    }
+    let data: Data = serde_json::from_slice(&out.stdout).unwrap();
+    let theirs = data.chains;
+    let ours: BTreeMap<String, String> =
+        packaging_chain::generic_groups().map(|(g, k)| (g.to_string(), k.to_string())).collect();
+    assert_eq!(ours, data.generic, "generic processors and the groups that hold their code");
     assert!(theirs.len() >= 30, "rocm-bootstrap listed only {} targets", theirs.len());
     for (target, keys) in &theirs {
         let ours = packaging_chain::chain(target).unwrap_or_else(|| panic!("quarry's table lacks {target}"));

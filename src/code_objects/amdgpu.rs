@@ -95,6 +95,11 @@ pub fn machine_name(mach: u32) -> Option<&'static str> {
     MACHINES.iter().find(|(m, _)| *m == mach).map(|(_, n)| *n)
 }
 
+/// Every processor name the table knows.
+pub fn processor_names() -> impl Iterator<Item = &'static str> {
+    MACHINES.iter().map(|(_, n)| *n)
+}
+
 /// What an AMDGPU code object's header says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {

@@ -97,9 +97,19 @@ fn eof(e: io::Error, what: &str) -> BundleError {
     }
 }
 
+/// What [`read_with`] calls for each entry with code: the entry (its id,
+/// offset, size and head) and a reader of all its bytes, head included.
+pub type Visit<'a> = dyn FnMut(&Entry, &mut dyn Read) -> Result<(), BundleError> + 'a;
+
 /// Read a bundle from `r`, positioned at its magic. `available`: the bytes
 /// that can belong to it (a section's rest, a decompressed size), when known.
 pub fn read(r: &mut impl Forward, available: Option<u64>) -> Result<Bundle, BundleError> {
+    read_with(r, available, &mut |_, _| Ok(()))
+}
+
+/// [`read`], handing each entry's code to `visit` as it streams past (what
+/// `visit` leaves unread is skipped).
+pub fn read_with(r: &mut impl Forward, available: Option<u64>, visit: &mut Visit) -> Result<Bundle, BundleError> {
     let mut magic = [0u8; 24];
     r.read_exact(&mut magic).map_err(|e| eof(e, "the magic"))?;
     if magic != MAGIC {
@@ -159,14 +169,17 @@ pub fn read(r: &mut impl Forward, available: Option<u64>) -> Result<Bundle, Bund
         let want = e.size.min(amdgpu::HEADER_LEN as u64);
         let mut head = vec![0u8; want as usize];
         r.read_exact(&mut head).map_err(|err| eof(err, &format!("entry `{}`", e.id)))?;
-        let rest = e.size - want;
+        e.head = head;
+        let e = &*e;
+        let mut body = (&mut *r).take(e.size - want);
+        visit(e, &mut (&e.head[..]).chain(&mut body))?;
+        let rest = body.limit();
         if r.skip(rest)? != rest {
             return Err(BundleError::Truncated(format!(
                 "entry `{}` (offset {}, {} bytes) is cut short",
                 e.id, e.offset, e.size
             )));
         }
-        e.head = head;
         pos = e.offset + e.size;
     }
     let len = entries.iter().map(|e| e.offset + e.size).max().unwrap_or(0).max(header_len);

@@ -124,6 +124,13 @@ fn decode_err(method: Method, e: io::Error) -> BundleError {
 
 /// Read a compressed bundle at the start of `data` (which may run past it).
 pub fn read(data: &[u8]) -> Result<Compressed, BundleError> {
+    read_with(data, &mut |_, _| Ok(()))
+}
+
+/// [`read`], handing each entry's code to `visit` as it is decompressed.
+/// The size and hash are checked after the last entry: a caller keeps what
+/// it was handed only when this returns Ok.
+pub fn read_with(data: &[u8], visit: &mut bundle::Visit) -> Result<Compressed, BundleError> {
     let header = parse_header(data)?;
     let end = match header.total_size {
         Some(t) if t > data.len() as u64 => {
@@ -139,9 +146,9 @@ pub fn read(data: &[u8]) -> Result<Compressed, BundleError> {
             let dec = zstd::stream::read::Decoder::with_buffer(&mut payload)
                 .map_err(|e| decode_err(header.method, e))?
                 .single_frame();
-            inflate(dec, &header)?
+            inflate(dec, &header, visit)?
         }
-        Method::Zlib => inflate(flate2::bufread::ZlibDecoder::new(&mut payload), &header)?,
+        Method::Zlib => inflate(flate2::bufread::ZlibDecoder::new(&mut payload), &header, visit)?,
     };
     let consumed = match header.total_size {
         Some(t) => t,
@@ -166,9 +173,9 @@ pub fn read(data: &[u8]) -> Result<Compressed, BundleError> {
 
 /// Read the bundle out of a decompressing stream, then drain it to check
 /// its size and hash.
-fn inflate<R: Read>(dec: R, header: &Header) -> Result<(Bundle, Md5, u64), BundleError> {
+fn inflate<R: Read>(dec: R, header: &Header, visit: &mut bundle::Visit) -> Result<(Bundle, Md5, u64), BundleError> {
     let mut s = Stream(Hashing { inner: dec, md5: Md5::new(), count: 0 });
-    let bundle = bundle::read(&mut s, Some(header.uncompressed_size)).map_err(|e| match e {
+    let bundle = bundle::read_with(&mut s, Some(header.uncompressed_size), visit).map_err(|e| match e {
         BundleError::Io(io) => decode_err(header.method, io),
         other => other,
     })?;

@@ -22,6 +22,8 @@ struct Toc {
     #[serde(default)]
     compression_scheme: Option<String>,
     #[serde(default)]
+    gfx_arches: Vec<String>,
+    #[serde(default)]
     blobs: Vec<Blob>,
     #[serde(default)]
     zstd_offset: Option<u64>,
@@ -69,8 +71,14 @@ fn slice<'a>(data: &'a [u8], offset: u64, size: u64, what: &str) -> Result<&'a [
     Ok(&data[offset as usize..end as usize])
 }
 
-/// Every kernel of the archive in `data`.
-pub fn read(data: &[u8]) -> Result<Vec<KpackKernel>, BundleError> {
+/// An archive's table of contents and, for `zstd-per-kernel`, its frames by ordinal.
+struct Opened<'a> {
+    toc: Toc,
+    zstd: bool,
+    frames: Vec<&'a [u8]>,
+}
+
+fn open(data: &[u8]) -> Result<Opened<'_>, BundleError> {
     if !data.starts_with(MAGIC) {
         return Err(BundleError::BadMagic);
     }
@@ -121,6 +129,45 @@ pub fn read(data: &[u8]) -> Result<Vec<KpackKernel>, BundleError> {
         }
         other => return Err(BundleError::Unsupported(format!("unknown kpack compression scheme `{other}`"))),
     };
+    Ok(Opened { zstd: scheme != "none", toc, frames })
+}
+
+/// The architectures an archive says it holds (`gfx_arches`: what the
+/// runtime indexes archives by).
+pub fn arches(data: &[u8]) -> Result<Vec<String>, BundleError> {
+    Ok(open(data)?.toc.gfx_arches)
+}
+
+/// Does the archive's table of contents list kernel `binary_key` for `arch`?
+pub fn has_kernel(data: &[u8], binary_key: &str, arch: &str) -> Result<bool, BundleError> {
+    Ok(open(data)?.toc.toc.get(binary_key).is_some_and(|a| a.contains_key(arch)))
+}
+
+/// The code of kernel `binary_key` (`lib/libx.so#0`) for `arch`, decoded;
+/// None when the archive has no such kernel.
+pub fn kernel(data: &[u8], binary_key: &str, arch: &str) -> Result<Option<Vec<u8>>, BundleError> {
+    let o = open(data)?;
+    let Some(k) = o.toc.toc.get(binary_key).and_then(|a| a.get(arch)) else {
+        return Ok(None);
+    };
+    let what = format!("kernel `{binary_key}` @ {arch} (ordinal {})", k.ordinal);
+    let code = if o.zstd {
+        let frame = o.frames.get(k.ordinal as usize).ok_or_else(|| corrupt(format!("{what} has no zstd frame")))?;
+        zstd::stream::decode_all(*frame).map_err(|e| BundleError::Compressed(format!("{what}: {e}")))?
+    } else {
+        let b = o.toc.blobs.get(k.ordinal as usize).ok_or_else(|| corrupt(format!("{what} has no blob")))?;
+        slice(data, b.offset, b.size, &what)?.to_vec()
+    };
+    if k.original_size.is_some_and(|n| n != code.len() as u64) {
+        return Err(corrupt(format!("{what} holds {} bytes, its table says {:?}", code.len(), k.original_size)));
+    }
+    Ok(Some(code))
+}
+
+/// Every kernel of the archive in `data`.
+pub fn read(data: &[u8]) -> Result<Vec<KpackKernel>, BundleError> {
+    let Opened { toc, zstd, frames } = open(data)?;
+    let scheme = if zstd { "zstd-per-kernel" } else { "none" };
     let mut out = Vec::new();
     for (binary, arches) in &toc.toc {
         for (arch, k) in arches {

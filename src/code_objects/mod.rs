@@ -14,6 +14,7 @@ pub mod amdgpu;
 pub mod bundle;
 pub mod compressed;
 pub mod kpack;
+pub mod kpack_writer;
 pub mod packaging_chain;
 mod scan;
 pub mod target_id;

@@ -52,6 +52,17 @@ const CHAIN: &[(&str, &str, &str)] = &[
 /// `package_owners`).
 const OWNERS: &[(&str, &str)] = &[("gfx1250-strict", "gfx1250")];
 
+/// The sub-family or family whose package holds code built for an LLVM
+/// generic processor (rocm-bootstrap's `llvm_generic` of each bundle).
+const GENERIC_GROUPS: &[(&str, &str)] = &[
+    ("gfx9-generic", "gfx9_0"),
+    ("gfx9-4-generic", "gfx9_4"),
+    ("gfx10-1-generic", "gfx10_1"),
+    ("gfx10-3-generic", "gfx10_3"),
+    ("gfx11-generic", "gfx11"),
+    ("gfx12-generic", "gfx12_0"),
+];
+
 /// The packages that hold code for one target, narrowest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chain {
@@ -75,6 +86,22 @@ pub fn chain(processor: &str) -> Option<Chain> {
     let (target, sub_family, family) = *CHAIN.iter().find(|(t, _, _)| *t == processor)?;
     let target = OWNERS.iter().find(|(t, _)| *t == target).map_or(target, |(_, o)| o);
     Some(Chain { target, sub_family, family })
+}
+
+/// The group (sub-family or family key) whose package holds code for the
+/// generic processor `processor` (`gfx11-generic` -> `gfx11`).
+pub fn generic_group(processor: &str) -> Option<&'static str> {
+    GENERIC_GROUPS.iter().find(|(g, _)| *g == processor).map(|(_, k)| *k)
+}
+
+/// Every (generic processor, group) pair the table knows.
+pub fn generic_groups() -> impl Iterator<Item = (&'static str, &'static str)> {
+    GENERIC_GROUPS.iter().copied()
+}
+
+/// Is `group` a family key (`gfx11`), not a sub-family (`gfx110x`)?
+pub fn is_family(group: &str) -> bool {
+    CHAIN.iter().any(|(_, _, f)| *f == group)
 }
 
 /// Every target the table knows, in its order.

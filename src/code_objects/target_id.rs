@@ -41,7 +41,7 @@ pub enum TargetIdError {
 /// Generic processors and the processors they run on (LLVM's
 /// AMDGPUUsage, "Generic processors"). A code object built for one of these
 /// runs on every processor listed with it.
-const GENERIC: &[(&str, &[&str])] = &[
+pub const GENERIC: &[(&str, &[&str])] = &[
     ("gfx9-generic", &["gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"]),
     ("gfx9-4-generic", &["gfx940", "gfx941", "gfx942", "gfx950"]),
     ("gfx10-1-generic", &["gfx1010", "gfx1011", "gfx1012", "gfx1013"]),

@@ -92,6 +92,21 @@ impl WheelZip {
         }
     }
 
+    /// Read one member fully, whatever its size (a binary to parse, an
+    /// archive to look into).
+    pub fn read_member(&mut self, name: &str) -> Result<Vec<u8>, WheelError> {
+        let path = self.path.clone();
+        let mut entry = self
+            .zip
+            .by_name(name)
+            .map_err(|e| WheelError::Zip { wheel: path.clone(), why: format!("member `{name}`: {e}") })?;
+        let mut buf = Vec::with_capacity(entry.size().min(1 << 30) as usize);
+        entry
+            .read_to_end(&mut buf)
+            .map_err(|e| WheelError::Zip { wheel: path, why: format!("member `{name}`: {e}; the wheel is damaged") })?;
+        Ok(buf)
+    }
+
     /// Read one small file (metadata) fully.
     pub fn read_file(&mut self, name: &str) -> Result<Vec<u8>, WheelError> {
         let path = self.path.clone();

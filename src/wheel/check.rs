@@ -69,8 +69,13 @@ pub fn arch_from_name(name: &WheelName) -> Option<Architecture> {
 }
 
 /// Members that may be ELF files: the ELF magic, and not Python sources.
+/// AMD GPU code objects (`.hsaco`, Tensile `.co`) are ELF files too, but
+/// device code: no host policy applies to them (a device wheel may hold
+/// nothing else).
 pub fn is_elf_member(name: &str, head: &[u8]) -> bool {
-    head.starts_with(&object::elf::ELFMAG) && !name.ends_with(".py")
+    head.starts_with(&object::elf::ELFMAG)
+        && !name.ends_with(".py")
+        && crate::code_objects::amdgpu::elf_machine(head) != Some(crate::code_objects::amdgpu::EM_AMDGPU)
 }
 
 /// Verify RECORD against what the scan measured.

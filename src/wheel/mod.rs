@@ -12,6 +12,7 @@ pub mod analyze;
 pub mod archive;
 pub mod build;
 pub mod check;
+pub mod coverage;
 pub mod image;
 pub mod ldd;
 pub mod local_version;
@@ -25,6 +26,7 @@ pub mod repair;
 pub mod rocm_init;
 pub mod rocm_packages;
 pub mod source_epoch;
+pub mod split;
 pub mod unpack;
 pub mod version;
 

@@ -15,7 +15,14 @@ pub struct Args {
     /// external (a wheel built with `wheel build --rocm-packages`: rocm_sdk loads them)
     #[arg(long = "rocm-packages", value_name = "DIR")]
     rocm_packages: Option<PathBuf>,
-    /// Print a JSON array, one object per wheel, on stdout
+    /// Also check the wheels as one install set (host, device, family and
+    /// rocm-sdk-device wheels, or fat wheels): every GPU binary has code the
+    /// HIP runtime would load on each target, and each host's device-<target>
+    /// extra pulls the wheels it is in (gfx942,gfx90a:xnack+)
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    targets: Option<Vec<String>>,
+    /// Print a JSON array, one object per wheel, on stdout (with --targets:
+    /// an object {"wheels": [...], "coverage": {...}})
     #[arg(long)]
     json: bool,
 }
@@ -73,13 +80,30 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         summaries.push(serde_json::to_value(&s)?);
     }
+    let coverage = match &a.targets {
+        Some(targets) => Some(crate::wheel::coverage::check_targets(&a.wheels, targets)?),
+        None => None,
+    };
     if a.json {
-        super::super::print_json(&summaries)?;
+        match &coverage {
+            Some(c) => super::super::print_json(&serde_json::json!({ "wheels": summaries, "coverage": c }))?,
+            None => super::super::print_json(&summaries)?,
+        }
     }
     for b in bad_records.iter().chain(&bad_abi3) {
         eprintln!("quarry: error: {b}");
     }
-    Ok(if bad_records.is_empty() && bad_abi3.is_empty() && failures == 0 { 0 } else { 1 })
+    let mut uncovered = false;
+    if let Some(c) = &coverage {
+        if !a.json {
+            println!("targets {}: {} GPU binaries checked", c.targets.join(" "), c.binaries.len());
+        }
+        for p in &c.problems {
+            eprintln!("quarry: error: {} on {}: {}", p.binary, p.target, p.why);
+        }
+        uncovered = !c.problems.is_empty();
+    }
+    Ok(if bad_records.is_empty() && bad_abi3.is_empty() && failures == 0 && !uncovered { 0 } else { 1 })
 }
 
 fn print_human(s: &crate::wheel::check::CheckSummary) {

@@ -3,6 +3,7 @@
 mod build;
 mod check;
 mod repair;
+mod split;
 
 use clap::Subcommand;
 
@@ -16,6 +17,9 @@ pub enum Command {
     Check(check::Args),
     /// Bundle external libraries into <pkg>.libs/, retag and rewrite a wheel
     Repair(repair::Args),
+    /// Split fat ROCm wheels into a host wheel and one device wheel per GPU
+    /// target (.kpack archives), as ROCm's framework wheels ship
+    Split(split::Args),
 }
 
 pub fn run(c: Command) -> anyhow::Result<i32> {
@@ -23,5 +27,6 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         Command::Build(a) => build::run(*a),
         Command::Check(a) => check::run(a),
         Command::Repair(a) => repair::run(a),
+        Command::Split(a) => split::run(a),
     }
 }

@@ -1,0 +1,95 @@
+use crate::code_objects::kpack_writer::Scheme;
+use crate::wheel::split::{split, Families, SplitOptions};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FamiliesArg {
+    Auto,
+    None,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CompressionArg {
+    Zstd,
+    None,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Fat wheels (ELF files with a .hip_fatbin section)
+    #[arg(required = true)]
+    wheels: Vec<PathBuf>,
+    /// Where the host and device wheels go
+    #[arg(short = 'o', long = "out-dir", value_name = "DIR")]
+    out_dir: PathBuf,
+    /// Device wheels are named NAME-<target> [default: <project>-device]
+    #[arg(long = "device-prefix", value_name = "NAME")]
+    device_prefix: Option<String>,
+    /// Keep only these processors' code (gfx942,gfx1100); the rest is left out
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    targets: Option<Vec<String>>,
+    /// auto: device wheels require their sub-family and family wheels, and code
+    /// for generic processors goes to those (ROCm's rocm-bootstrap packaging
+    /// chain); none: one wheel per processor, no chain
+    #[arg(long, value_enum, default_value = "auto")]
+    families: FamiliesArg,
+    /// How kernels are stored in the .kpack archives
+    #[arg(long, value_enum, default_value = "zstd")]
+    compression: CompressionArg,
+    /// Print a JSON array, one object per input wheel, on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    super::super::set_output_mode(a.json, false);
+    let options = SplitOptions {
+        device_prefix: a.device_prefix.clone(),
+        targets: a.targets.clone(),
+        families: match a.families {
+            FamiliesArg::Auto => Families::Auto,
+            FamiliesArg::None => Families::None,
+        },
+        scheme: match a.compression {
+            CompressionArg::Zstd => Scheme::ZstdPerKernel,
+            CompressionArg::None => Scheme::None,
+        },
+    };
+    let mut reports = Vec::new();
+    let mut failures = 0;
+    for wheel in &a.wheels {
+        match split(wheel, &a.out_dir, &options) {
+            Ok(r) => {
+                if !a.json {
+                    println!("{} -> {}", wheel.display(), r.host.display());
+                    for (bin, code) in &r.binaries {
+                        let archs: Vec<String> = code.code_objects.iter().map(|(a, n)| format!("{a} ({n})")).collect();
+                        println!("  {bin}: {} wrapper(s); {}", code.wrappers, archs.join(", "));
+                    }
+                    for d in &r.device {
+                        println!(
+                            "  {} ({:?} {}): {}",
+                            d.wheel.display(),
+                            d.level,
+                            d.key,
+                            d.kpacks.len() + d.databases.len()
+                        );
+                    }
+                    if !r.dropped.is_empty() {
+                        println!("  left out (--targets): {}", r.dropped.join(", "));
+                    }
+                }
+                reports.push(serde_json::to_value(&r)?);
+            }
+            Err(e) => {
+                eprintln!("quarry: error: {e}");
+                reports.push(serde_json::json!({ "wheel": wheel.display().to_string(), "error": e.to_string() }));
+                failures += 1;
+            }
+        }
+    }
+    if a.json {
+        super::super::print_json(&reports)?;
+    }
+    Ok(if failures > 0 { 1 } else { 0 })
+}

@@ -1,0 +1,300 @@
+//! `quarry wheel split` on a fat wheel of real HIP libraries, compiled with
+//! Debian 13's hipcc in the shipped hip-builder-debian13 image (cached in
+//! the fixtures): `libvec.so` (one unit, gfx90a:xnack+, gfx942, gfx1100),
+//! `libtwo.so` (two units: two bundles, two wrappers), `librdc.so`
+//! (`-fgpu-rdc`: two wrappers registering one bundle), and a rocBLAS
+//! Tensile code object as a kernel database.
+//!
+//! The runtime's lookup is done here as ROCm's loader does it, from the
+//! split files alone: the binary's `.rocm_kpack_ref` marker -> its search
+//! path with `@GFXARCH@` expanded for a device (features dropped from the
+//! right) -> the archive whose `gfx_arches` has it -> `kernel_name#i` for
+//! wrapper i; the code must be byte for byte the code object wrapper i
+//! registered before the split.
+
+mod common;
+mod wheel_fixtures;
+
+use common::*;
+use object::{Object, ObjectSection};
+use quarry::code_objects::{bundle, compressed, kpack};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+const BUILD_SCRIPT: &str = r#"
+    cd /work/src
+    mkdir -p /work/out
+    hipcc --offload-arch=gfx90a:xnack+ --offload-arch=gfx942 --offload-arch=gfx1100 -shared -fPIC -o /work/out/libvec.so split_a.hip
+    hipcc --offload-arch=gfx942 --offload-arch=gfx1100 -shared -fPIC -o /work/out/libtwo.so split_a.hip split_b.hip
+    hipcc -fgpu-rdc --offload-arch=gfx90a:xnack+ --offload-arch=gfx942 -shared -fPIC -o /work/out/librdc.so split_a.hip split_b.hip
+    lib=$(echo /usr/lib/x86_64-linux-gnu/rocblas/*/library)
+    cp "$lib"/Kernels.so-000-gfx90a-xnack+.hsaco /work/out/
+"#;
+
+/// The libraries, built once (named by the script and the sources).
+fn built() -> PathBuf {
+    let mut key = BUILD_SCRIPT.to_string();
+    for f in ["split_a.hip", "split_b.hip"] {
+        key.push_str(&std::fs::read_to_string(repo().join("tests/fixtures/hip").join(f)).unwrap());
+    }
+    let tag = &quarry::oci::digest::sha256_hex(key.as_bytes())[..12];
+    let dir = fixtures_dir().join(format!("hip-split-{tag}"));
+    with_lock("hip-split", || {
+        if dir.join("done").exists() {
+            return;
+        }
+        let (_, builder) = debian13_rocm_images();
+        let tmp = fixtures_dir().join(format!("hip-split-{tag}.tmp"));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        run_expect(
+            quarry()
+                .arg("run")
+                .arg(&builder)
+                .args(["--gpu", "none", "--cache-dir"])
+                .arg(packages_cache())
+                .arg("--copy-in")
+                .arg(format!("{}:/work/src", repo().join("tests/fixtures/hip").display()))
+                .arg("--copy-out")
+                .arg(format!("/work/out:{}", tmp.display()))
+                .args(["--", "sh", "-ec", BUILD_SCRIPT]),
+            0,
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir).unwrap();
+        std::fs::write(dir.join("done"), "").unwrap();
+    });
+    dir
+}
+
+const LIBS: [&str; 3] = ["hipsplit/lib/libvec.so", "hipsplit/libtwo.so", "hipsplit/librdc.so"];
+const TENSILE: &str = "hipsplit/lib/rocblas/library/Kernels.so-000-gfx90a-xnack+.hsaco";
+
+fn fat_wheel(dir: &Path) -> PathBuf {
+    let b = built();
+    let init = dir.join("__init__.py");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&init, "").unwrap();
+    let files: Vec<(&str, PathBuf)> = vec![
+        ("hipsplit/__init__.py", init),
+        (LIBS[0], b.join("libvec.so")),
+        (LIBS[1], b.join("libtwo.so")),
+        (LIBS[2], b.join("librdc.so")),
+        (TENSILE, b.join("Kernels.so-000-gfx90a-xnack+.hsaco")),
+    ];
+    let files: Vec<(&str, &Path)> = files.iter().map(|(a, b)| (*a, b.as_path())).collect();
+    wheel_fixtures::make_wheel(dir, "hipsplit-1.0-cp311-cp311-linux_x86_64.whl", &files)
+}
+
+/// Every file of `wheel`, unpacked under `into` (pip's install layout: all wheels in one tree).
+fn install(wheel: &Path, into: &Path) {
+    let mut z = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+    z.extract(into).unwrap();
+}
+
+/// Wrapper i's code objects by architecture, read where its pointer points.
+fn original_code(path: &Path) -> Vec<BTreeMap<String, Vec<u8>>> {
+    let fat = quarry::elf::kpack_ref::read_fat_binary(path).unwrap().expect("a fat binary");
+    let data = std::fs::read(path).unwrap();
+    let section = &data[fat.fatbin_offset as usize..(fat.fatbin_offset + fat.fatbin_size) as usize];
+    let mut out = Vec::new();
+    for &at in &fat.wrappers {
+        let mut code = BTreeMap::new();
+        let mut visit = |e: &bundle::Entry, r: &mut dyn Read| {
+            let id = bundle::EntryId::parse(&e.id).unwrap();
+            if !id.is_host() && e.size > 0 {
+                let mut v = Vec::new();
+                r.read_to_end(&mut v).unwrap();
+                let t = quarry::code_objects::target_id::TargetId::parse(&id.target).unwrap();
+                code.insert(t.to_string(), v);
+            }
+            Ok(())
+        };
+        let rest = &section[at as usize..];
+        if rest.starts_with(bundle::MAGIC) {
+            bundle::read_with(&mut &rest[..], Some(rest.len() as u64), &mut visit).unwrap();
+        } else {
+            compressed::read_with(rest, &mut visit).unwrap();
+        }
+        out.push(code);
+    }
+    out
+}
+
+#[derive(serde::Deserialize)]
+struct Marker {
+    kpack_search_paths: Vec<String>,
+    kernel_name: String,
+}
+
+/// ROCm's loader: candidates for a device, most specific first (features dropped from the right).
+fn candidates(device: &str) -> Vec<String> {
+    let mut parts = device.split(':');
+    let processor = parts.next().unwrap();
+    let features: Vec<&str> = parts.collect();
+    let n = features.len();
+    (0..1u32 << n)
+        .rev()
+        .map(|mask| {
+            let mut s = processor.to_string();
+            for (i, f) in features.iter().enumerate() {
+                if mask & (1 << (n - 1 - i)) != 0 {
+                    s.push(':');
+                    s.push_str(f);
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+/// What the runtime loads for wrapper `index` of the split binary at `path` on `device`.
+fn runtime_lookup(path: &Path, index: usize, device: &str) -> Option<Vec<u8>> {
+    let data = std::fs::read(path).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let marker = elf.section_by_name(".rocm_kpack_ref").expect("the marker section");
+    let m: Marker = rmp_serde::from_slice(marker.data().unwrap()).unwrap();
+    let key = format!("{}#{index}", m.kernel_name);
+    for candidate in candidates(device) {
+        for p in &m.kpack_search_paths {
+            let archive = path.parent().unwrap().join(p.replacen("@GFXARCH@", &candidate, 1));
+            let Ok(bytes) = std::fs::read(&archive) else { continue };
+            if !kpack::arches(&bytes).unwrap().contains(&candidate) {
+                continue;
+            }
+            if let Some(code) = kpack::kernel(&bytes, &key, &candidate).unwrap() {
+                return Some(code);
+            }
+        }
+    }
+    None
+}
+
+fn split(wheel: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut c = quarry();
+    c.args(["wheel", "split", "--json", "-o"]).arg(out).arg(wheel).args(extra);
+    stdout_json(&run_expect(&mut c, 0))[0].clone()
+}
+
+#[test]
+fn a_fat_wheel_splits_into_host_and_device_wheels_the_runtime_can_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = fat_wheel(&tmp.path().join("in"));
+    let out = tmp.path().join("out");
+    let report = split(&wheel, &out, &[]);
+
+    let mut names: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "hipsplit-1.0-cp311-cp311-linux_x86_64.whl",
+            "hipsplit_device_gfx1100-1.0-cp311-cp311-linux_x86_64.whl",
+            "hipsplit_device_gfx90a-1.0-cp311-cp311-linux_x86_64.whl",
+            "hipsplit_device_gfx942-1.0-cp311-cp311-linux_x86_64.whl",
+        ],
+        "{report:#}"
+    );
+    // Every wheel has a right RECORD.
+    let mut check = quarry();
+    check.args(["wheel", "check"]);
+    for n in &names {
+        check.arg(out.join(n));
+    }
+    run_expect(&mut check, 0);
+
+    // The host's METADATA: an extra per target and device-all.
+    let site = tmp.path().join("site");
+    for n in &names {
+        install(&out.join(n), &site);
+    }
+    let meta = std::fs::read_to_string(site.join("hipsplit-1.0.dist-info/METADATA")).unwrap();
+    for t in ["gfx90a", "gfx942", "gfx1100"] {
+        assert!(meta.contains(&format!("Provides-Extra: device-{t}\n")), "{meta}");
+        assert!(
+            meta.contains(&format!("Requires-Dist: hipsplit-device-{t} == 1.0; extra == \"device-{t}\"\n")),
+            "{meta}"
+        );
+        assert!(
+            meta.contains(&format!("Requires-Dist: hipsplit-device-{t} == 1.0; extra == \"device-all\"\n")),
+            "{meta}"
+        );
+        let dm = std::fs::read_to_string(site.join(format!("hipsplit_device_{t}-1.0.dist-info/METADATA"))).unwrap();
+        assert!(dm.contains("Requires-Dist: hipsplit == 1.0\n"), "{dm}");
+    }
+    // The Tensile file went to gfx90a's wheel, at its path.
+    assert!(site.join(TENSILE).exists());
+    let zip_names = wheel_fixtures::zip_names(&out.join(&names[0]));
+    assert!(!zip_names.iter().any(|n| n == TENSILE), "the host kept {TENSILE}");
+
+    // The runtime's lookup gives back every original code object.
+    let built = built();
+    for (lib, file) in LIBS.iter().zip(["libvec.so", "libtwo.so", "librdc.so"]) {
+        let original = original_code(&built.join(file));
+        let split_bin = site.join(lib);
+        assert!(
+            std::fs::metadata(&split_bin).unwrap().len() < std::fs::metadata(built.join(file)).unwrap().len(),
+            "{lib} did not shrink"
+        );
+        let data = std::fs::read(&split_bin).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        assert_eq!(elf.section_by_name(".hip_fatbin").unwrap().kind(), object::SectionKind::UninitializedData);
+        let segment = elf.section_by_name(".hipFatBinSegment").unwrap().data().unwrap().to_vec();
+        assert_eq!(segment.len() / 24, original.len(), "{lib}: wrappers");
+        for (i, code) in original.iter().enumerate() {
+            let w = &segment[i * 24..(i + 1) * 24];
+            assert_eq!(&w[..4], b"HIPK", "{lib} wrapper {i}");
+            assert_eq!(u64::from_le_bytes(w[16..24].try_into().unwrap()), i as u64, "{lib} wrapper {i} index");
+            for (arch, device) in [
+                ("gfx90a:xnack+", "gfx90a:sramecc+:xnack+"),
+                ("gfx942", "gfx942:sramecc+:xnack-"),
+                ("gfx1100", "gfx1100"),
+            ] {
+                let got = runtime_lookup(&split_bin, i, device);
+                assert_eq!(got.as_ref(), code.get(arch), "{lib} wrapper {i} on {device}");
+            }
+            // xnack+ code never runs where xnack is off.
+            if code.contains_key("gfx90a:xnack+") {
+                assert_eq!(runtime_lookup(&split_bin, i, "gfx90a:sramecc+:xnack-"), None);
+            }
+        }
+    }
+
+    // The same input gives the same bytes.
+    let again = tmp.path().join("again");
+    split(&wheel, &again, &[]);
+    for n in &names {
+        assert_eq!(std::fs::read(out.join(n)).unwrap(), std::fs::read(again.join(n)).unwrap(), "{n} differs");
+    }
+}
+
+#[test]
+fn targets_narrow_the_split_and_bad_input_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = fat_wheel(&tmp.path().join("in"));
+    let out = tmp.path().join("out");
+    let report = split(&wheel, &out, &["--targets", "gfx942"]);
+    assert_eq!(report["device"].as_array().unwrap().len(), 1, "{report:#}");
+    assert_eq!(report["dropped"], serde_json::json!(["gfx1100", "gfx90a"]));
+
+    // A target the wheel lacks, and a wheel without fat binaries: errors naming them, nothing written.
+    let none = tmp.path().join("none");
+    let mut c = quarry();
+    c.args(["wheel", "split", "-o"]).arg(&none).arg(&wheel).args(["--targets", "gfx1201"]);
+    let o = run_expect(&mut c, 1);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("gfx1201"), "{}", String::from_utf8_lossy(&o.stderr));
+    let pure = wheel_fixtures::make_wheel(
+        &tmp.path().join("pure"),
+        "pure-1.0-py3-none-any.whl",
+        &[("pure/__init__.py", wheel.as_path())],
+    );
+    let mut c = quarry();
+    c.args(["wheel", "split", "-o"]).arg(&none).arg(&pure);
+    let o = run_expect(&mut c, 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("pure-1.0-py3-none-any.whl") && err.contains("no fat binary"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&none).map(|d| d.flatten().collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
