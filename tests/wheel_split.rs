@@ -298,3 +298,87 @@ fn targets_narrow_the_split_and_bad_input_writes_nothing() {
     let left: Vec<_> = std::fs::read_dir(&none).map(|d| d.flatten().collect()).unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// An archive for `arch_out` holding the kernels of `src` (for `arch_in`) that `keep` takes.
+fn archive_subset(src: &Path, arch_in: &str, arch_out: &str, keep: impl Fn(&str) -> bool, dst: &Path) {
+    use quarry::code_objects::kpack_writer::{KpackWriter, Scheme};
+    let data = std::fs::read(src).unwrap();
+    let file = std::fs::File::create(dst).unwrap();
+    let mut w = KpackWriter::new(file, "hipsplit", arch_out, Scheme::ZstdPerKernel).unwrap();
+    for k in kpack::read(&data).unwrap() {
+        if keep(&k.binary) {
+            let code = kpack::kernel(&data, &k.binary, arch_in).unwrap().unwrap();
+            w.add(&k.binary, &mut &code[..], code.len() as u64).unwrap();
+        }
+    }
+    w.finish().unwrap();
+}
+
+fn check_targets(wheels: &[PathBuf], targets: &str, code: i32) -> serde_json::Value {
+    let mut c = quarry();
+    c.args(["wheel", "check", "--json", "--targets", targets]).args(wheels);
+    stdout_json(&run_expect(&mut c, code))["coverage"].clone()
+}
+
+fn problems(coverage: &serde_json::Value) -> Vec<String> {
+    coverage["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{} on {}: {}", p["binary"].as_str().unwrap(), p["target"].as_str().unwrap(), p["why"].as_str().unwrap()))
+        .collect()
+}
+
+#[test]
+fn wheel_check_targets_finds_what_an_install_set_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fat = fat_wheel(&tmp.path().join("in"));
+    let out = tmp.path().join("out");
+    split(&fat, &out, &[]);
+    let wheel = |n: &str| out.join(format!("{n}-1.0-cp311-cp311-linux_x86_64.whl"));
+    let host = wheel("hipsplit");
+    let devices = ["gfx90a", "gfx942", "gfx1100"].map(|t| wheel(&format!("hipsplit_device_{t}")));
+    let all: Vec<PathBuf> = std::iter::once(host.clone()).chain(devices.iter().cloned()).collect();
+
+    // The complete set, and the fat wheel itself, hold code for gfx942 (every library was built for it).
+    let c = check_targets(&all, "gfx942", 0);
+    assert_eq!(c["binaries"].as_array().unwrap().len(), 3, "{c:#}");
+    check_targets(std::slice::from_ref(&fat), "gfx942", 0);
+    // A target missing from a library's archives: librdc.so was not built for gfx1100.
+    let p = problems(&check_targets(&all, "gfx1100", 1));
+    assert_eq!(p.len(), 2, "librdc's two wrappers: {p:#?}");
+    assert!(p.iter().all(|p| p.contains("hipsplit/librdc.so on gfx1100") && p.contains("no kernel `librdc.so#")), "{p:#?}");
+    let p = problems(&check_targets(std::slice::from_ref(&fat), "gfx1100", 1));
+    assert!(p.len() == 2 && p.iter().all(|p| p.contains("librdc.so on gfx1100")), "{p:#?}");
+    // gfx90a without a feature: an xnack-off GPU has no code (only xnack+ was built).
+    let p = problems(&check_targets(&all, "gfx90a", 1));
+    assert!(p.iter().any(|p| p.contains("librdc.so on gfx90a:xnack-")), "{p:#?}");
+    assert!(!p.iter().any(|p| p.contains("libvec.so on gfx90a:xnack+")), "{p:#?}");
+
+    // An install without any device extra.
+    let p = problems(&check_targets(std::slice::from_ref(&host), "gfx942", 1));
+    assert!(p.iter().any(|p| p.contains("hipsplit/librdc.so on gfx942") && p.contains("device-gfx942")), "{p:#?}");
+
+    let site = tmp.path().join("site");
+    install(&devices[1], &site);
+    let archive = site.join("hipsplit/.kpack/hipsplit_gfx942.kpack");
+    let partial = tmp.path().join("partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    // An xnack-specific archive that shadows the full one.
+    archive_subset(&archive, "gfx942", "gfx942:xnack-", |b| b.starts_with("lib/libvec.so"), &partial.join("x.kpack"));
+    let shadow = wheel_fixtures::make_wheel(
+        &tmp.path().join("shadow"),
+        "hipsplit_xnack-1.0-cp311-cp311-linux_x86_64.whl",
+        &[("hipsplit/.kpack/hipsplit_gfx942:xnack-.kpack", &partial.join("x.kpack"))],
+    );
+    let mut with_shadow = all.clone();
+    with_shadow.push(shadow);
+    let p = problems(&check_targets(&with_shadow, "gfx942:xnack-", 1));
+    let shadowed: Vec<&String> = p.iter().filter(|p| p.contains("does not fall back")).collect();
+    assert_eq!(shadowed.len(), 4, "libtwo's and librdc's wrappers: {p:#?}");
+    assert!(!shadowed.iter().any(|p| p.contains("libvec.so on")), "libvec's kernels are in the xnack- archive: {p:#?}");
+    // And the extra that would install it does not pull the wheel it is in.
+    assert!(p.iter().any(|p| p.contains("does not pull `hipsplit_xnack`")), "{p:#?}");
+    // The same set is fine where xnack is on: the xnack- archive is not a candidate there.
+    check_targets(&with_shadow, "gfx942:xnack+", 0);
+}
