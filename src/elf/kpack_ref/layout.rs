@@ -209,6 +209,11 @@ pub(super) fn plan(input: &Input, marker_len: u64) -> Result<Plan, ElfError> {
         zero.push(fat.sh_offset..fat.sh_offset + fat.sh_size);
     }
     if table != Some(Table::InPlace) {
+        // The old table's bytes stay: they sit inside the first PT_LOAD,
+        // before the code, and removing them would move every segment off
+        // its page congruence. Nothing reads them once e_phoff and PT_PHDR
+        // name the new table (the loader finds the table through those, a
+        // library's through the PT_LOAD holding e_phoff), so they are zeroed.
         zero.push(h.e_phoff..h.e_phoff + phnum * PHDR_LEN);
     }
 
@@ -352,3 +357,6 @@ pub(super) fn plan(input: &Input, marker_len: u64) -> Result<Plan, ElfError> {
 
 /// The new section's name, as appended to `.shstrtab`.
 pub(super) const MARKER_NAME: &[u8] = b".rocm_kpack_ref\0";
+
+#[cfg(test)]
+mod tests;

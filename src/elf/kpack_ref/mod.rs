@@ -88,7 +88,8 @@ pub struct FatBinary {
     pub wrappers: Vec<u64>,
 }
 
-/// None when the file has no `.hip_fatbin`.
+/// None when the file has no `.hip_fatbin`. A file kpack'd already (its
+/// `.hip_fatbin` is SHT_NOBITS) is [`KpackProblem::AlreadyKpacked`].
 pub fn read_fat_binary(path: &Path) -> Result<Option<FatBinary>, ElfError> {
     let Some(input) = Input::read(path)? else {
         return Ok(None);

@@ -160,6 +160,9 @@ impl Input {
             .iter()
             .position(|s| name_of(s) == b".hipFatBinSegment")
             .ok_or_else(|| problem(path, KpackProblem::NoSegment))?;
+        if fatbin == usize::from(header.e_shstrndx) || segment == usize::from(header.e_shstrndx) {
+            return Err(ElfError::corrupt(path, "e_shstrndx names .hip_fatbin or .hipFatBinSegment"));
+        }
         let mut input = Input {
             path: path.to_path_buf(),
             len,
