@@ -262,6 +262,23 @@ fn a_fat_wheel_splits_into_host_and_device_wheels_the_runtime_can_use() {
         }
     }
 
+    // The split libraries load in Debian 13 with its HIP runtime (which
+    // registers each wrapper when a library is loaded).
+    let (_, builder) = debian13_rocm_images();
+    let script = "import ctypes\nfor p in ['lib/libvec.so', 'libtwo.so', 'librdc.so']:\n    ctypes.CDLL('/work/site/hipsplit/' + p)\nprint('loaded')";
+    let o = run_expect(
+        quarry()
+            .arg("run")
+            .arg(&builder)
+            .args(["--gpu", "none", "--cache-dir"])
+            .arg(packages_cache())
+            .arg("--copy-in")
+            .arg(format!("{}:/work/site", site.display()))
+            .args(["--", "python3", "-c", script]),
+        0,
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("loaded"), "{}", String::from_utf8_lossy(&o.stderr));
+
     // The same input gives the same bytes.
     let again = tmp.path().join("again");
     split(&wheel, &again, &[]);
@@ -325,7 +342,14 @@ fn problems(coverage: &serde_json::Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| format!("{} on {}: {}", p["binary"].as_str().unwrap(), p["target"].as_str().unwrap(), p["why"].as_str().unwrap()))
+        .map(|p| {
+            format!(
+                "{} on {}: {}",
+                p["binary"].as_str().unwrap(),
+                p["target"].as_str().unwrap(),
+                p["why"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -347,7 +371,10 @@ fn wheel_check_targets_finds_what_an_install_set_lacks() {
     // A target missing from a library's archives: librdc.so was not built for gfx1100.
     let p = problems(&check_targets(&all, "gfx1100", 1));
     assert_eq!(p.len(), 2, "librdc's two wrappers: {p:#?}");
-    assert!(p.iter().all(|p| p.contains("hipsplit/librdc.so on gfx1100") && p.contains("no kernel `librdc.so#")), "{p:#?}");
+    assert!(
+        p.iter().all(|p| p.contains("hipsplit/librdc.so on gfx1100") && p.contains("no kernel `librdc.so#")),
+        "{p:#?}"
+    );
     let p = problems(&check_targets(std::slice::from_ref(&fat), "gfx1100", 1));
     assert!(p.len() == 2 && p.iter().all(|p| p.contains("librdc.so on gfx1100")), "{p:#?}");
     // gfx90a without a feature: an xnack-off GPU has no code (only xnack+ was built).

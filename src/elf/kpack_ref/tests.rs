@@ -343,37 +343,6 @@ fn corrupted_headers_never_panic() {
     }
 }
 
-/// Every file in `$KPACK_REAL_DIR` (say, hipcc-built libraries): read,
-/// rewrite, verify and write next to it as `NAME.kpacked`. Run by hand:
-/// `KPACK_REAL_DIR=/tmp/kx cargo test --lib real_binaries -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn real_binaries_from_a_directory() {
-    let dir = PathBuf::from(std::env::var_os("KPACK_REAL_DIR").expect("KPACK_REAL_DIR"));
-    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    names.sort();
-    for path in names.iter().filter(|p| !p.to_string_lossy().ends_with(".kpacked")) {
-        let Ok(Some(fat)) = read_fat_binary(path) else {
-            println!("{}: {:?}", path.display(), read_fat_binary(path).map(|_| ()));
-            continue;
-        };
-        let k = kpack_host_layout(path, &marker()).unwrap();
-        let out = path.with_file_name(format!("{}.kpacked", path.file_name().unwrap().to_string_lossy()));
-        std::fs::write(&out, bytes(&k.splice)).unwrap();
-        crate::elf::verify(&out).unwrap();
-        println!(
-            "{}: fatbin {:#x} bytes, wrappers at {:x?}; {} -> {} bytes, {:#x} removed, marker at {:#x}",
-            path.display(),
-            fat.fatbin_size,
-            fat.wrappers,
-            std::fs::metadata(path).unwrap().len(),
-            k.splice.len(),
-            k.removed,
-            k.marker_vaddr
-        );
-    }
-}
-
 /// Segments aligned to 2 MiB: the pages removed are not a multiple of that,
 /// so the segments after them say 4 KiB (the loader checks the congruence).
 #[test]
