@@ -25,19 +25,30 @@ pub struct ZipEntry {
     pub name: String,
     pub source: EntrySource,
     pub executable: bool,
+    /// Stored as is (zip method 0), not deflated: for data compressed
+    /// already (`.kpack` archives are zstd frames), where deflate only
+    /// costs time.
+    pub stored: bool,
 }
 
 impl ZipEntry {
     pub fn bytes(name: impl Into<String>, data: impl Into<Vec<u8>>) -> ZipEntry {
-        ZipEntry { name: name.into(), source: EntrySource::Bytes(data.into()), executable: false }
+        ZipEntry { name: name.into(), source: EntrySource::Bytes(data.into()), executable: false, stored: false }
     }
 
     pub fn file(name: impl Into<String>, path: impl Into<PathBuf>, executable: bool) -> ZipEntry {
-        ZipEntry { name: name.into(), source: EntrySource::Path(path.into()), executable }
+        ZipEntry { name: name.into(), source: EntrySource::Path(path.into()), executable, stored: false }
     }
 
     pub fn splice(name: impl Into<String>, splice: Arc<Splice>, executable: bool) -> ZipEntry {
-        ZipEntry { name: name.into(), source: EntrySource::Splice(splice), executable }
+        ZipEntry { name: name.into(), source: EntrySource::Splice(splice), executable, stored: false }
+    }
+}
+
+impl ZipEntry {
+    /// This entry, stored rather than deflated.
+    pub fn stored(self) -> ZipEntry {
+        ZipEntry { stored: true, ..self }
     }
 }
 

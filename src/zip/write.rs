@@ -13,7 +13,7 @@
 //! stream made in pieces elsewhere. What is written: local headers whose
 //! sizes are patched once known, one fixed time, permissions 0644/0755,
 //! UTF-8 names, ZIP64 fields where an entry, an offset or the entry count
-//! needs them. Empty entries are stored, not deflated.
+//! needs them. Empty entries and those marked `stored` are stored, not deflated.
 
 use super::deflate;
 use super::headers::{central_header, end_of_central_directory, local_header, Central};
@@ -85,11 +85,13 @@ impl<W: Write + Seek> ZipOut<W> {
         let mut pieces = Vec::new();
         for (i, (e, &size)) in entries.iter().zip(&sizes).enumerate() {
             let reuse = match &e.source {
-                EntrySource::Reused(splice, original) => reuse::window(splice, original).and_then(|window| {
-                    // Unreadable here, it fails when read for the pieces.
-                    let bridge = reuse::bridge(splice, original, &window).ok()??;
-                    Some(Reuse { original: original.clone(), window, bridge })
-                }),
+                EntrySource::Reused(splice, original) if !e.stored => {
+                    reuse::window(splice, original).and_then(|window| {
+                        // Unreadable here, it fails when read for the pieces.
+                        let bridge = reuse::bridge(splice, original, &window).ok()??;
+                        Some(Reuse { original: original.clone(), window, bridge })
+                    })
+                }
                 _ => None,
             };
             plan_pieces(&mut pieces, i, size, reuse);
@@ -138,7 +140,7 @@ impl<W: Write + Seek> ZipOut<W> {
                         let r = raw.and_then(|raw| {
                             let e = &entries[p.entry];
                             match &p.job {
-                                _ if sizes[p.entry] == 0 => Ok((raw, Vec::new())),
+                                _ if sizes[p.entry] == 0 || e.stored => Ok((raw, Vec::new())),
                                 Job::Deflate { final_block } => compressor
                                     .compress_piece(&raw, *final_block)
                                     .map(|c| (raw, c))
@@ -196,7 +198,7 @@ impl<W: Write + Seek> ZipOut<W> {
                 pending.insert(k, r?);
             };
             let e = &entries[p.entry];
-            let stored = sizes[p.entry] == 0;
+            let stored = sizes[p.entry] == 0 || e.stored;
             if p.first {
                 header_at = self.position;
                 compressed = 0;
@@ -208,8 +210,9 @@ impl<W: Write + Seek> ZipOut<W> {
             }
             sha.update(&raw);
             crc.update(&raw);
-            self.emit(&deflated)?;
-            compressed += deflated.len() as u64;
+            let out = if stored { &raw } else { &deflated };
+            self.emit(out)?;
+            compressed += out.len() as u64;
             if matches!(p.job, Job::Copy { .. }) {
                 copied += deflated.len() as u64;
             }
@@ -300,5 +303,25 @@ mod tests {
         let mut got = Vec::new();
         zip.by_name("pkg/lib.so").unwrap().read_to_end(&mut got).unwrap();
         assert!(got == expected, "the stored bytes differ from the splice");
+    }
+
+    #[test]
+    fn a_stored_entry_is_written_as_is_across_pieces() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..(2 * PIECE as usize + 77)).map(|i| (i * 7 % 251) as u8).collect();
+        let src = dir.path().join("a.kpack");
+        std::fs::write(&src, &data).unwrap();
+        let out = dir.path().join("out.zip");
+        let entries = [ZipEntry::file("pkg/.kpack/a.kpack", &src, false).stored(), ZipEntry::bytes("pkg/b", "bb")];
+        write_file(&out, &entries, DateTime::default()).unwrap();
+        let mut zip = zip::ZipArchive::new(File::open(&out).unwrap()).unwrap();
+        let mut e = zip.by_name("pkg/.kpack/a.kpack").unwrap();
+        assert_eq!(e.compression(), zip::CompressionMethod::Stored);
+        assert_eq!(e.compressed_size(), data.len() as u64);
+        let mut got = Vec::new();
+        e.read_to_end(&mut got).unwrap();
+        assert!(got == data);
+        drop(e);
+        assert_eq!(zip.by_name("pkg/b").unwrap().compression(), zip::CompressionMethod::Deflated);
     }
 }

@@ -149,7 +149,7 @@ fn runtime_wheel(
             (Payload::Copy(src), None) => EntrySource::Path(src.clone()),
             (Payload::Launcher(text), _) => EntrySource::Bytes(launcher.expect("launchers were compiled").image(text)?),
         };
-        entries.push(ZipEntry { name: member, source, executable: placed.executable });
+        entries.push(ZipEntry { name: member, source, executable: placed.executable, stored: false });
     }
     let core_scripts: Vec<&str> = super::roles::CORE_SCRIPTS.iter().map(|s| s.0).collect();
     let profiler_scripts: Vec<&str> = super::roles::PROFILER_SCRIPTS.iter().map(|s| s.0).collect();

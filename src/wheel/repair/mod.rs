@@ -383,7 +383,7 @@ fn reuse_original_streams(
         };
         let executable = meta.permissions().mode() & 0o111 != 0;
         let original = Arc::new(Original { index, extracted });
-        out.push(ZipEntry { name, source: EntrySource::Reused(Arc::new(splice), original), executable });
+        out.push(ZipEntry { name, source: EntrySource::Reused(Arc::new(splice), original), executable, stored: false });
     }
     out
 }

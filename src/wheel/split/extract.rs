@@ -5,7 +5,10 @@
 //! the kernels `{binary}#{i}` of their architectures, the key the runtime
 //! looks up with the wrapper's index. Bundles are read where the wrappers
 //! point, never found by searching for magic bytes (which code objects may
-//! hold), and streamed from the mapped file, one code object at a time.
+//! hold), and streamed from the file with positional reads, one code
+//! object at a time: memory holds one kernel (a compressed bundle is read
+//! whole, as its frame must be), never the section, and no mapping makes
+//! the file's pages count as the process's own.
 
 use super::SplitError;
 use crate::code_objects::bundle::{self, Entry, EntryId};
@@ -16,6 +19,7 @@ use crate::elf::kpack_ref::FatBinary;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The archives of one package being written, by architecture (a full target id).
@@ -58,16 +62,14 @@ pub fn extract(
 ) -> Result<BinaryCode, SplitError> {
     let bad = |why: String| SplitError::Binary { file: path.to_path_buf(), why };
     let file = File::open(path).map_err(|e| SplitError::io(path, e))?;
-    // SAFETY: the file is in the split's own scratch directory, not changed while mapped.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| SplitError::io(path, e))?;
-    let end = fat.fatbin_offset.checked_add(fat.fatbin_size).filter(|e| *e <= map.len() as u64);
+    let len = file.metadata().map_err(|e| SplitError::io(path, e))?.len();
+    let end = fat.fatbin_offset.checked_add(fat.fatbin_size).filter(|e| *e <= len);
     let Some(end) = end else {
         return Err(bad(format!(
             ".hip_fatbin ({} bytes at {:#x}) runs past the file",
             fat.fatbin_size, fat.fatbin_offset
         )));
     };
-    let section = &map[fat.fatbin_offset as usize..end as usize];
     let mut code = BinaryCode { wrappers: fat.wrappers.len(), ..Default::default() };
     // Bundles already read (by offset): their kernels per architecture.
     let mut seen: BTreeMap<u64, Vec<(String, u32, u64)>> = BTreeMap::new();
@@ -80,12 +82,16 @@ pub fn extract(
             }
             continue;
         }
-        let Some(data) = section.get(at as usize..) else {
+        let start = fat.fatbin_offset + at;
+        if start >= end {
             return Err(bad(format!(
                 "wrapper {i} points at offset {at:#x}, past .hip_fatbin's {} bytes",
-                section.len()
+                fat.fatbin_size
             )));
-        };
+        }
+        let mut magic = [0u8; 24];
+        let head = &mut magic[..(end - start).min(24) as usize];
+        file.read_exact_at(head, start).map_err(|e| SplitError::io(path, e))?;
         let mut failure: Option<SplitError> = None;
         let mut kernels = Vec::new();
         let mut visit = |e: &Entry, r: &mut dyn Read| -> Result<(), bundle::BundleError> {
@@ -100,10 +106,12 @@ pub fn extract(
                 }
             }
         };
-        let read = if data.starts_with(bundle::MAGIC) {
-            bundle::read_with(&mut &data[..], Some(data.len() as u64), &mut visit).map(drop)
-        } else if data.starts_with(compressed::MAGIC) {
-            compressed::read_with(data, &mut visit).map(drop)
+        let read = if magic.starts_with(bundle::MAGIC) {
+            let mut r = bundle::Stream(Range { file: &file, pos: start, end });
+            bundle::read_with(&mut r, Some(end - start), &mut visit).map(drop)
+        } else if magic.starts_with(compressed::MAGIC) {
+            let whole = read_compressed(&file, start, end).map_err(|e| SplitError::io(path, e))?;
+            compressed::read_with(&whole, &mut visit).map(drop)
         } else {
             return Err(bad(format!(
                 "wrapper {i} points at offset {at:#x} of .hip_fatbin, where no offload bundle starts"
@@ -116,6 +124,39 @@ pub fn extract(
         seen.insert(at, kernels);
     }
     Ok(code)
+}
+
+/// Bytes `pos..end` of a file, read with positional reads.
+struct Range<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for Range<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let want = (buf.len() as u64).min(self.end - self.pos) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// A compressed bundle's bytes (its header says how many; a version 1
+/// header does not, so the rest of the section is taken).
+fn read_compressed(file: &File, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+    let mut head = vec![0u8; (end - start).min(32) as usize];
+    file.read_exact_at(&mut head, start)?;
+    let total = match compressed::parse_header(&head) {
+        Ok(h) => h.total_size.unwrap_or(end - start).min(end - start),
+        Err(_) => end - start,
+    };
+    let mut whole = vec![0u8; total as usize];
+    file.read_exact_at(&mut whole, start)?;
+    Ok(whole)
 }
 
 /// One bundle entry: into its architecture's archive (returned: the

@@ -211,7 +211,8 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
             packages::key_of(&TargetId::parse(&arch).map_err(|e| wheel_err(e.to_string()))?, options.families);
         let member = format!("{overlay}.kpack/{group}_{arch}.kpack");
         let package = by_key.entry(key).or_insert_with(|| Package::new(level));
-        package.entries.push(ZipEntry::file(member.clone(), file, false));
+        // Stored: the archive's kernels are zstd frames already.
+        package.entries.push(ZipEntry::file(member.clone(), file, false).stored());
         package.kpacks.insert(member, count);
     }
     let db_dir = u.work.path().join("databases");
