@@ -262,10 +262,42 @@ fn a_fat_wheel_splits_into_host_and_device_wheels_the_runtime_can_use() {
         }
     }
 
+    // `quarry code-objects` shows the marker and the kernels installed for it.
+    let mut c = quarry();
+    c.args(["code-objects", "--json"]).arg(site.join(LIBS[2]));
+    let r = &stdout_json(&run_expect(&mut c, 0))[0]["kpack_ref"];
+    assert_eq!((r["kernel_name"].as_str(), r["wrappers"].as_u64()), (Some("librdc.so"), Some(2)), "{r:#}");
+    let kernels =
+        |arch: &str| r["archives"].as_array().unwrap().iter().find(|a| a["arch"] == arch).map(|a| a["kernels"].clone());
+    assert!(kernels("gfx942").unwrap().as_array().unwrap().iter().all(|k| k.as_u64().is_some_and(|n| n > 0)));
+    // librdc.so was not built for gfx1100: that archive has no kernel of it.
+    assert_eq!(kernels("gfx1100"), Some(serde_json::json!([null, null])));
+
+    // `wheel repair` edits split binaries natively (here a RUNPATH long
+    // enough to grow the string table into a new tail): the marker and the
+    // wrappers stay, and the lookup still finds every kernel.
+    let edits = quarry::elf::edit::ElfEdits {
+        set_runpath: Some(format!("$ORIGIN/../../hipsplit.libs/{}", "x".repeat(300))),
+        ..Default::default()
+    };
+    let vec_bin = site.join(LIBS[0]);
+    let edited_bin = vec_bin.with_file_name("libvec_edited.so");
+    let edited = quarry::elf::edit::edit(&vec_bin, &edits).unwrap();
+    assert!(edited.grew, "the edit was meant to grow the string table");
+    let mut bytes = Vec::new();
+    edited.splice.reader().read_to_end(&mut bytes).unwrap();
+    std::fs::write(&edited_bin, &bytes).unwrap();
+    let original_vec = original_code(&built.join("libvec.so"));
+    for device in ["gfx90a:sramecc+:xnack+", "gfx942:sramecc+:xnack-", "gfx1100"] {
+        let arch = device.split(":sramecc").next().unwrap();
+        let arch = if arch == "gfx90a" { "gfx90a:xnack+" } else { arch };
+        assert_eq!(runtime_lookup(&edited_bin, 0, device).as_ref(), original_vec[0].get(arch), "edited, {device}");
+    }
+
     // The split libraries load in Debian 13 with its HIP runtime (which
     // registers each wrapper when a library is loaded).
     let (_, builder) = debian13_rocm_images();
-    let script = "import ctypes\nfor p in ['lib/libvec.so', 'libtwo.so', 'librdc.so']:\n    ctypes.CDLL('/work/site/hipsplit/' + p)\nprint('loaded')";
+    let script = "import ctypes\nfor p in ['lib/libvec.so', 'lib/libvec_edited.so', 'libtwo.so', 'librdc.so']:\n    ctypes.CDLL('/work/site/hipsplit/' + p)\nprint('loaded')";
     let o = run_expect(
         quarry()
             .arg("run")

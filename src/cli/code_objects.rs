@@ -26,7 +26,11 @@ fn human_size(n: u64) -> String {
 }
 
 fn print_human(out: &mut impl Write, r: &FileReport) -> std::io::Result<()> {
-    let targets = if r.targets.is_empty() { "no AMD GPU code".to_string() } else { r.targets.join(" ") };
+    let targets = match (r.targets.is_empty(), &r.kpack_ref) {
+        (true, Some(_)) => "code in .kpack archives".to_string(),
+        (true, None) => "no AMD GPU code".to_string(),
+        (false, _) => r.targets.join(" "),
+    };
     writeln!(out, "{}: {targets}", r.file)?;
     for c in &r.code_objects {
         let id = std::iter::once(c.target.as_str()).chain(c.features.iter().map(String::as_str)).collect::<Vec<_>>();
@@ -41,6 +45,29 @@ fn print_human(out: &mut impl Write, r: &FileReport) -> std::io::Result<()> {
             via.push_str(&format!(", {}", c.format));
         }
         writeln!(out, "  {:<26} {:>10}  {via}", id.join(":"), human_size(c.size))?;
+    }
+    if let Some(m) = &r.kpack_ref {
+        let plural = if m.wrappers == 1 { "" } else { "s" };
+        writeln!(
+            out,
+            "  device-split: kernels `{}` ({} wrapper{plural}) in {}",
+            m.kernel_name,
+            m.wrappers,
+            m.kpack_search_paths.join(", ")
+        )?;
+        for a in &m.archives {
+            let kernels: Vec<String> = a
+                .kernels
+                .iter()
+                .enumerate()
+                .map(|(i, k)| match k {
+                    Some(n) => format!("#{i} {}", human_size(*n)),
+                    None => format!("#{i} MISSING"),
+                })
+                .collect();
+            let what = a.problem.clone().unwrap_or_else(|| kernels.join(", "));
+            writeln!(out, "    {:<24} {}: {what}", a.arch, a.archive)?;
+        }
     }
     for p in &r.problems {
         writeln!(out, "  problem: {p}")?;

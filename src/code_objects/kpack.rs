@@ -143,6 +143,17 @@ pub fn has_kernel(data: &[u8], binary_key: &str, arch: &str) -> Result<bool, Bun
     Ok(open(data)?.toc.toc.get(binary_key).is_some_and(|a| a.contains_key(arch)))
 }
 
+/// The sizes (as the table of contents says) of kernels `{binary}#0`,
+/// `#1`, ... up to `count`, for `arch`; None where the archive lacks one.
+pub fn kernel_sizes(data: &[u8], binary: &str, arch: &str, count: u64) -> Result<Vec<Option<u64>>, BundleError> {
+    let o = open(data)?;
+    Ok((0..count)
+        .map(|i| {
+            o.toc.toc.get(&format!("{binary}#{i}")).and_then(|a| a.get(arch)).map(|k| k.original_size.unwrap_or(0))
+        })
+        .collect())
+}
+
 /// The code of kernel `binary_key` (`lib/libx.so#0`) for `arch`, decoded;
 /// None when the archive has no such kernel.
 pub fn kernel(data: &[u8], binary_key: &str, arch: &str) -> Result<Option<Vec<u8>>, BundleError> {

@@ -15,6 +15,7 @@ pub mod bundle;
 pub mod compressed;
 pub mod kpack;
 pub mod kpack_writer;
+pub mod marker;
 pub mod packaging_chain;
 mod scan;
 pub mod target_id;
@@ -35,6 +36,9 @@ pub struct FileReport {
     /// What could not be read or does not agree, one sentence each.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    /// A device-split host binary's marker: where its code is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kpack_ref: Option<marker::KpackRef>,
 }
 
 /// One code object.
@@ -95,7 +99,7 @@ pub fn inspect_path(path: &Path) -> Result<Vec<FileReport>, InspectError> {
 
 impl FileReport {
     pub(crate) fn new(file: String) -> FileReport {
-        FileReport { file, targets: Vec::new(), code_objects: Vec::new(), problems: Vec::new() }
+        FileReport { file, targets: Vec::new(), code_objects: Vec::new(), problems: Vec::new(), kpack_ref: None }
     }
 
     /// Sort `targets` out of the code objects.
@@ -108,7 +112,7 @@ impl FileReport {
     }
 
     pub(crate) fn is_interesting(&self) -> bool {
-        !self.code_objects.is_empty() || !self.problems.is_empty()
+        !self.code_objects.is_empty() || !self.problems.is_empty() || self.kpack_ref.is_some()
     }
 }
 
