@@ -441,3 +441,62 @@ fn wheel_check_targets_finds_what_an_install_set_lacks() {
     // The same set is fine where xnack is on: the xnack- archive is not a candidate there.
     check_targets(&with_shadow, "gfx942:xnack+", 0);
 }
+
+/// `wheel build --split`: tests/fixtures/hip/pyext built for two targets in
+/// hip-builder-debian13, repaired, then split; the host and device wheels
+/// pass `wheel check --targets` as an install set, and the extension
+/// imports from them in Debian 13.
+#[test]
+fn wheel_build_split_emits_host_and_device_wheels() {
+    let (_, builder) = debian13_rocm_images();
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("wheels");
+    let built = stdout_json(&run_expect(
+        quarry()
+            .args(["wheel", "build"])
+            .arg(repo().join("tests/fixtures/hip/pyext"))
+            .arg("--image")
+            .arg(&builder)
+            .arg("-o")
+            .arg(&out)
+            .args(["--axis", "PYTORCH_ROCM_ARCH=gfx90a;gfx942", "--gpu", "none"])
+            .args(["--repair", "--exclude", "libamdhip64.so*", "--split", "--json", "--cache-dir"])
+            .arg(packages_cache()),
+        0,
+    ));
+    let wheels = built.as_array().unwrap_or_else(|| built["wheels"].as_array().expect("a list of wheels"));
+    assert_eq!(wheels.len(), 1, "{built:#}");
+    let host = PathBuf::from(wheels[0]["wheel"].as_str().unwrap());
+    let devices: Vec<PathBuf> =
+        wheels[0]["device_wheels"].as_array().unwrap().iter().map(|d| PathBuf::from(d.as_str().unwrap())).collect();
+    let names: Vec<String> = devices.iter().map(|d| d.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 2, "{built:#}");
+    assert!(names.iter().any(|n| n.contains("device_gfx90a")) && names.iter().any(|n| n.contains("device_gfx942")));
+    let set: Vec<PathBuf> = std::iter::once(host.clone()).chain(devices.iter().cloned()).collect();
+    check_targets(&set, "gfx90a,gfx942", 0);
+    let p = problems(&check_targets(std::slice::from_ref(&host), "gfx942", 1));
+    assert!(!p.is_empty());
+
+    // Installed together (as pip would), the extension imports.
+    let site = work.path().join("site");
+    for w in &set {
+        install(w, &site);
+    }
+    let o = run_expect(
+        quarry()
+            .arg("run")
+            .arg(&builder)
+            .args(["--gpu", "none", "--cache-dir"])
+            .arg(packages_cache())
+            .arg("--copy-in")
+            .arg(format!("{}:/tmp/site", site.display()))
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "cd /tmp && PYTHONPATH=/tmp/site python3 -c 'import hipext; print(\"imported\")'",
+            ]),
+        0,
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("imported"), "{}", String::from_utf8_lossy(&o.stderr));
+}

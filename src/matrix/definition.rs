@@ -13,6 +13,7 @@
 //! local_version = "o{opt}"              # wheels: a PEP 440 local label from axis values
 //! lock = "msgpack.lock"                 # wheels: the build requirements' lock, shared by every cell
 //! repair = false                        # wheels
+//! split = false                         # wheels: host + per-target device wheels
 //! command = ["make"]                    # kernels: the build command
 //! outputs = ["build/libk.so"]           # kernels: what it writes (default build/ and /out)
 //! [job.env]                             # the build's environment, filled from axis values
@@ -100,6 +101,8 @@ pub struct Job {
     pub local_version: Option<String>,
     pub lock: Option<PathBuf>,
     pub repair: bool,
+    /// Wheel jobs: split each wheel into host and device wheels.
+    pub split: bool,
     pub exclude: Vec<String>,
     pub test: Option<String>,
     pub isolation: bool,
@@ -174,6 +177,8 @@ struct RawJob {
     lock: Option<String>,
     #[serde(default)]
     repair: bool,
+    #[serde(default)]
+    split: bool,
     #[serde(default)]
     exclude: Vec<String>,
     test: Option<String>,
@@ -273,6 +278,9 @@ impl Matrix {
             }
             _ => {}
         }
+        if j.split && j.kind != JobKind::Wheel {
+            return Err(err("job.split", "only wheel jobs split their products into host and device wheels".into()));
+        }
         if j.kind == JobKind::Kernel && j.command.is_empty() {
             return Err(err("job.command", "a kernel job needs its build command, e.g. [\"make\"]".into()));
         }
@@ -285,6 +293,7 @@ impl Matrix {
             local_version: j.local_version,
             lock: j.lock.map(|l| dir.join(l)),
             repair: j.repair,
+            split: j.split,
             exclude: j.exclude,
             test: j.test,
             isolation: j.isolation,
@@ -386,6 +395,8 @@ mod tests {
         assert_eq!(m.name, "m");
         assert_eq!(m.axes["opt"], ["2", "3"]);
         assert_eq!(m.needs, Needs { gpus: 1, cpus: 2, memory: "4G".into() });
+        assert!(!m.job.split);
+        assert!(load(&format!("{BASE}split = true\n")).unwrap().job.split);
         for (text, field) in [
             (format!("{BASE}local_version = \"{{nope}}\"\n[axes]\nopt = [\"2\"]\n"), "job.local_version"),
             (format!("{BASE}[axes]\nOpt = [\"2\"]\n"), "axes.Opt"),
@@ -393,6 +404,11 @@ mod tests {
             (format!("{BASE}[axes]\nopt = [\"2\"]\n[[exclude]]\nopz = \"2\"\n"), "exclude[0]"),
             (format!("{BASE}[axes]\nopt = [\"2\"]\npy = [\"cp311\"]\n[[include]]\nopt = \"3\"\n"), "include[0]"),
             ("[job]\nkind = \"kernel\"\nsource = \"p\"\nimage = \"i\"\n".to_string(), "job.command"),
+            (
+                "[job]\nkind = \"kernel\"\nsource = \"p\"\nimage = \"i\"\ncommand = [\"make\"]\nsplit = true\n"
+                    .to_string(),
+                "job.split",
+            ),
             ("[job]\nkind = \"wheel\"\nimage = \"i\"\n".to_string(), "job.source"),
             (format!("{BASE}[axes]\nopt = [\"2\"]\n[job.env_for.opt.9]\nX = \"1\"\n"), "job.env_for.opt.9"),
             (format!("{BASE}[axes]\nopt = [\"2\"]\n[job.env_for.nope.2]\nX = \"1\"\n"), "job.env_for.nope"),

@@ -149,6 +149,7 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
                 axes: env.into_iter().map(|(k, v)| (k, vec![v])).collect(),
                 local_version: m.job.local_version.as_ref().map(|t| fill(t, &cell.values)),
                 repair: m.job.repair,
+                split: m.job.split,
                 exclude: m.job.exclude.clone(),
                 test: m.job.test.clone(),
                 gpu: gpu_mode(cx, cell),

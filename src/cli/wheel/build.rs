@@ -33,6 +33,10 @@ pub struct Args {
     /// run on this machine)
     #[arg(long)]
     repair: bool,
+    /// Split each wheel (after --repair) into a host wheel and one device wheel
+    /// per GPU target, as `quarry wheel split` does
+    #[arg(long)]
+    split: bool,
     /// Install each wheel in a fresh virtualenv in a fresh container and run this command there
     #[arg(long, value_name = "CMD")]
     test: Option<String>,
@@ -117,6 +121,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         axes: a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?,
         local_version: a.local_version,
         repair: a.repair,
+        split: a.split,
         exclude: a.exclude,
         test: a.test,
         test_requires: a.test_requires,

@@ -35,6 +35,8 @@ pub struct KeyInputs<'a> {
     pub network: bool,
     pub epoch: u64,
     pub targets: &'a [String],
+    /// Each wheel split into host and device wheels (`--split`).
+    pub split: bool,
 }
 
 /// The build's key. Bump the version when what it encodes changes.
@@ -57,6 +59,9 @@ pub fn key(i: &KeyInputs) -> Key {
     };
     k.bool("network", i.network).u64("epoch", i.epoch).list("targets", i.targets);
     // Only when given: the keys of other builds stay what they were.
+    if i.split {
+        k.bool("split", true);
+    }
     if let Some(r) = i.rocm {
         k.key("rocm", r);
     }
@@ -114,6 +119,7 @@ mod tests {
             axes: &axes,
             local_version: None,
             repair: false,
+            split: false,
             exclude: &[],
             patchelf: "pinned",
             isolation: true,

@@ -56,6 +56,9 @@ pub enum BuildError {
     Engine(#[from] EngineError),
     #[error(transparent)]
     Wheel(#[from] WheelError),
+    /// `--split` of a built wheel.
+    #[error("splitting the built wheel: {0}")]
+    Split(#[from] crate::wheel::split::SplitError),
     #[error(transparent)]
     Pypi(#[from] crate::pypi::PypiError),
     #[error(transparent)]
@@ -122,6 +125,8 @@ pub struct BuildOptions {
     pub local_version: Option<String>,
     /// Repair each wheel with the libraries of the image.
     pub repair: bool,
+    /// Split each wheel into a host wheel and device wheels (after repair).
+    pub split: bool,
     /// The patchelf to repair with (quarry's own, copied into the image,
     /// unless the user named one).
     pub patchelf: ContainerPatchelf,
@@ -199,6 +204,9 @@ pub struct Built {
     /// because ROCm's packages provide them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rocm_excluded: Option<Vec<String>>,
+    /// With --split: the device wheels beside `wheel` (now the host wheel).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_wheels: Vec<PathBuf>,
 }
 
 fn is_sdist(p: &Path) -> bool {

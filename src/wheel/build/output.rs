@@ -84,6 +84,22 @@ pub(super) fn finish(
             wheel = report.output;
             repaired = true;
         }
+        let mut device_wheels = Vec::new();
+        if o.split && !pure {
+            let options = crate::wheel::split::SplitOptions {
+                device_prefix: None,
+                targets: None,
+                families: crate::wheel::split::Families::Auto,
+                scheme: crate::code_objects::kpack_writer::Scheme::ZstdPerKernel,
+            };
+            let report = crate::wheel::split::split(&wheel, &staging.join(format!("split-{n}")), &options)?;
+            for d in report.device {
+                let dest = o.output.join(d.wheel.file_name().unwrap());
+                std::fs::rename(&d.wheel, &dest).map_err(io(&dest))?;
+                device_wheels.push(dest);
+            }
+            wheel = report.host;
+        }
         let dest = o.output.join(wheel.file_name().unwrap());
         std::fs::rename(&wheel, &dest).map_err(io(&dest))?;
         let name = parse_name(&dest)?;
@@ -106,6 +122,7 @@ pub(super) fn finish(
             rocm_requirement,
             rocm_init,
             rocm_excluded,
+            device_wheels,
         });
     }
     Ok(built)

@@ -85,6 +85,7 @@ impl KeyParts {
             network: o.network,
             epoch: self.epoch,
             targets: &o.targets.targets,
+            split: o.split,
         })
     }
 
@@ -195,6 +196,13 @@ fn commit(cache: &Cache, name: &str, built: &[Built], sharing: &Sharing) -> Resu
         std::fs::copy(&b.wheel, &dest).map_err(io(&dest))?;
         let mut m = b.clone();
         m.wheel = PathBuf::from(file);
+        m.device_wheels.clear();
+        for d in &b.device_wheels {
+            let file = d.file_name().unwrap_or_default();
+            let dest = staged.files().join(file);
+            std::fs::copy(d, &dest).map_err(io(&dest))?;
+            m.device_wheels.push(PathBuf::from(file));
+        }
         meta.push(m);
     }
     let text = serde_json::to_vec(&meta).map_err(|e| BuildError::Input(e.to_string()))?;
@@ -223,6 +231,12 @@ fn from_entry(entry: &Entry, output: &Path, tier: Tier) -> Result<Vec<Built>, Bu
             return Err(bad(format!("{} has sha256 {sha}, recorded {}", name.to_string_lossy(), b.sha256)));
         }
         b.wheel = dest;
+        for d in &mut b.device_wheels {
+            let name = d.file_name().ok_or_else(|| bad("a nameless device wheel".into()))?.to_owned();
+            let dest = output.join(&name);
+            std::fs::copy(entry.files().join(&name), &dest).map_err(io(&dest))?;
+            *d = dest;
+        }
         b.cached = true;
         b.tier = Some(tier);
         b.seconds = 0.0;

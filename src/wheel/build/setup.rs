@@ -28,6 +28,8 @@ pub struct BuildRequest {
     pub axes: Vec<(String, Vec<String>)>,
     pub local_version: Option<String>,
     pub repair: bool,
+    /// Split each wheel into a host wheel and one device wheel per GPU target.
+    pub split: bool,
     pub exclude: Vec<String>,
     pub test: Option<String>,
     pub test_requires: Vec<String>,
@@ -67,6 +69,7 @@ impl BuildRequest {
             axes: Vec::new(),
             local_version: None,
             repair: false,
+            split: false,
             exclude: Vec::new(),
             test: None,
             test_requires: Vec::new(),
@@ -93,6 +96,14 @@ pub struct Prepared {
 /// Check `r` and settle every choice that does not need the image.
 pub fn prepare(r: BuildRequest) -> Result<Prepared, BuildError> {
     check_source(&r)?;
+    if r.split && r.test.is_some() {
+        // The test would install the host wheel and no device code.
+        return Err(BuildError::Input(
+            "--split and --test together: a test would install the host wheel without its device wheels; \
+             build with --test first, or check the split wheels with `quarry wheel check --targets`"
+                .into(),
+        ));
+    }
     let epoch = crate::epoch::from_env_or_zero()?;
     let patchelf = patchelf_for(&r)?;
     let gpu = gpu::plan(r.gpu, &r.gpu_devices)?;
@@ -110,6 +121,7 @@ pub fn prepare(r: BuildRequest) -> Result<Prepared, BuildError> {
         axes: r.axes,
         local_version: r.local_version,
         repair: r.repair,
+        split: r.split,
         patchelf,
         exclude: r.exclude,
         test: r.test,
