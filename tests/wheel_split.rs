@@ -500,3 +500,60 @@ fn wheel_build_split_emits_host_and_device_wheels() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("imported"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// A copy of `lib` with `edit` applied to its bytes (given the file's sections).
+fn damaged(lib: &Path, into: &Path, edit: impl Fn(&mut Vec<u8>, &object::File)) -> PathBuf {
+    let mut data = std::fs::read(lib).unwrap();
+    let copy = data.clone();
+    let elf = object::File::parse(&*copy).unwrap();
+    edit(&mut data, &elf);
+    std::fs::create_dir_all(into).unwrap();
+    let out = into.join("libvec.so");
+    std::fs::write(&out, data).unwrap();
+    out
+}
+
+#[test]
+fn damaged_binaries_are_named_and_nothing_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lib = built().join("libvec.so");
+    let cases: Vec<(&str, PathBuf, &str)> = vec![
+        (
+            "truncated",
+            // The bundle's first entry claims more bytes than .hip_fatbin has.
+            damaged(&lib, &tmp.path().join("truncated"), |d, elf| {
+                let (off, _) = elf.section_by_name(".hip_fatbin").unwrap().file_range().unwrap();
+                let size_at = off as usize + 24 + 8 + 8;
+                d[size_at..size_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+            }),
+            "bundle",
+        ),
+        (
+            "wrappers",
+            // .hipFatBinSegment's size is no whole number of wrappers.
+            damaged(&lib, &tmp.path().join("wrappers"), |d, elf| {
+                let index = elf.section_by_name(".hipFatBinSegment").unwrap().index().0;
+                let shoff = u64::from_le_bytes(d[0x28..0x30].try_into().unwrap()) as usize;
+                let size_at = shoff + index * 64 + 32;
+                d[size_at..size_at + 8].copy_from_slice(&25u64.to_le_bytes());
+            }),
+            "24",
+        ),
+    ];
+    for (case, bin, says) in cases {
+        let wheel = wheel_fixtures::make_wheel(
+            &tmp.path().join(format!("{case}-in")),
+            "hipsplit-1.0-cp311-cp311-linux_x86_64.whl",
+            &[("hipsplit/lib/libvec.so", bin.as_path())],
+        );
+        let out = tmp.path().join(format!("{case}-out"));
+        let mut c = quarry();
+        c.args(["wheel", "split", "-o"]).arg(&out).arg(&wheel);
+        let o = run_expect(&mut c, 1);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("member `hipsplit/lib/libvec.so`") && err.contains(says), "{case}: {err}");
+        assert!(!err.contains("panicked"), "{case}: {err}");
+        let left: Vec<_> = std::fs::read_dir(&out).map(|d| d.flatten().collect()).unwrap_or_default();
+        assert!(left.is_empty(), "{case}: left behind {left:?}");
+    }
+}

@@ -49,6 +49,9 @@ pub enum SplitError {
     Elf(#[from] crate::elf::ElfError),
     #[error(transparent)]
     Other(#[from] WheelError),
+    /// What went wrong with one member, named as the wheel holds it.
+    #[error("wheel `{wheel}`, member `{member}`: {source}")]
+    Member { wheel: PathBuf, member: String, source: Box<SplitError> },
 }
 
 impl SplitError {
@@ -140,10 +143,12 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
     let mut fat = Vec::new();
     for rel in &u.scan.extracted {
         let path = u.root.join(rel);
-        if !crate::elf::is_elf(&path) || !has_fatbin(&path)? {
+        let in_member =
+            |e: SplitError| SplitError::Member { wheel: wheel.to_path_buf(), member: rel.clone(), source: Box::new(e) };
+        if !crate::elf::is_elf(&path) || !has_fatbin(&path).map_err(in_member)? {
             continue;
         }
-        if let Some(f) = kpack_ref::read_fat_binary(&path)? {
+        if let Some(f) = kpack_ref::read_fat_binary(&path).map_err(|e| in_member(e.into()))? {
             fat.push((rel.clone(), path, f));
         }
     }
@@ -176,13 +181,15 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
             found.insert(t.processor.clone());
             keep(t)
         };
-        let code = extract::extract(path, in_package, f, &mut archives, &mut all)?;
+        let in_member =
+            |e: SplitError| SplitError::Member { wheel: wheel.to_path_buf(), member: rel.clone(), source: Box::new(e) };
+        let code = extract::extract(path, in_package, f, &mut archives, &mut all).map_err(in_member)?;
         let depth = in_package.matches('/').count();
         let marker = KpackRef {
             kpack_search_paths: vec![format!("{}.kpack/{group}_@GFXARCH@.kpack", "../".repeat(depth))],
             kernel_name: in_package.to_string(),
         };
-        let splice = kpack_ref::kpack_host(path, &marker)?;
+        let splice = kpack_ref::kpack_host(path, &marker).map_err(|e| in_member(e.into()))?;
         let executable = std::fs::metadata(path)
             .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
             .unwrap_or(false);
