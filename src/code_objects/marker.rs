@@ -55,6 +55,22 @@ pub fn read(elf: &object::File) -> Option<Result<KpackRef, String>> {
     }))
 }
 
+/// Put the marker of `elf` (if it has one) in its report.
+pub(super) fn attach(r: &mut super::FileReport, elf: Option<&object::File>) {
+    match elf.and_then(read) {
+        Some(Ok(m)) => r.kpack_ref = Some(m),
+        Some(Err(e)) => r.problems.push(e),
+        None => {}
+    }
+}
+
+/// For a binary on disk at `path`: the archives installed beside it.
+pub(super) fn resolve_beside(r: &mut super::FileReport, path: &Path) {
+    if let (Some(m), Some(dir)) = (r.kpack_ref.as_mut(), path.parent()) {
+        resolve(m, dir);
+    }
+}
+
 /// Fill `r.archives` from the files beside a binary in `dir`.
 pub fn resolve(r: &mut KpackRef, dir: &Path) {
     for p in &r.kpack_search_paths {

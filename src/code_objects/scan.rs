@@ -64,9 +64,7 @@ fn inspect_file(path: &Path, name: &str, explicit: bool) -> Result<FileReport, I
     // truncated meanwhile by another process is outside what we guard.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| InspectError::io(path, e))?;
     let mut report = inspect_bytes(name, &map, explicit);
-    if let (Some(m), Some(dir)) = (report.kpack_ref.as_mut(), path.parent()) {
-        super::marker::resolve(m, dir);
-    }
+    super::marker::resolve_beside(&mut report, path);
     Ok(report)
 }
 
@@ -200,11 +198,7 @@ pub fn inspect_bytes(name: &str, data: &[u8], explicit: bool) -> FileReport {
 fn host_elf(r: &mut FileReport, data: &[u8]) {
     use object::{Object, ObjectSection};
     let parsed = object::File::parse(data).ok();
-    match parsed.as_ref().and_then(super::marker::read) {
-        Some(Ok(m)) => r.kpack_ref = Some(m),
-        Some(Err(e)) => r.problems.push(e),
-        None => {}
-    }
+    super::marker::attach(r, parsed.as_ref());
     let mut sectioned = false;
     for s in parsed.iter().flat_map(|f| f.sections()) {
         let (Ok(name), Some((off, size))) = (s.name(), s.file_range()) else { continue };
