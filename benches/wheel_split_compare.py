@@ -3,6 +3,10 @@
 (ROCm's rocm_kpack.tools.split_python_wheels) on the same fat wheel.
 
 usage: wheel_split_compare.py FAT.whl QUARRY_OUT_DIR REFERENCE_OUT_DIR
+       wheel_split_compare.py FAT.whl QUARRY_OUT_DIR -
+  (`-`: no reference output, e.g. where the reference fails: quarry's
+  archives are checked against the input alone, every kernel of every
+  archive decoded and compared with the code object its wrapper registered)
 Needs msgpack and zstandard (benches/wheel_split.sh runs it in its venv).
 
 Checks, printing one line per finding:
@@ -272,8 +276,11 @@ def main():
     import os
 
     qnames = sorted(n for n in os.listdir(qdir) if n.endswith(".whl"))
-    rnames = sorted(n for n in os.listdir(rdir) if n.endswith(".whl"))
-    if qnames == rnames:
+    alone = rdir == "-"
+    rnames = [] if alone else sorted(n for n in os.listdir(rdir) if n.endswith(".whl"))
+    if alone:
+        print("wheels: %d from quarry (no reference output to compare)" % len(qnames))
+    elif qnames == rnames:
         print("wheels: the same %d names" % len(qnames))
     else:
         differs("wheel names: quarry %s, reference %s" % (qnames, rnames))
@@ -319,6 +326,28 @@ def main():
         return out
 
     qk, rk = archives(q), archives(r)
+    if alone:
+        checked = bad = 0
+        for m in sorted(qk):
+            for (key, arch), code in qk[m][1].items():
+                checked += 1
+                path, idx = key.rsplit("#", 1)
+                pkg_path = next((o for o in originals if o.split("/", 1)[1] == path), None)
+                want = pkg_path and originals[pkg_path][0].get(int(idx), {}).get(arch)
+                if want != code:
+                    bad += 1
+                    differs("%s %s %s (quarry): not wrapper %s's code object" % (m, key, arch, idx))
+        # Every code object of the input is in some archive.
+        have = {(key, arch) for m in qk for (key, arch) in qk[m][1]}
+        for o, (by_wrapper, _) in originals.items():
+            for i, codes in by_wrapper.items():
+                for arch in codes:
+                    if ("%s#%d" % (o.split("/", 1)[1], i), arch) not in have:
+                        bad += 1
+                        differs("%s wrapper %d %s: in no archive" % (o, i, arch))
+        print("kernels: %d decoded from quarry's %d archives, %d not the input's code object or missing"
+              % (checked, len(qk), bad))
+        return 1 if problems else 0
     if sorted(qk) != sorted(rk):
         differs("archives: quarry %s, reference %s" % (sorted(qk), sorted(rk)))
     top = fat_path and next(iter({m.split("/")[0] for m in originals}), "")
