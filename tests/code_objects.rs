@@ -43,37 +43,7 @@ const HIP_REAL_SCRIPT: &str = r#"
 /// rocBLAS files, copied out of hip-builder-debian13 once (named by the
 /// script and the source).
 fn real_outputs() -> PathBuf {
-    let source = std::fs::read_to_string(repo().join("tests/fixtures/hip/vector_ops.hip")).unwrap();
-    let tag = &quarry::oci::digest::sha256_hex(format!("{HIP_REAL_SCRIPT}{source}").as_bytes())[..12];
-    let dir = fixtures_dir().join(format!("hip-real-{tag}"));
-    with_lock("hip-real", || {
-        if dir.join("done").exists() {
-            return;
-        }
-        let (_, builder) = debian13_rocm_images();
-        let tmp = fixtures_dir().join(format!("hip-real-{tag}.tmp"));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).unwrap();
-
-        run_expect(
-            quarry()
-                .arg("run")
-                .arg(&builder)
-                .args(["--gpu", "none", "--cache-dir"])
-                .arg(packages_cache())
-                .arg("--copy-in")
-                .arg(format!("{}:/work/src", repo().join("tests/fixtures/hip").display()))
-                .arg("--copy-out")
-                .arg(format!("/work/out:{}", tmp.display()))
-                .args(["--", "sh", "-ec", HIP_REAL_SCRIPT]),
-            0,
-        );
-        // `--copy-out DIR:EXISTING` puts DIR's contents into EXISTING.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::rename(&tmp, &dir).unwrap();
-        std::fs::write(dir.join("done"), "").unwrap();
-    });
-    dir
+    hip_outputs("hip-real", HIP_REAL_SCRIPT, &["vector_ops.hip"])
 }
 
 #[test]

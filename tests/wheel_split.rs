@@ -34,38 +34,7 @@ const BUILD_SCRIPT: &str = r#"
 
 /// The libraries, built once (named by the script and the sources).
 fn built() -> PathBuf {
-    let mut key = BUILD_SCRIPT.to_string();
-    for f in ["split_a.hip", "split_b.hip"] {
-        key.push_str(&std::fs::read_to_string(repo().join("tests/fixtures/hip").join(f)).unwrap());
-    }
-    let tag = &quarry::oci::digest::sha256_hex(key.as_bytes())[..12];
-    let dir = fixtures_dir().join(format!("hip-split-{tag}"));
-    with_lock("hip-split", || {
-        if dir.join("done").exists() {
-            return;
-        }
-        let (_, builder) = debian13_rocm_images();
-        let tmp = fixtures_dir().join(format!("hip-split-{tag}.tmp"));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).unwrap();
-        run_expect(
-            quarry()
-                .arg("run")
-                .arg(&builder)
-                .args(["--gpu", "none", "--cache-dir"])
-                .arg(packages_cache())
-                .arg("--copy-in")
-                .arg(format!("{}:/work/src", repo().join("tests/fixtures/hip").display()))
-                .arg("--copy-out")
-                .arg(format!("/work/out:{}", tmp.display()))
-                .args(["--", "sh", "-ec", BUILD_SCRIPT]),
-            0,
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::rename(&tmp, &dir).unwrap();
-        std::fs::write(dir.join("done"), "").unwrap();
-    });
-    dir
+    hip_outputs("hip-split", BUILD_SCRIPT, &["split_a.hip", "split_b.hip"])
 }
 
 const LIBS: [&str; 3] = ["hipsplit/lib/libvec.so", "hipsplit/libtwo.so", "hipsplit/librdc.so"];
@@ -298,17 +267,7 @@ fn a_fat_wheel_splits_into_host_and_device_wheels_the_runtime_can_use() {
     // registers each wrapper when a library is loaded).
     let (_, builder) = debian13_rocm_images();
     let script = "import ctypes\nfor p in ['lib/libvec.so', 'lib/libvec_edited.so', 'libtwo.so', 'librdc.so']:\n    ctypes.CDLL('/work/site/hipsplit/' + p)\nprint('loaded')";
-    let o = run_expect(
-        quarry()
-            .arg("run")
-            .arg(&builder)
-            .args(["--gpu", "none", "--cache-dir"])
-            .arg(packages_cache())
-            .arg("--copy-in")
-            .arg(format!("{}:/work/site", site.display()))
-            .args(["--", "python3", "-c", script]),
-        0,
-    );
+    let o = run_expect(in_image(&builder, &[(&site, "/work/site")]).args(["--", "python3", "-c", script]), 0);
     assert!(String::from_utf8_lossy(&o.stdout).contains("loaded"), "{}", String::from_utf8_lossy(&o.stderr));
 
     // The same input gives the same bytes.
@@ -482,22 +441,8 @@ fn wheel_build_split_emits_host_and_device_wheels() {
     for w in &set {
         install(w, &site);
     }
-    let o = run_expect(
-        quarry()
-            .arg("run")
-            .arg(&builder)
-            .args(["--gpu", "none", "--cache-dir"])
-            .arg(packages_cache())
-            .arg("--copy-in")
-            .arg(format!("{}:/tmp/site", site.display()))
-            .args([
-                "--",
-                "sh",
-                "-c",
-                "cd /tmp && PYTHONPATH=/tmp/site python3 -c 'import hipext; print(\"imported\")'",
-            ]),
-        0,
-    );
+    let import = "cd /tmp && PYTHONPATH=/tmp/site python3 -c 'import hipext; print(\"imported\")'";
+    let o = run_expect(in_image(&builder, &[(&site, "/tmp/site")]).args(["--", "sh", "-c", import]), 0);
     assert!(String::from_utf8_lossy(&o.stdout).contains("imported"), "{}", String::from_utf8_lossy(&o.stderr));
 }
 

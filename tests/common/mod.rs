@@ -259,6 +259,52 @@ pub fn debian13_rocm_images() -> (PathBuf, PathBuf) {
     })
 }
 
+/// What `script` leaves in `/work/out` when run in hip-builder-debian13
+/// with tests/fixtures/hip at `/work/src` (network off, no GPU), made once
+/// into the fixtures as `{name}-{tag}`: the tag hashes the script and the
+/// `sources` it compiles (files of tests/fixtures/hip), so a change to
+/// either makes anew.
+pub fn hip_outputs(name: &str, script: &str, sources: &[&str]) -> PathBuf {
+    let mut key = script.to_string();
+    for f in sources {
+        key.push_str(&std::fs::read_to_string(repo().join("tests/fixtures/hip").join(f)).unwrap());
+    }
+    let tag = &quarry::oci::digest::sha256_hex(key.as_bytes())[..12];
+    let dir = fixtures_dir().join(format!("{name}-{tag}"));
+    with_lock(name, || {
+        if dir.join("done").exists() {
+            return;
+        }
+        let (_, builder) = debian13_rocm_images();
+        let tmp = fixtures_dir().join(format!("{name}-{tag}.tmp"));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        run_expect(
+            in_image(&builder, &[(&repo().join("tests/fixtures/hip"), "/work/src")])
+                .arg("--copy-out")
+                .arg(format!("/work/out:{}", tmp.display()))
+                .args(["--", "sh", "-ec", script]),
+            0,
+        );
+        // `--copy-out DIR:EXISTING` puts DIR's contents into EXISTING.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir).unwrap();
+        std::fs::write(dir.join("done"), "").unwrap();
+    });
+    dir
+}
+
+/// `quarry run IMAGE --gpu none` with the shared package cache and each
+/// (host path, container path) copied in; the caller adds `-- CMD...`.
+pub fn in_image(image: &Path, copy_in: &[(&Path, &str)]) -> Command {
+    let mut c = quarry();
+    c.arg("run").arg(image).args(["--gpu", "none", "--cache-dir"]).arg(packages_cache());
+    for (host, inside) in copy_in {
+        c.arg("--copy-in").arg(format!("{}:{inside}", host.display()));
+    }
+    c
+}
+
 /// The wheel corpus (tests/fixtures/wheel-corpus.sh: popular sdists and
 /// runtime wheels as PyPI serves them), fetched once under a lock.
 pub fn wheel_corpus() -> PathBuf {
