@@ -399,6 +399,43 @@ fn wheel_check_targets_finds_what_an_install_set_lacks() {
     assert!(p.iter().any(|p| p.contains("does not pull `hipsplit_xnack`")), "{p:#?}");
     // The same set is fine where xnack is on: the xnack- archive is not a candidate there.
     check_targets(&with_shadow, "gfx942:xnack+", 0);
+
+    // A device wheel without its family dependency: gfx1101's code is in the
+    // gfx11 family wheel (built for gfx11-generic), and gfx1101's own wheel
+    // (a kernel database only) does not require it.
+    archive_subset(&archive, "gfx942", "gfx11-generic", |_| true, &partial.join("g.kpack"));
+    let family = wheel_fixtures::make_wheel_with(
+        &tmp.path().join("family"),
+        "hipsplit_device_gfx11-1.0-cp311-cp311-linux_x86_64.whl",
+        &[("hipsplit/.kpack/hipsplit_gfx11-generic.kpack", &partial.join("g.kpack"))],
+        "Requires-Dist: hipsplit == 1.0\n",
+    );
+    let db = partial.join("TensileLibrary_gfx1101.dat");
+    std::fs::write(&db, "tuning").unwrap();
+    let device = |requires: &str, into: &str| {
+        wheel_fixtures::make_wheel_with(
+            &tmp.path().join(into),
+            "hipsplit_device_gfx1101-1.0-cp311-cp311-linux_x86_64.whl",
+            &[("hipsplit/lib/rocblas/library/TensileLibrary_gfx1101.dat", db.as_path())],
+            requires,
+        )
+    };
+    // The host as a split would make it for gfx1101 (its extra, its libraries).
+    let host_tree = tmp.path().join("host-tree");
+    install(&host, &host_tree);
+    let host_files: Vec<(&str, PathBuf)> = LIBS.iter().map(|l| (*l, host_tree.join(l))).collect();
+    let host_files: Vec<(&str, &Path)> = host_files.iter().map(|(a, b)| (*a, b.as_path())).collect();
+    let host1101 = wheel_fixtures::make_wheel_with(
+        &tmp.path().join("host1101"),
+        "hipsplit-1.0-cp311-cp311-linux_x86_64.whl",
+        &host_files,
+        "Provides-Extra: device-gfx1101\nRequires-Dist: hipsplit-device-gfx1101 == 1.0; extra == \"device-gfx1101\"\n",
+    );
+    let lone = device("Requires-Dist: hipsplit == 1.0\n", "lone");
+    let p = problems(&check_targets(&[host1101.clone(), lone, family.clone()], "gfx1101", 1));
+    assert!(!p.is_empty() && p.iter().all(|p| p.contains("does not pull `hipsplit_device_gfx11`")), "{p:#?}");
+    let chained = device("Requires-Dist: hipsplit == 1.0\nRequires-Dist: hipsplit-device-gfx11 == 1.0\n", "chained");
+    check_targets(&[host1101, chained, family], "gfx1101", 0);
 }
 
 /// `wheel build --split`: tests/fixtures/hip/pyext built for two targets in

@@ -123,6 +123,11 @@ pub fn cc_shared(out: &Path, src: &str, extra: &[&str]) {
 /// Write a wheel `dir/file_name` holding `files` (path in the wheel, host
 /// file) plus METADATA, WHEEL (tags from the file name) and RECORD.
 pub fn make_wheel(dir: &Path, file_name: &str, files: &[(&str, &Path)]) -> PathBuf {
+    make_wheel_with(dir, file_name, files, "")
+}
+
+/// [`make_wheel`] with more METADATA lines (`Requires-Dist: ...\n`).
+pub fn make_wheel_with(dir: &Path, file_name: &str, files: &[(&str, &Path)], metadata: &str) -> PathBuf {
     use sha2::{Digest, Sha256};
     use std::io::Write;
     let stem = file_name.trim_end_matches(".whl");
@@ -134,7 +139,7 @@ pub fn make_wheel(dir: &Path, file_name: &str, files: &[(&str, &Path)]) -> PathB
         files.iter().map(|(p, host)| (p.to_string(), std::fs::read(host).unwrap())).collect();
     members.push((
         format!("{dist_info}/METADATA"),
-        format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n").into(),
+        format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{metadata}").into(),
     ));
     members.push((
         format!("{dist_info}/WHEEL"),

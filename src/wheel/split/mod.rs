@@ -13,8 +13,8 @@
 //! gains a `device-<target>` extra per target (`packages`). Every wheel is
 //! written by the one zip engine: sorted members, fixed modes and times,
 //! a RECORD of urlsafe-base64 hashes that lists itself; the same input
-//! gives the same bytes. Nothing is written until all of it is ready, and
-//! each wheel is renamed into place whole.
+//! gives the same bytes. Every wheel is written in scratch space and all
+//! are renamed into place at the end: a failure leaves nothing behind.
 
 mod databases;
 mod extract;
@@ -123,6 +123,83 @@ impl Package {
     }
 }
 
+/// What every device wheel of one split shares.
+struct DeviceOf<'a> {
+    /// The host project's name and version.
+    name: &'a str,
+    version: &'a str,
+    prefix: &'a str,
+    overlay: &'a str,
+    /// The host wheel's file name: the device wheels take its tags.
+    wheel: &'a super::name::WheelName,
+    time: zip::DateTime,
+}
+
+impl DeviceOf<'_> {
+    /// Write the device wheel of `key` into `dir`.
+    fn write(&self, dir: &Path, key: String, p: Package, requires: Vec<String>) -> Result<DeviceWheel, SplitError> {
+        let Package { level, mut entries, kpacks, databases } = p;
+        let (version, n) = (self.version, self.wheel);
+        let dist = packages::dist_name(self.prefix, &key);
+        let stem = format!("{}-{version}", dist.replace('-', "_"));
+        let dist_info = format!("{stem}.dist-info");
+        let meta = packages::device_metadata(&dist, version, self.name, &key, &requires, self.prefix);
+        let wheel_file = format!(
+            "Wheel-Version: 1.0\nGenerator: quarry {}\nRoot-Is-Purelib: false\n{}",
+            env!("CARGO_PKG_VERSION"),
+            n.expanded_tags().iter().map(|t| format!("Tag: {t}\n")).collect::<String>()
+        );
+        entries.push(ZipEntry::bytes(format!("{dist_info}/METADATA"), meta));
+        entries.push(ZipEntry::bytes(format!("{dist_info}/WHEEL"), wheel_file));
+        if !self.overlay.is_empty() {
+            let top = format!("{}\n", self.overlay.trim_end_matches('/'));
+            entries.push(ZipEntry::bytes(format!("{dist_info}/top_level.txt"), top));
+        }
+        let tags = format!("{}-{}-{}", n.python_tags.join("."), n.abi_tags.join("."), n.platform_tags.join("."));
+        let out = dir.join(format!("{stem}-{tags}.whl"));
+        write_wheel(&out, &dist_info, entries, self.time)?;
+        Ok(DeviceWheel { wheel: out, name: dist, key, level, kpacks, databases, requires })
+    }
+}
+
+/// A fat binary of the wheel: its path in the wheel, on disk, and its wrappers.
+type Fat = (String, PathBuf, kpack_ref::FatBinary);
+
+/// The wheel's fat binaries, in path order (ordinals follow it).
+fn fat_binaries(wheel: &Path, u: &super::unpack::Unpacked) -> Result<Vec<Fat>, SplitError> {
+    let mut fat = Vec::new();
+    for rel in &u.scan.extracted {
+        let path = u.root.join(rel);
+        let in_member =
+            |e: SplitError| SplitError::Member { wheel: wheel.to_path_buf(), member: rel.clone(), source: Box::new(e) };
+        if !crate::elf::is_elf(&path) || !has_fatbin(&path).map_err(in_member)? {
+            continue;
+        }
+        if let Some(f) = kpack_ref::read_fat_binary(&path).map_err(|e| in_member(e.into()))? {
+            fat.push((rel.clone(), path, f));
+        }
+    }
+    fat.sort_by(|a, b| a.0.cmp(&b.0));
+    if fat.is_empty() {
+        return Err(SplitError::Wheel {
+            wheel: wheel.to_path_buf(),
+            why: "it holds no fat binary (no ELF file with a .hip_fatbin section): nothing to split".into(),
+        });
+    }
+    Ok(fat)
+}
+
+/// Where archives and rewritten binaries are placed from: the package
+/// directory that holds the fat binaries (`torch/`), or the wheel's root
+/// if several do.
+fn overlay_of(fat: &[Fat]) -> String {
+    let tops: BTreeSet<&str> = fat.iter().map(|(rel, _, _)| rel.split('/').next().unwrap_or("")).collect();
+    match tops.iter().next() {
+        Some(top) if tops.len() == 1 && fat.iter().all(|(rel, _, _)| rel.contains('/')) => format!("{top}/"),
+        _ => String::new(),
+    }
+}
+
 /// Split `wheel` into `out_dir`.
 pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<SplitReport, SplitError> {
     let wheel_err = |why: String| SplitError::Wheel { wheel: wheel.to_path_buf(), why };
@@ -139,32 +216,8 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
     let prefix =
         options.device_prefix.clone().unwrap_or_else(|| format!("{}-device", super::name::normalize_name(&name)));
 
-    // The fat binaries, in path order (ordinals follow it).
-    let mut fat = Vec::new();
-    for rel in &u.scan.extracted {
-        let path = u.root.join(rel);
-        let in_member =
-            |e: SplitError| SplitError::Member { wheel: wheel.to_path_buf(), member: rel.clone(), source: Box::new(e) };
-        if !crate::elf::is_elf(&path) || !has_fatbin(&path).map_err(in_member)? {
-            continue;
-        }
-        if let Some(f) = kpack_ref::read_fat_binary(&path).map_err(|e| in_member(e.into()))? {
-            fat.push((rel.clone(), path, f));
-        }
-    }
-    fat.sort_by(|a, b| a.0.cmp(&b.0));
-    if fat.is_empty() {
-        return Err(wheel_err(
-            "it holds no fat binary (no ELF file with a .hip_fatbin section): nothing to split".into(),
-        ));
-    }
-    // Archives and rewritten binaries are placed relative to the package
-    // directory that holds the fat binaries (the wheel's root if several do).
-    let tops: BTreeSet<&str> = fat.iter().map(|(rel, _, _)| rel.split('/').next().unwrap_or("")).collect();
-    let overlay = match tops.iter().next() {
-        Some(top) if tops.len() == 1 && fat.iter().all(|(rel, _, _)| rel.contains('/')) => format!("{top}/"),
-        _ => String::new(),
-    };
+    let fat = fat_binaries(wheel, &u)?;
+    let overlay = overlay_of(&fat);
 
     let wanted: Option<BTreeSet<String>> = options.targets.as_ref().map(|t| t.iter().cloned().collect());
     let mut found: BTreeSet<String> = BTreeSet::new();
@@ -237,42 +290,30 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
         package.databases.push(rel.clone());
     }
 
-    // The host wheel: METADATA with the extras, fat binaries rewritten.
+    // Every wheel is written in the scratch directory, then all are renamed
+    // into place: a failure leaves nothing in `out_dir`.
     let keys: BTreeSet<String> = by_key.keys().cloned().collect();
     let lines = packages::host_metadata_lines(&prefix, &version, &keys, options.families);
     std::fs::write(&metadata_path, packages::add_to_metadata(&metadata, &lines))
         .map_err(|e| SplitError::io(&metadata_path, e))?;
-    let host = out_dir.join(wheel.file_name().expect("a wheel file name"));
-    // Device wheels first, then the host: a host wheel present means its devices are too.
+    let done = u.work.path().join("done");
+    std::fs::create_dir_all(&done).map_err(|e| SplitError::io(&done, e))?;
+    let file_name = wheel.file_name().expect("a wheel file name");
+    pack_dir_with(&u.root, &u.dist_info, &done.join(file_name), time, substitutes)?;
     let parents = packages::parents(&keys, options.families);
-    let tags = {
-        let n = &u.name;
-        format!("{}-{}-{}", n.python_tags.join("."), n.abi_tags.join("."), n.platform_tags.join("."))
-    };
+    let device_of =
+        DeviceOf { name: &name, version: &version, prefix: &prefix, overlay: &overlay, wheel: &u.name, time };
     let mut device = Vec::new();
-    for (key, Package { level, mut entries, kpacks, databases }) in by_key {
-        let dist = packages::dist_name(&prefix, &key);
-        let stem = format!("{}-{version}", dist.replace('-', "_"));
-        let dist_info = format!("{stem}.dist-info");
+    for (key, package) in by_key {
         let requires = parents[&key].clone();
-        let meta = packages::device_metadata(&dist, &version, &name, &key, &requires, &prefix);
-        let wheel_file = format!(
-            "Wheel-Version: 1.0\nGenerator: quarry {}\nRoot-Is-Purelib: false\n{}",
-            env!("CARGO_PKG_VERSION"),
-            u.name.expanded_tags().iter().map(|t| format!("Tag: {t}\n")).collect::<String>()
-        );
-        entries.push(ZipEntry::bytes(format!("{dist_info}/METADATA"), meta));
-        entries.push(ZipEntry::bytes(format!("{dist_info}/WHEEL"), wheel_file));
-        if !overlay.is_empty() {
-            entries.push(ZipEntry::bytes(
-                format!("{dist_info}/top_level.txt"),
-                format!("{}\n", overlay.trim_end_matches('/')),
-            ));
-        }
-        let out = out_dir.join(format!("{stem}-{tags}.whl"));
-        write_wheel(&out, &dist_info, entries, time)?;
-        device.push(DeviceWheel { wheel: out, name: dist, key, level, kpacks, databases, requires });
+        device.push(device_of.write(&done, key, package, requires)?);
     }
-    pack_dir_with(&u.root, &u.dist_info, &host, time, substitutes)?;
+    for d in &mut device {
+        let to = out_dir.join(d.wheel.file_name().expect("named"));
+        std::fs::rename(&d.wheel, &to).map_err(|e| SplitError::io(&to, e))?;
+        d.wheel = to;
+    }
+    let host = out_dir.join(file_name);
+    std::fs::rename(done.join(file_name), &host).map_err(|e| SplitError::io(&host, e))?;
     Ok(SplitReport { input: wheel.to_path_buf(), host, binaries, device, dropped })
 }
