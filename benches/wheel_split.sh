@@ -33,8 +33,9 @@
 #   (every processor both hipcc 5.7 and rocm-bootstrap know), >= 20 MB of
 #   .hip_fatbin, plus librdc.so (-fgpu-rdc, the same eight targets);
 # - debian: Debian 13's own fat librocblas.so.0 and librocsolver.so.0,
-#   copied out of the image (Debian 13 ships no RCCL in it: no
-#   librccl.so there, the run says so).
+#   copied out of hip-builder-debian13, and librccl.so.1 (Debian 13's
+#   librccl1, over rocm-runtime-debian13 in an image defined and locked
+#   here): 2.3 GB of .hip_fatbin, 10 targets from gfx803 to gfx1102.
 # Rows per input: quarry split twice (the outputs must be byte-identical),
 # `quarry wheel check` of every output wheel (RECORDs valid), the floor
 # (unzip -p of the input to /dev/null; zstd -3, one thread, of the fat
@@ -242,11 +243,34 @@ debian_input() {
     in_image "$repo/tests/fixtures/hip" "$d" '
         mkdir -p /work/out
         cd /usr/lib/x86_64-linux-gnu
-        cp -L librocblas.so.0 librocsolver.so.0 /work/out/
-        ls librccl* 2>/dev/null > /work/out/rccl.txt || echo "no librccl* in /usr/lib/x86_64-linux-gnu" > /work/out/rccl.txt'
+        cp -L librocblas.so.0 librocsolver.so.0 /work/out/'
+    # RCCL is not in hip-builder-debian13: Debian 13's librccl1 over the
+    # runtime image, built from a definition written here (pinned by its lock).
+    local rccl=$bench/rccl-debian13
+    mkdir -p "$rccl"
+    cat > "$rccl/rccl-debian13.toml" <<TOML
+name = "rccl-debian13"
+base = { image = "$repo/images/rocm-runtime-debian13.toml" }
+[params]
+DEBIAN_MIRROR = "host"
+[[layer]]
+name = "rccl"
+[[layer.source]]
+[layer.source.packages]
+suite = "trixie"
+components = ["main"]
+mirror = "\${DEBIAN_MIRROR}"
+keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+include = ["librccl1"]
+TOML
+    [ -f "$rccl/rccl-debian13.lock" ] || "$quarry" lock "$rccl/rccl-debian13.toml" --cache-dir "$cache"
+    "$quarry" build "$rccl/rccl-debian13.toml" --cache-dir "$cache" -o "$rccl/layout" --quiet
+    "$quarry" run "$rccl/layout" --gpu none --cache-dir "$cache" --copy-out "/work/out:$d.tmp" \
+        -- sh -ec 'mkdir -p /work/out && cp -L /usr/lib/x86_64-linux-gnu/librccl.so.1 /work/out/'
     mkdir -p "$d"
     mkwheel "$wheel" deb13rocm py3-none-linux_x86_64 \
-        "deb13rocm/lib/librocblas.so.0=$d.tmp/librocblas.so.0" "deb13rocm/lib/librocsolver.so.0=$d.tmp/librocsolver.so.0"
+        "deb13rocm/lib/librocblas.so.0=$d.tmp/librocblas.so.0" "deb13rocm/lib/librocsolver.so.0=$d.tmp/librocsolver.so.0" \
+        "deb13rocm/lib/librccl.so.1=$d.tmp/librccl.so.1"
     mv "$d.tmp"/* "$d/"
     rm -rf "$d.tmp"
     touch "$d/done"

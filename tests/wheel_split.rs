@@ -286,6 +286,20 @@ fn targets_narrow_the_split_and_bad_input_writes_nothing() {
     let report = split(&wheel, &out, &["--targets", "gfx942"]);
     assert_eq!(report["device"].as_array().unwrap().len(), 1, "{report:#}");
     assert_eq!(report["dropped"], serde_json::json!(["gfx1100", "gfx90a"]));
+    // Stored kernels and no family chain: the runtime finds the same code.
+    let plain = tmp.path().join("plain");
+    let report = split(&wheel, &plain, &["--compression", "none", "--families", "none", "--device-prefix", "hs-dev"]);
+    let set: Vec<PathBuf> = std::iter::once(report["host"].as_str().unwrap().into())
+        .chain(report["device"].as_array().unwrap().iter().map(|d| PathBuf::from(d["wheel"].as_str().unwrap())))
+        .collect();
+    assert!(set.iter().any(|w| w.to_string_lossy().contains("hs_dev_gfx942-1.0")), "{report:#}");
+    check_targets(&set, "gfx942", 0);
+    let site = tmp.path().join("plain-site");
+    for w in &set {
+        install(w, &site);
+    }
+    let original = original_code(&built().join("libtwo.so"));
+    assert_eq!(runtime_lookup(&site.join(LIBS[1]), 1, "gfx942").as_ref(), original[1].get("gfx942"));
 
     // A target the wheel lacks, and a wheel without fat binaries: errors naming them, nothing written.
     let none = tmp.path().join("none");

@@ -72,7 +72,7 @@ pub struct KpackWriter<W: Write + Seek> {
     count: u32,
     /// The next byte's offset.
     pos: u64,
-    compressor: Option<zstd::bulk::Compressor<'static>>,
+    /// The last frame's buffer, reused for the next.
     buf: Vec<u8>,
 }
 
@@ -85,15 +85,11 @@ impl<W: Write + Seek> KpackWriter<W> {
         head[4..8].copy_from_slice(&1u32.to_le_bytes());
         out.write_all(&head)?;
         let mut pos = BLOB_START;
-        let compressor = match scheme {
-            Scheme::None => None,
-            Scheme::ZstdPerKernel => {
-                // The kernel count, written when the archive is finished.
-                out.write_all(&0u32.to_le_bytes())?;
-                pos += 4;
-                Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?)
-            }
-        };
+        if scheme == Scheme::ZstdPerKernel {
+            // The kernel count, written when the archive is finished.
+            out.write_all(&0u32.to_le_bytes())?;
+            pos += 4;
+        }
         Ok(KpackWriter {
             out,
             scheme,
@@ -103,7 +99,6 @@ impl<W: Write + Seek> KpackWriter<W> {
             blobs: Vec::new(),
             count: 0,
             pos,
-            compressor,
             buf: Vec::new(),
         })
     }
@@ -115,8 +110,8 @@ impl<W: Write + Seek> KpackWriter<W> {
         if self.toc.get(binary_key).is_some_and(|a| a.contains_key(&self.arch)) {
             return Err(io::Error::other(format!("kernel `{binary_key}` for {} is added twice", self.arch)));
         }
-        match self.compressor.as_mut() {
-            None => {
+        match self.scheme {
+            Scheme::None => {
                 let copied = io::copy(&mut code.take(size), &mut self.out)?;
                 if copied != size {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the kernel ends early"));
@@ -124,18 +119,29 @@ impl<W: Write + Seek> KpackWriter<W> {
                 self.blobs.push(Blob { offset: self.pos, size });
                 self.pos += size;
             }
-            Some(z) => {
-                self.buf.clear();
-                code.take(size).read_to_end(&mut self.buf)?;
-                if self.buf.len() as u64 != size {
+            Scheme::ZstdPerKernel => {
+                // One frame with its content size and no checksum, as ROCm
+                // writes them, compressed as the kernel streams in: memory
+                // holds the frame, never the kernel.
+                let mut out = std::mem::take(&mut self.buf);
+                out.clear();
+                let mut enc = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?;
+                enc.set_pledged_src_size(Some(size))?;
+                enc.include_contentsize(true)?;
+                enc.include_checksum(false)?;
+                if io::copy(&mut code.take(size), &mut enc)? != size {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the kernel ends early"));
                 }
-                // One frame with its content size and no checksum, as ROCm writes them.
-                let frame = z.compress(&self.buf)?;
+                let frame = enc.finish()?;
                 let len = u32::try_from(frame.len()).map_err(|_| io::Error::other("a kernel over 4 GiB"))?;
                 self.out.write_all(&len.to_le_bytes())?;
                 self.out.write_all(&frame)?;
                 self.pos += 4 + frame.len() as u64;
+                // Kept for the next kernel unless a large one made it large:
+                // a split has one writer per architecture open at once.
+                if frame.capacity() <= 4 << 20 {
+                    self.buf = frame;
+                }
             }
         }
         self.toc
