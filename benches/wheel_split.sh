@@ -265,8 +265,12 @@ include = ["librccl1"]
 TOML
     [ -f "$rccl/rccl-debian13.lock" ] || "$quarry" lock "$rccl/rccl-debian13.toml" --cache-dir "$cache"
     "$quarry" build "$rccl/rccl-debian13.toml" --cache-dir "$cache" -o "$rccl/layout" --quiet
-    "$quarry" run "$rccl/layout" --gpu none --cache-dir "$cache" --copy-out "/work/out:$d.tmp" \
-        -- sh -ec 'mkdir -p /work/out && cp -L /usr/lib/x86_64-linux-gnu/librccl.so.1 /work/out/'
+    # (The runtime image's user is not root: /tmp, not /work.)
+    rm -rf "$d.rccl"
+    "$quarry" run "$rccl/layout" --gpu none --cache-dir "$cache" --copy-out "/tmp/out:$d.rccl" \
+        -- sh -ec 'mkdir -p /tmp/out && cp -L /usr/lib/x86_64-linux-gnu/librccl.so.1 /tmp/out/'
+    mv "$d.rccl/librccl.so.1" "$d.tmp/"
+    rm -rf "$d.rccl"
     mkdir -p "$d"
     mkwheel "$wheel" deb13rocm py3-none-linux_x86_64 \
         "deb13rocm/lib/librocblas.so.0=$d.tmp/librocblas.so.0" "deb13rocm/lib/librocsolver.so.0=$d.tmp/librocsolver.so.0" \
@@ -320,7 +324,6 @@ PY
 measure() { # INPUT (after its *_input: $name, $wheel, $ref_extra)
     local input=$1 q1=$bench/out-$1-1 q2=$bench/out-$1-2 ref=$bench/ref-$1 prefix=$name-device f
     echo "== $input: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"
-    [ "$input" != debian ] || cat "$bench/debian/rccl.txt"
     cat "$wheel" > /dev/null
     rm -rf "$q1" "$q2"
     timed "$input" "quarry split" "$quarry" wheel split --json --device-prefix "$prefix" -o "$q1" "$wheel"
