@@ -165,7 +165,7 @@ impl DeviceOf<'_> {
 /// A fat binary of the wheel: its path in the wheel, on disk, and its wrappers.
 type Fat = (String, PathBuf, kpack_ref::FatBinary);
 
-/// The wheel's fat binaries, in path order (ordinals follow it).
+/// The wheel's fat binaries, in the order their kernels are numbered.
 fn fat_binaries(wheel: &Path, u: &super::unpack::Unpacked) -> Result<Vec<Fat>, SplitError> {
     let mut fat = Vec::new();
     for rel in &u.scan.extracted {
@@ -179,7 +179,10 @@ fn fat_binaries(wheel: &Path, u: &super::unpack::Unpacked) -> Result<Vec<Fat>, S
             fat.push((rel.clone(), path, f));
         }
     }
-    fat.sort_by(|a, b| a.0.cmp(&b.0));
+    // Largest first, as ROCm's splitter numbers them (its ordinals then
+    // match ours), ties by path: the order is the same on every machine.
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    fat.sort_by(|a, b| size(&b.1).cmp(&size(&a.1)).then_with(|| a.0.cmp(&b.0)));
     if fat.is_empty() {
         return Err(SplitError::Wheel {
             wheel: wheel.to_path_buf(),
