@@ -25,6 +25,14 @@
 //!   in place of the old ones, and moves the program header table at most
 //!   once (see [`layout::plan`]).
 //!
+//! That is the middle layout, for a default link. A file linked with
+//! [`FATBIN_LAST_LINK_SCRIPT`] has `.hip_fatbin` last, in a PT_LOAD of its
+//! own, and takes the tail layout instead (`tail`): the fatbin's PT_LOAD
+//! becomes the marker's, the sections after it move up, the symbols in it
+//! and the GNU build-id are recomputed, so the output depends on the host
+//! parts only and shard builds for different GPU targets can be proved
+//! identical. Which layout was taken is [`Kpacked::layout`].
+//!
 //! ROCm's reference rewrite (rocm-kpack's Python `kpack_offload_binary`) is
 //! the model, less its defects: it zeroes a non-PIE file's pointer, ignores
 //! RELR, drops memory-only tails of the split segment, leaves the old
@@ -34,18 +42,21 @@
 //! and the relocation tables are read, and the output is verified with
 //! [`verify_splice`] before it is returned. The same input gives the same bytes.
 
+mod build_id;
 mod layout;
 mod raw;
 mod read;
+mod tail;
 
 pub use raw::{HIPF_MAGIC, HIPK_MAGIC};
 
 use crate::elf::{verify_splice, ElfError};
-use crate::splice::{Part, Splice};
+use crate::splice::{Part, Source, Splice};
 use layout::{Table, MARKER_NAME};
 use raw::{Phdr, Shdr, WRAPPER_LEN};
 use read::{Input, Reloc};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What is wrong with a file asked to be kpack'd.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -131,12 +142,49 @@ pub struct Kpacked {
     /// The marker's address (each wrapper's pointer) and file offset.
     pub marker_vaddr: u64,
     pub marker_offset: u64,
-    /// Bytes of `.hip_fatbin` left out of the file (whole pages).
+    /// Bytes of `.hip_fatbin` left out of the file: its whole pages in the
+    /// middle layout, all of it in the tail layout.
     pub removed: u64,
     /// The program header table moved to the end of the file, or into the
-    /// first fatbin page (executables), rather than growing in place.
+    /// first fatbin page (executables), rather than growing in place
+    /// (never in the tail layout).
     pub table_moved: bool,
+    /// Which layout the rewrite took.
+    pub layout: KpackLayout,
 }
+
+/// The two layouts of the rewrite, chosen from the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KpackLayout {
+    /// `.hip_fatbin` sits among the host sections (a default link): its
+    /// whole pages leave the file, the PT_LOAD holding it is split, the
+    /// marker goes above every segment (see `layout::plan`).
+    Middle,
+    /// `.hip_fatbin` comes last (linked with [`FATBIN_LAST_LINK_SCRIPT`]):
+    /// its PT_LOAD becomes the marker's and the output depends on the host
+    /// parts only, never on the fatbin's size or content (see `tail`).
+    Tail,
+}
+
+/// A GNU ld script (pass it as `-Wl,-T,file`) that puts `.hip_fatbin`
+/// after `.bss`, in a read-only PT_LOAD of its own: last in memory and last
+/// among the file's loaded bytes (only the non-alloc sections and the
+/// section header table follow it).
+///
+/// Why: shard builds (one project compiled for different GPU targets on
+/// different machines) are merged, and their host parts must be proved
+/// identical after the rewrite. In a default link `.hip_fatbin` sits after
+/// `.rodata`, before `.eh_frame_hdr` and `.data`, so its size shifts every
+/// later address and shard hosts can never be identical. Linked with this
+/// script, a file takes the [`KpackLayout::Tail`] rewrite, whose output
+/// depends on the host parts only.
+pub const FATBIN_LAST_LINK_SCRIPT: &str = "\
+SECTIONS
+{
+  .hip_fatbin ALIGN(0x1000) : { KEEP(*(.hip_fatbin)) }
+}
+INSERT AFTER .bss;
+";
 
 /// The rewritten host binary, as a splice over the source.
 pub fn kpack_host(path: &Path, marker: &KpackRef) -> Result<Splice, ElfError> {
@@ -144,6 +192,10 @@ pub fn kpack_host(path: &Path, marker: &KpackRef) -> Result<Splice, ElfError> {
 }
 
 /// [`kpack_host`], with where the rewrite put things.
+///
+/// The layout is chosen from the file: [`KpackLayout::Tail`] when
+/// `.hip_fatbin` comes last (linked with [`FATBIN_LAST_LINK_SCRIPT`]; see
+/// `tail` for the exact conditions), [`KpackLayout::Middle`] otherwise.
 pub fn kpack_host_layout(path: &Path, marker: &KpackRef) -> Result<Kpacked, ElfError> {
     let problem = |problem| ElfError::Kpack { path: path.to_path_buf(), problem };
     let bytes = marker.to_msgpack();
@@ -151,13 +203,25 @@ pub fn kpack_host_layout(path: &Path, marker: &KpackRef) -> Result<Kpacked, ElfE
         return Err(problem(KpackProblem::MarkerTooLarge(bytes.len())));
     }
     let input = Input::read(path)?.ok_or_else(|| problem(KpackProblem::NoFatbin))?;
-    let plan = layout::plan(&input, bytes.len() as u64)?;
     let io = |source| ElfError::Io { path: path.to_path_buf(), source };
     let whole = Splice::file(path).map_err(io)?;
     if whole.len() != input.len {
         return Err(io(std::io::Error::other("the file changed while it was read")));
     }
     let source = whole.source().expect("a file splice has a source");
+    let kpacked = match tail::fatbin_last(&input) {
+        Some(load) => tail::rewrite(&input, load, &bytes, source)?,
+        None => middle(&input, bytes, source)?,
+    };
+    let edited = PathBuf::from(format!("{} (kpack'd)", path.display()));
+    verify_splice(&kpacked.splice, &edited)?;
+    Ok(kpacked)
+}
+
+/// The rewrite of a file whose `.hip_fatbin` sits among the host sections
+/// (see [`layout::plan`]).
+fn middle(input: &Input, bytes: Vec<u8>, source: Arc<Source>) -> Result<Kpacked, ElfError> {
+    let plan = layout::plan(input, bytes.len() as u64)?;
     let file = |offset: u64, end: u64| Part::File { source: source.clone(), offset, len: end - offset };
 
     let mut out = Splice::default();
@@ -190,30 +254,36 @@ pub fn kpack_host_layout(path: &Path, marker: &KpackRef) -> Result<Kpacked, ElfE
     if !matches!(plan.table, Table::Tail { .. }) {
         out.overwrite(plan.phoff, table);
     }
-    let segment = plan.out(input.sections[input.segment].sh_offset);
-    for (i, w) in input.wrappers.iter().enumerate() {
-        let mut wrapper = Vec::with_capacity(WRAPPER_LEN as usize);
-        wrapper.extend_from_slice(&HIPK_MAGIC.to_le_bytes());
-        wrapper.extend_from_slice(&1u32.to_le_bytes());
-        wrapper.extend_from_slice(&plan.marker_vaddr.to_le_bytes());
-        wrapper.extend_from_slice(&(i as u64).to_le_bytes());
-        out.overwrite(segment + i as u64 * WRAPPER_LEN, wrapper);
-        if let Reloc::Rela { entry } = w.reloc {
-            // r_info: R_X86_64_RELATIVE, no symbol; r_addend: the marker.
-            let mut rela = u64::from(raw::R_X86_64_RELATIVE).to_le_bytes().to_vec();
-            rela.extend_from_slice(&plan.marker_vaddr.to_le_bytes());
-            out.overwrite(plan.out(entry) + 8, rela);
-        }
-    }
-    let edited = PathBuf::from(format!("{} (kpack'd)", path.display()));
-    verify_splice(&out, &edited)?;
+    rewrite_wrappers(&mut out, input, plan.marker_vaddr, |at| plan.out(at));
     Ok(Kpacked {
         splice: out,
         marker_vaddr: plan.marker_vaddr,
         marker_offset: plan.marker_offset,
         removed: plan.removed.end - plan.removed.start,
         table_moved: plan.table != Table::InPlace,
+        layout: KpackLayout::Middle,
     })
+}
+
+/// Rewrite every wrapper (magic HIPK, pointer at `marker_vaddr`, index in
+/// `dummy1`) and the RELA entry setting its pointer, if any, into a
+/// RELATIVE one to the marker. `out_of` maps a source offset to the output.
+fn rewrite_wrappers(out: &mut Splice, input: &Input, marker_vaddr: u64, out_of: impl Fn(u64) -> u64) {
+    let segment = out_of(input.sections[input.segment].sh_offset);
+    for (i, w) in input.wrappers.iter().enumerate() {
+        let mut wrapper = Vec::with_capacity(WRAPPER_LEN as usize);
+        wrapper.extend_from_slice(&HIPK_MAGIC.to_le_bytes());
+        wrapper.extend_from_slice(&1u32.to_le_bytes());
+        wrapper.extend_from_slice(&marker_vaddr.to_le_bytes());
+        wrapper.extend_from_slice(&(i as u64).to_le_bytes());
+        out.overwrite(segment + i as u64 * WRAPPER_LEN, wrapper);
+        if let Reloc::Rela { entry } = w.reloc {
+            // r_info: R_X86_64_RELATIVE, no symbol; r_addend: the marker.
+            let mut rela = u64::from(raw::R_X86_64_RELATIVE).to_le_bytes().to_vec();
+            rela.extend_from_slice(&marker_vaddr.to_le_bytes());
+            out.overwrite(out_of(entry) + 8, rela);
+        }
+    }
 }
 
 fn table_bytes(phdrs: &[Phdr]) -> Vec<u8> {
