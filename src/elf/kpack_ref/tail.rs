@@ -188,3 +188,83 @@ fn empty_fatbin_symbols(out: &mut Splice, sections: &[Shdr], fatbin: u16, addr: 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn section(sh_type: u32, flags: u64, offset: u64, addr: u64, size: u64) -> Shdr {
+        let (sh_link, sh_info, sh_addralign, sh_entsize) = (0, 0, 1, 0);
+        Shdr {
+            sh_name: 0,
+            sh_type,
+            sh_flags: flags,
+            sh_addr: addr,
+            sh_offset: offset,
+            sh_size: size,
+            sh_link,
+            sh_info,
+            sh_addralign,
+            sh_entsize,
+        }
+    }
+
+    /// Code at 0x100, the fatbin in PT_LOAD 1 (offset 0x2000, address
+    /// 0x3000), then `.comment`, `.shstrtab` and the section header table.
+    fn input() -> Input {
+        let sections = vec![
+            section(SHT_NULL, 0, 0, 0, 0),
+            section(SHT_PROGBITS, SHF_ALLOC, 0x100, 0x100, 0x100),
+            section(SHT_PROGBITS, SHF_ALLOC, 0x2000, 0x3000, 0x100),
+            section(SHT_PROGBITS, 0, 0x2100, 0, 0x10),
+            section(3, 0, 0x2110, 0, 0x20),
+        ];
+        let header = Ehdr {
+            e_type: ET_DYN,
+            e_machine: EM_X86_64,
+            e_phoff: 0x40,
+            e_shoff: 0x2130,
+            e_phentsize: 56,
+            e_phnum: 2,
+            e_shentsize: 64,
+            e_shnum: 5,
+            e_shstrndx: 4,
+        };
+        Input {
+            path: PathBuf::from("synthetic.so"),
+            len: 0x2130 + 5 * 64,
+            header_bytes: vec![0; 64],
+            header,
+            phdrs: vec![Phdr::read_only_load(0, 0, 0x2000), Phdr::read_only_load(0x2000, 0x3000, 0x100)],
+            sections,
+            shstrtab: vec![0; 0x20],
+            fatbin: 2,
+            segment: 1,
+            wrappers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_fatbin_is_last_only_when_nothing_host_follows_it() {
+        assert_eq!(fatbin_last(&input()), Some(1));
+        let mut i = input();
+        i.sections[4].sh_offset = 0x1f00; // `.shstrtab` before the fatbin
+        assert_eq!(fatbin_last(&i), None);
+        let mut i = input();
+        i.header.e_shoff = 0x1c00; // the section header table before it
+        assert_eq!(fatbin_last(&i), None);
+        let mut i = input();
+        i.phdrs.push(Phdr::read_only_load(0x2200, 0x5200, 0x10)); // a segment above
+        assert_eq!(fatbin_last(&i), None);
+        let mut i = input();
+        i.sections[1].sh_addr = 0x3100; // an alloc section above it in memory
+        assert_eq!(fatbin_last(&i), None);
+        let mut i = input();
+        i.sections[3].sh_offset = 0x2080; // a section inside its file bytes
+        assert_eq!(fatbin_last(&i), None);
+        let mut i = input();
+        i.sections[3].sh_addralign = 1 << 21; // an alignment that would pad megabytes
+        assert_eq!(fatbin_last(&i), None);
+    }
+}
