@@ -6,26 +6,12 @@
 
 mod common;
 
-use quarry::code_objects::packaging_chain::{self, ROCM_BOOTSTRAP_VERSION, ROCM_BOOTSTRAP_WHEEL_SHA256};
-use sha2::{Digest, Sha256};
+use quarry::code_objects::packaging_chain;
 use std::collections::BTreeMap;
 use std::process::Command;
 
 fn pinned_wheel() -> std::path::PathBuf {
-    let dir = common::test_cache().join(format!("rocm-bootstrap-{ROCM_BOOTSTRAP_VERSION}"));
-    let wheel = dir.join(format!("rocm_bootstrap-{ROCM_BOOTSTRAP_VERSION}-py3-none-any.whl"));
-    if !wheel.exists() {
-        let st = Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:", "-d"])
-            .arg(&dir)
-            .arg(format!("rocm-bootstrap=={ROCM_BOOTSTRAP_VERSION}"))
-            .status()
-            .unwrap();
-        assert!(st.success(), "pip download rocm-bootstrap=={ROCM_BOOTSTRAP_VERSION} failed");
-    }
-    let digest = hex::encode(Sha256::digest(std::fs::read(&wheel).unwrap()));
-    assert_eq!(digest, ROCM_BOOTSTRAP_WHEEL_SHA256, "{} is not the pinned wheel", wheel.display());
-    wheel
+    common::rocm_bootstrap_wheel()
 }
 
 #[test]

@@ -2,8 +2,9 @@
 against ROCm's Python packages: compiles hipscale/_native.hip for the targets
 in PYTORCH_ROCM_ARCH (`;` or `,` separated) with the HIP compiler, taking
 HIP's headers and libamdhip64 from ROCM_HOME (what `rocm-sdk path --root`
-names; `quarry wheel build --rocm-packages` sets it), and writes the wheel
-with zipfile.
+names; `quarry wheel build --rocm-packages` sets it), links with LDFLAGS
+(as setuptools and CMake do: `quarry wheel build --split` and merge shards
+pass a link script there), and writes the wheel with zipfile.
 
 The compiler: HIPCXX if set, else `hipcc` when ROCM_HOME/bin has one (a
 ROCm build whose packages carry the compiler), else `clang++` on PATH
@@ -12,6 +13,7 @@ ROCm build whose packages carry the compiler), else `clang++` on PATH
 import base64
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -51,6 +53,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     cmd = _compiler(rocm) + ["-O2", "-fPIC", "-shared", "-I" + sysconfig.get_paths()["include"]]
     cmd += ["--offload-arch=" + a for a in archs]
     cmd += ["-o", so, "hipscale/_native.hip", "-L" + os.path.join(rocm, "lib"), "-lamdhip64"]
+    cmd += shlex.split(os.environ.get("LDFLAGS", ""))
     print(" ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True)
     py = "cp%d%d" % sys.version_info[:2]

@@ -219,6 +219,9 @@ fn print_plan(p: &MatrixPlan) {
         (DoneIn::NotLookedUp, _) => format!("keys not computed: done cells are not looked up in {}", p.registry),
     };
     println!("{} of {} cells to run ({why})", p.to_run, p.cells.len());
+    for (group, cells) in &p.merges {
+        println!("merge {group}: {} (collect merges them into host and device wheels)", cells.join(" + "));
+    }
 }
 
 fn plan(a: PlanArgs) -> anyhow::Result<i32> {
@@ -372,12 +375,29 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
                 }
             }
         }
+        for merged in &r.merges {
+            match (&merged.host, &merged.error) {
+                (Some(host), _) => println!(
+                    "merge {}: {} -> {} and {} device wheel(s)",
+                    merged.group,
+                    merged.cells.join(" + "),
+                    host.file_name().unwrap_or_default().to_string_lossy(),
+                    merged.device.len()
+                ),
+                (None, Some(e)) => println!("merge {}: {e}", merged.group),
+                (None, None) => {}
+            }
+        }
         println!(
             "{}: {} cells, report in {}",
             r.output.display(),
             r.cells.len(),
             r.output.join("report.json").display()
         );
+    }
+    if let Some(e) = r.merges.iter().find_map(|m| m.error.as_ref().filter(|_| r.incomplete.is_empty())) {
+        eprintln!("quarry: error: {e}");
+        return Ok(1);
     }
     if !r.incomplete.is_empty() {
         eprintln!(

@@ -107,9 +107,15 @@ pub fn read(r: &mut impl Forward, available: Option<u64>) -> Result<Bundle, Bund
     read_with(r, available, &mut |_, _| Ok(()))
 }
 
-/// [`read`], handing each entry's code to `visit` as it streams past (what
-/// `visit` leaves unread is skipped).
-pub fn read_with(r: &mut impl Forward, available: Option<u64>, visit: &mut Visit) -> Result<Bundle, BundleError> {
+/// The entries a bundle's header lists (ids, offsets, sizes; no code
+/// read): what a caller needs to know before streaming the code, such as
+/// how much device code a binary holds.
+pub fn entries(r: &mut impl Read, available: Option<u64>) -> Result<Vec<Entry>, BundleError> {
+    read_header(r, available).map(|(entries, _)| entries)
+}
+
+/// The header: its entries and its length.
+fn read_header(r: &mut impl Read, available: Option<u64>) -> Result<(Vec<Entry>, u64), BundleError> {
     let mut magic = [0u8; 24];
     r.read_exact(&mut magic).map_err(|e| eof(e, "the magic"))?;
     if magic != MAGIC {
@@ -144,7 +150,14 @@ pub fn read_with(r: &mut impl Forward, available: Option<u64>, visit: &mut Visit
         }
         entries.push(Entry { id, offset, size, head: Vec::new() });
     }
-    let header_len = pos;
+    Ok((entries, pos))
+}
+
+/// [`read`], handing each entry's code to `visit` as it streams past (what
+/// `visit` leaves unread is skipped).
+pub fn read_with(r: &mut impl Forward, available: Option<u64>, visit: &mut Visit) -> Result<Bundle, BundleError> {
+    let (mut entries, header_len) = read_header(r, available)?;
+    let mut pos = header_len;
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_by_key(|&i| entries[i].offset);
     for i in order {

@@ -171,6 +171,34 @@ pub fn read_with(data: &[u8], visit: &mut bundle::Visit) -> Result<Compressed, B
     Ok(Compressed { header, bundle, consumed })
 }
 
+/// The entries of the compressed bundle `r` starts with, from the header
+/// of the bundle inside: only the first bytes are decompressed (the code is
+/// not, and the size and hash, which cover all of it, are not checked).
+pub fn entries(r: &mut impl Read) -> Result<Vec<bundle::Entry>, BundleError> {
+    let mut head = [0u8; 32];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    let header = parse_header(&head[..got])?;
+    let payload = (&head[header.header_len..got]).chain(r);
+    let available = Some(header.uncompressed_size);
+    let read = match header.method {
+        Method::Zstd => {
+            let dec = zstd::stream::read::Decoder::new(payload).map_err(|e| decode_err(header.method, e))?;
+            bundle::entries(&mut dec.single_frame(), available)
+        }
+        Method::Zlib => bundle::entries(&mut flate2::read::ZlibDecoder::new(payload), available),
+    };
+    read.map_err(|e| match e {
+        BundleError::Io(io) => decode_err(header.method, io),
+        other => other,
+    })
+}
+
 /// Read the bundle out of a decompressing stream, then drain it to check
 /// its size and hash.
 fn inflate<R: Read>(dec: R, header: &Header, visit: &mut bundle::Visit) -> Result<(Bundle, Md5, u64), BundleError> {
@@ -240,6 +268,22 @@ mod tests {
                 assert_eq!(r.header.uncompressed_size, plain.len() as u64);
             }
         }
+    }
+
+    #[test]
+    fn entries_come_from_the_header_alone() {
+        let plain = sample();
+        let whole = bundle::read(&mut &plain[..], Some(plain.len() as u64)).unwrap();
+        for method in [Method::Zstd, Method::Zlib] {
+            for version in 1..=3 {
+                let c = compress(&plain, method, version);
+                let got = entries(&mut &c[..]).unwrap_or_else(|e| panic!("{method:?} v{version}: {e}"));
+                let ids = |v: &[bundle::Entry]| v.iter().map(|e| (e.id.clone(), e.size)).collect::<Vec<_>>();
+                assert_eq!(ids(&got), ids(&whole.entries), "{method:?} v{version}");
+            }
+        }
+        assert!(matches!(entries(&mut &b"CCOB"[..]), Err(BundleError::Truncated(_))));
+        assert!(matches!(entries(&mut &b"nope"[..]), Err(BundleError::BadMagic)));
     }
 
     #[test]

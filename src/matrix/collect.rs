@@ -49,6 +49,16 @@ pub struct Collected {
     pub cells: Vec<CollectedCell>,
     /// Cells that failed or never ran: `collect` exits non-zero when any.
     pub incomplete: Vec<String>,
+    /// Merged matrices: each merge's host and device wheels (or why none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub merges: Vec<super::sharding::Merged>,
+}
+
+impl Collected {
+    /// Every cell collected and every merge made.
+    pub fn complete(&self) -> bool {
+        self.incomplete.is_empty() && self.merges.iter().all(|m| m.error.is_none())
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> MatrixError + '_ {
@@ -63,6 +73,9 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path, log_dir: &Path) -> R
     let scratch = tempfile::Builder::new().prefix(".quarry-collect-").tempdir_in(dir).map_err(io(dir))?;
     let mut products = Products::open(registry)?;
     let mut out = Vec::new();
+    // Merged matrices: the shards wait here until their merge is made.
+    let shards_dir = scratch.path().join("shards");
+    let mut keys = BTreeMap::new();
     for cell in cells(m) {
         let mut c = CollectedCell {
             id: cell.id.clone(),
@@ -88,6 +101,7 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path, log_dir: &Path) -> R
             out.push(c);
             continue;
         };
+        keys.insert(cell.id.clone(), key.clone());
         c.seconds = Some(report.seconds);
         c.digest = Some(artifact.to_string());
         if report.status == Status::Failed {
@@ -97,10 +111,10 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path, log_dir: &Path) -> R
             continue;
         }
         let place = |name: &str| -> PathBuf {
-            if m.job.kind == JobKind::Wheel {
-                dir.join(name)
-            } else {
-                dir.join(&cell.id).join(name)
+            match (m.job.kind, m.job.merge) {
+                (JobKind::Wheel, true) => shards_dir.join(&cell.id).join(name),
+                (JobKind::Wheel, false) => dir.join(name),
+                _ => dir.join(&cell.id).join(name),
             }
         };
         for layer in &layers {
@@ -126,11 +140,15 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path, log_dir: &Path) -> R
         c.status = CellStatus::Ok;
         out.push(c);
     }
+    let merges = match m.job.merge {
+        true => super::sharding::merge_collected(&cells(m), &out, &keys, &shards_dir, dir)?,
+        false => Vec::new(),
+    };
     if m.job.kind == JobKind::Wheel {
         write_index(dir)?;
     }
     let incomplete = out.iter().filter(|c| c.status != CellStatus::Ok).map(|c| c.id.clone()).collect();
-    let collected = Collected { matrix: m.name.clone(), output: dir.to_path_buf(), cells: out, incomplete };
+    let collected = Collected { matrix: m.name.clone(), output: dir.to_path_buf(), cells: out, incomplete, merges };
     let report = dir.join("report.json");
     let text = serde_json::to_vec_pretty(&collected).map_err(|e| MatrixError::Input(e.to_string()))?;
     std::fs::write(&report, text).map_err(io(&report))?;

@@ -14,6 +14,8 @@
 //! lock = "msgpack.lock"                 # wheels: the build requirements' lock, shared by every cell
 //! repair = false                        # wheels
 //! split = false                         # wheels: host + per-target device wheels
+//! merge = false                         # wheels: one shard per `targets` value, merged by collect
+//!                                       #  (or split = "by-target"; see `sharding`)
 //! command = ["make"]                    # kernels: the build command
 //! outputs = ["build/libk.so"]           # kernels: what it writes (default build/ and /out)
 //! [job.env]                             # the build's environment, filled from axis values
@@ -103,6 +105,9 @@ pub struct Job {
     pub repair: bool,
     /// Wheel jobs: split each wheel into host and device wheels.
     pub split: bool,
+    /// Wheel jobs: each cell is a shard for its GPU targets; `collect`
+    /// merges the cells that differ only in them (see `sharding`).
+    pub merge: bool,
     pub exclude: Vec<String>,
     pub test: Option<String>,
     pub isolation: bool,
@@ -177,8 +182,9 @@ struct RawJob {
     lock: Option<String>,
     #[serde(default)]
     repair: bool,
+    split: Option<super::sharding::RawSplit>,
     #[serde(default)]
-    split: bool,
+    merge: bool,
     #[serde(default)]
     exclude: Vec<String>,
     test: Option<String>,
@@ -278,9 +284,8 @@ impl Matrix {
             }
             _ => {}
         }
-        if j.split && j.kind != JobKind::Wheel {
-            return Err(err("job.split", "only wheel jobs split their products into host and device wheels".into()));
-        }
+        let (split, merge) = super::sharding::resolve(j.split, j.merge, j.kind, &raw.axes)
+            .map_err(|(field, message)| err(field, message))?;
         if j.kind == JobKind::Kernel && j.command.is_empty() {
             return Err(err("job.command", "a kernel job needs its build command, e.g. [\"make\"]".into()));
         }
@@ -293,7 +298,8 @@ impl Matrix {
             local_version: j.local_version,
             lock: j.lock.map(|l| dir.join(l)),
             repair: j.repair,
-            split: j.split,
+            split,
+            merge,
             exclude: j.exclude,
             test: j.test,
             isolation: j.isolation,

@@ -75,8 +75,11 @@ fn env_of(m: &Matrix, cell: &Cell) -> Vec<(String, String)> {
     env.into_iter().collect()
 }
 
-fn targets_of(cell: &Cell) -> TargetList {
-    match cell.values.get(TARGETS_AXIS) {
+/// The cell's GPU targets: the value of the matrix's target axis (`targets`,
+/// or one named after a variable such as `pytorch_rocm_arch`), else the
+/// default list.
+fn targets_of(m: &Matrix, cell: &Cell) -> TargetList {
+    match super::sharding::target_axis(&m.axes).and_then(|a| cell.values.get(a)) {
         Some(t) => TargetList {
             targets: t.split([',', ';', ' ']).filter(|s| !s.is_empty()).map(str::to_string).collect(),
             source: "the matrix".into(),
@@ -150,11 +153,12 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
                 local_version: m.job.local_version.as_ref().map(|t| fill(t, &cell.values)),
                 repair: m.job.repair,
                 split: m.job.split,
+                shard: m.job.merge,
                 exclude: m.job.exclude.clone(),
                 test: m.job.test.clone(),
                 gpu: gpu_mode(cx, cell),
                 gpu_devices: cx.gpus.clone().unwrap_or_default(),
-                targets: Some(targets_of(cell)),
+                targets: Some(targets_of(m, cell)),
                 isolation: m.job.isolation,
                 lock: Some(m.job.lock.clone().unwrap_or_else(|| m.file.with_extension("lock"))),
                 ..crate::wheel::build::BuildRequest::new(source_of(cx, cell)?, cx.out.clone(), cx.cache.clone())
@@ -167,7 +171,7 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
             image: image_of(cx, cell)?,
             output: cx.out.clone(),
             cmd: m.job.command.clone(),
-            targets: targets_of(cell),
+            targets: targets_of(m, cell),
             jobs: None,
             gpu: gpu_of(cx, cell)?,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),

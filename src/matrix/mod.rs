@@ -21,6 +21,7 @@ pub mod plan;
 pub mod product;
 pub mod run;
 pub mod scheduler;
+pub mod sharding;
 pub mod source;
 pub mod task_logs;
 pub mod template;

@@ -27,6 +27,9 @@ pub struct CellPlan {
     /// The cell's key; null when it cannot be known before building (an
     /// isolated wheel build without a lock).
     pub key: Option<String>,
+    /// Merged matrices: the merge the cell is a shard of (see `sharding`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_group: Option<String>,
     /// Done: the registry holds its product, or (no registry named) the
     /// local cache holds its build; see [`MatrixPlan::done_in`].
     pub done: bool,
@@ -58,6 +61,22 @@ pub struct MatrixPlan {
     pub cells: Vec<CellPlan>,
     /// Cells not done.
     pub to_run: usize,
+    /// Merged matrices: each merge and the cells (shards) it takes.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub merges: BTreeMap<String, Vec<String>>,
+}
+
+/// A cell's merge group, when the matrix merges.
+fn group_of(m: &Matrix, c: &Cell) -> Option<String> {
+    m.job.merge.then(|| super::sharding::merge_group(c))
+}
+
+/// Each merge's cells, when the matrix merges.
+fn merges_of(m: &Matrix, cells: &[Cell]) -> BTreeMap<String, Vec<String>> {
+    if !m.job.merge {
+        return BTreeMap::new();
+    }
+    super::sharding::merges(cells).into_iter().map(|(g, cs)| (g, cs.iter().map(|c| c.id.clone()).collect())).collect()
 }
 
 /// What every cell shares.
@@ -140,6 +159,7 @@ pub fn plan(shared: &Shared, registry: Option<&str>) -> Result<MatrixPlan, Matri
             needs: c.needs.clone(),
             local_version: local_version(m, c),
             key,
+            merge_group: group_of(m, c),
             done,
         });
     }
@@ -153,6 +173,7 @@ pub fn plan(shared: &Shared, registry: Option<&str>) -> Result<MatrixPlan, Matri
         cache_dir: registry.is_none().then(|| shared.cache.root().to_path_buf()),
         cells: out,
         to_run,
+        merges: merges_of(m, &all),
     })
 }
 
@@ -170,6 +191,7 @@ pub fn every_cell(m: &Matrix, registry: Option<&str>) -> Result<MatrixPlan, Matr
             needs: c.needs.clone(),
             local_version: local_version(m, c),
             key: None,
+            merge_group: group_of(m, c),
             done: false,
         })
         .collect();
@@ -181,6 +203,7 @@ pub fn every_cell(m: &Matrix, registry: Option<&str>) -> Result<MatrixPlan, Matr
         done_in: DoneIn::NotLookedUp,
         cache_dir: None,
         to_run: out.len(),
+        merges: merges_of(m, &all),
         cells: out,
     })
 }

@@ -16,6 +16,7 @@ pub mod coverage;
 pub mod image;
 pub mod ldd;
 pub mod local_version;
+pub mod merge;
 pub mod metadata;
 pub mod name;
 pub mod normalize;

@@ -330,3 +330,25 @@ pub fn mark_nix_ldcache(path: &Path) {
     assert!(st.success(), "objcopy --add-section failed on {}", path.display());
     std::fs::remove_file(&note).unwrap();
 }
+
+/// The pinned `rocm-bootstrap` wheel from PyPI (what split host wheels
+/// require), downloaded once into the test cache and checked against its sha256.
+pub fn rocm_bootstrap_wheel() -> PathBuf {
+    use quarry::code_objects::packaging_chain::{ROCM_BOOTSTRAP_VERSION, ROCM_BOOTSTRAP_WHEEL_SHA256};
+    let dir = test_cache().join(format!("rocm-bootstrap-{ROCM_BOOTSTRAP_VERSION}"));
+    let wheel = dir.join(format!("rocm_bootstrap-{ROCM_BOOTSTRAP_VERSION}-py3-none-any.whl"));
+    with_lock("rocm-bootstrap", || {
+        if !wheel.exists() {
+            let st = Command::new("python3")
+                .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:", "-d"])
+                .arg(&dir)
+                .arg(format!("rocm-bootstrap=={ROCM_BOOTSTRAP_VERSION}"))
+                .status()
+                .unwrap();
+            assert!(st.success(), "pip download rocm-bootstrap=={ROCM_BOOTSTRAP_VERSION} failed");
+        }
+    });
+    let digest = quarry::oci::digest::sha256_file(&wheel).unwrap();
+    assert_eq!(digest, ROCM_BOOTSTRAP_WHEEL_SHA256, "{} is not the pinned wheel", wheel.display());
+    wheel
+}

@@ -37,6 +37,10 @@ pub struct Args {
     /// per GPU target, as `quarry wheel split` does
     #[arg(long)]
     split: bool,
+    /// This build is one shard of a build sharded by GPU target: link its
+    /// binaries as split builds are, for `quarry wheel merge`
+    #[arg(long, conflicts_with = "split")]
+    shard: bool,
     /// Install each wheel in a fresh virtualenv in a fresh container and run this command there
     #[arg(long, value_name = "CMD")]
     test: Option<String>,
@@ -122,6 +126,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         local_version: a.local_version,
         repair: a.repair,
         split: a.split,
+        shard: a.shard,
         exclude: a.exclude,
         test: a.test,
         test_requires: a.test_requires,

@@ -2,6 +2,7 @@
 
 mod build;
 mod check;
+mod merge;
 mod repair;
 mod split;
 
@@ -20,6 +21,9 @@ pub enum Command {
     /// Split fat ROCm wheels into a host wheel and one device wheel per GPU
     /// target (.kpack archives), as ROCm's framework wheels ship
     Split(split::Args),
+    /// Merge wheels built for disjoint GPU targets (one shard per machine)
+    /// into the host and device wheels a split of the fat build gives
+    Merge(merge::Args),
 }
 
 pub fn run(c: Command) -> anyhow::Result<i32> {
@@ -28,5 +32,6 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         Command::Check(a) => check::run(a),
         Command::Repair(a) => repair::run(a),
         Command::Split(a) => split::run(a),
+        Command::Merge(a) => merge::run(a),
     }
 }

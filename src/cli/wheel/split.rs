@@ -3,15 +3,33 @@ use crate::wheel::split::{split, Families, SplitOptions};
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum FamiliesArg {
+pub(super) enum FamiliesArg {
     Auto,
     None,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum CompressionArg {
+pub(super) enum CompressionArg {
     Zstd,
     None,
+}
+
+impl From<FamiliesArg> for Families {
+    fn from(a: FamiliesArg) -> Families {
+        match a {
+            FamiliesArg::Auto => Families::Auto,
+            FamiliesArg::None => Families::None,
+        }
+    }
+}
+
+impl From<CompressionArg> for Scheme {
+    fn from(a: CompressionArg) -> Scheme {
+        match a {
+            CompressionArg::Zstd => Scheme::ZstdPerKernel,
+            CompressionArg::None => Scheme::None,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -46,14 +64,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let options = SplitOptions {
         device_prefix: a.device_prefix.clone(),
         targets: a.targets.clone(),
-        families: match a.families {
-            FamiliesArg::Auto => Families::Auto,
-            FamiliesArg::None => Families::None,
-        },
-        scheme: match a.compression {
-            CompressionArg::Zstd => Scheme::ZstdPerKernel,
-            CompressionArg::None => Scheme::None,
-        },
+        families: a.families.into(),
+        scheme: a.compression.into(),
     };
     let mut reports = Vec::new();
     let mut failures = 0;

@@ -37,6 +37,8 @@ pub struct KeyInputs<'a> {
     pub targets: &'a [String],
     /// Each wheel split into host and device wheels (`--split`).
     pub split: bool,
+    /// Linked for a split or a merge (see `BuildOptions::split_link`).
+    pub split_link: bool,
 }
 
 /// The build's key. Bump the version when what it encodes changes.
@@ -61,6 +63,9 @@ pub fn key(i: &KeyInputs) -> Key {
     // Only when given: the keys of other builds stay what they were.
     if i.split {
         k.bool("split", true);
+    }
+    if i.split_link {
+        k.bool("split-link", true);
     }
     if let Some(r) = i.rocm {
         k.key("rocm", r);
@@ -120,6 +125,7 @@ mod tests {
             local_version: None,
             repair: false,
             split: false,
+            split_link: false,
             exclude: &[],
             patchelf: "pinned",
             isolation: true,
@@ -134,6 +140,7 @@ mod tests {
         assert_eq!(k, key(&base));
         assert_ne!(k, key(&KeyInputs { lock: Some(b"other lock"), ..base }));
         assert_ne!(k, key(&KeyInputs { epoch: 1, ..base }));
+        assert_ne!(k, key(&KeyInputs { split_link: true, ..base }));
         assert_ne!(k, key(&KeyInputs { local_version: Some("rocm{R}"), ..base }));
         let one = ["cp311".to_string()];
         assert_ne!(k, key(&KeyInputs { pythons: Some(&one), ..base }));

@@ -42,7 +42,7 @@ use crate::engine::EngineError;
 use crate::wheel::WheelError;
 pub use axes::{combinations, parse_axis};
 pub use pythons::Python;
-pub use reuse::{build, cache_key};
+pub use reuse::{build, built_by, cache_key};
 pub use rocm::RocmBuild;
 use session::FIND_LINKS_DIR;
 use session::{run_builds, Job};
@@ -127,6 +127,10 @@ pub struct BuildOptions {
     pub repair: bool,
     /// Split each wheel into a host wheel and device wheels (after repair).
     pub split: bool,
+    /// Link with `.hip_fatbin` last (`elf::kpack_ref::FATBIN_LAST_LINK_SCRIPT`
+    /// in LDFLAGS), so the split host binaries do not depend on the device
+    /// code: split builds and merge shards.
+    pub split_link: bool,
     /// The patchelf to repair with (quarry's own, copied into the image,
     /// unless the user named one).
     pub patchelf: ContainerPatchelf,

@@ -86,6 +86,7 @@ impl KeyParts {
             epoch: self.epoch,
             targets: &o.targets.targets,
             split: o.split,
+            split_link: o.split_link,
         })
     }
 
@@ -245,4 +246,17 @@ fn from_entry(entry: &Entry, output: &Path, tier: Tier) -> Result<Vec<Built>, Bu
         out.push(b);
     }
     Ok(out)
+}
+
+/// The key of the build in the local cache at `cache_root` that made the
+/// wheel whose sha256 is `sha256` (a host or device wheel), when one did:
+/// how `wheel merge` names the build of a shard given as a file.
+pub fn built_by(cache_root: &Path, sha256: &str) -> Option<String> {
+    let dir = cache_root.join(Bucket::Wheels.dir());
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    names.sort();
+    names.into_iter().find_map(|entry| {
+        let meta: Vec<Built> = serde_json::from_slice(&std::fs::read(entry.join("meta.json")).ok()?).ok()?;
+        meta.iter().any(|b| b.sha256 == sha256).then(|| entry.file_name()?.to_str().map(str::to_string)).flatten()
+    })
 }

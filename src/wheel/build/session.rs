@@ -30,6 +30,8 @@ pub(in crate::wheel::build) const FIND_LINKS_DIR: &str = "/quarry/find-links";
 /// the same path in every run, so nothing built records a random one.
 const BUILD_DIR: &str = "/quarry/build";
 const OUT_DIR: &str = "/quarry/out";
+/// The link script of split builds and merge shards (see `BuildOptions::split_link`).
+const LINK_SCRIPT_PATH: &str = "/quarry/hip-fatbin-last.ld";
 
 /// One job: a Python and a combination of axes.
 pub(super) struct Job {
@@ -53,9 +55,21 @@ fn build_env(
         None => Path::new(&python.path).parent().map(|p| p.display().to_string()).unwrap_or_default(),
     };
     // The targets first: an axis of the same name (PYTORCH_ROCM_ARCH=...) comes later and wins.
-    let mut env =
-        vec![format!("PYTORCH_ROCM_ARCH={}", o.targets.joined()), format!("GPU_ARCHS={}", o.targets.joined())];
+    let targets = o.targets.joined();
+    let mut env: Vec<String> = ["PYTORCH_ROCM_ARCH", "GPU_ARCHS", "GPU_TARGETS", "AMDGPU_TARGETS"]
+        .iter()
+        .map(|var| format!("{var}={targets}"))
+        .collect();
     env.extend(axes.iter().map(|(k, v)| format!("{k}={v}")));
+    if o.split_link {
+        // Appended to what the axes set: build systems pass LDFLAGS to
+        // every link (setuptools, CMake, Meson), hipcc its own variable.
+        for var in ["LDFLAGS", "HIPCC_LINK_FLAGS_APPEND"] {
+            let given = axes.get(var).map(|v| format!("{v} ")).unwrap_or_default();
+            env.retain(|e| !e.starts_with(&format!("{var}=")));
+            env.push(format!("{var}={given}-Wl,-T,{LINK_SCRIPT_PATH}"));
+        }
+    }
     env.push(format!("QUARRY_PYTHON={}", python.path));
     env.push(format!("PATH={bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
     if let Some(v) = venv {
@@ -144,6 +158,11 @@ pub(super) fn run_builds(
     let network = if o.network { Network::Bridge } else { Network::None };
     let run_opts = RunOptions { image: image.to_string(), network, gpu: o.gpu.clone(), ..Default::default() };
     let mut copy_in = vec![CopyIn { host: frontend.clone(), dest: FRONTEND_PATH.into() }];
+    if o.split_link {
+        let script = staging.path().join("hip-fatbin-last.ld");
+        std::fs::write(&script, crate::elf::kpack_ref::FATBIN_LAST_LINK_SCRIPT).map_err(io(&script))?;
+        copy_in.push(CopyIn { host: script, dest: LINK_SCRIPT_PATH.into() });
+    }
     if let Some(dir) = &cc.0 {
         copy_in.push(CopyIn { host: dir.clone(), dest: CCACHE_DIR.into() });
     }

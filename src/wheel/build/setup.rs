@@ -30,6 +30,9 @@ pub struct BuildRequest {
     pub repair: bool,
     /// Split each wheel into a host wheel and one device wheel per GPU target.
     pub split: bool,
+    /// The build is one shard of a build sharded by GPU target, its wheels
+    /// merged later (`wheel merge`): linked as split builds are.
+    pub shard: bool,
     pub exclude: Vec<String>,
     pub test: Option<String>,
     pub test_requires: Vec<String>,
@@ -70,6 +73,7 @@ impl BuildRequest {
             local_version: None,
             repair: false,
             split: false,
+            shard: false,
             exclude: Vec::new(),
             test: None,
             test_requires: Vec::new(),
@@ -122,6 +126,7 @@ pub fn prepare(r: BuildRequest) -> Result<Prepared, BuildError> {
         local_version: r.local_version,
         repair: r.repair,
         split: r.split,
+        split_link: r.split || r.shard,
         patchelf,
         exclude: r.exclude,
         test: r.test,

@@ -126,6 +126,49 @@ pub fn extract(
     Ok(code)
 }
 
+/// Bytes of device code in `path` per architecture (a full target id):
+/// the code objects its bundles list, from their headers alone (a
+/// compressed bundle's first bytes decompressed). Binaries are numbered by
+/// it (see `input::order`).
+pub fn device_bytes(path: &Path, fat: &FatBinary) -> Result<BTreeMap<String, u64>, SplitError> {
+    let bad = |why: String| SplitError::Binary { file: path.to_path_buf(), why };
+    let file = File::open(path).map_err(|e| SplitError::io(path, e))?;
+    let end = fat.fatbin_offset + fat.fatbin_size;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, &at) in fat.wrappers.iter().enumerate() {
+        if !seen.insert(at) {
+            continue;
+        }
+        let start = fat.fatbin_offset + at;
+        let mut r = std::io::BufReader::with_capacity(64 << 10, Range { file: &file, pos: start.min(end), end });
+        let mut magic = [0u8; 24];
+        let n = (end - start.min(end)).min(24) as usize;
+        file.read_exact_at(&mut magic[..n], start).map_err(|e| SplitError::io(path, e))?;
+        let listed = if magic.starts_with(bundle::MAGIC) {
+            bundle::entries(&mut r, Some(end - start))
+        } else if magic.starts_with(compressed::MAGIC) {
+            compressed::entries(&mut r)
+        } else {
+            return Err(bad(format!(
+                "wrapper {i} points at offset {at:#x} of .hip_fatbin, where no offload bundle starts"
+            )));
+        };
+        let entries =
+            listed.map_err(|e| bad(format!("the bundle of wrapper {i} (offset {at:#x} of .hip_fatbin): {e}")))?;
+        for e in entries {
+            let Some(id) = EntryId::parse(&e.id) else { continue };
+            if id.is_host() || e.size == 0 {
+                continue;
+            }
+            if let Ok(t) = TargetId::parse(&id.target) {
+                *total.entry(t.to_string()).or_default() += e.size;
+            }
+        }
+    }
+    Ok(total)
+}
+
 /// Bytes `pos..end` of a file, read with positional reads.
 struct Range<'a> {
     file: &'a File,

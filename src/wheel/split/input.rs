@@ -1,0 +1,137 @@
+//! A wheel opened for splitting (or merging): unpacked, its name and
+//! version read, its fat binaries found and numbered.
+
+use super::extract;
+use super::SplitError;
+use crate::code_objects::target_id::TargetId;
+use crate::elf::kpack_ref;
+use crate::wheel::unpack::{unpack, Unpacked};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A fat binary of the wheel: its path in the wheel, on disk, and its wrappers.
+pub struct Fat {
+    pub rel: String,
+    pub path: PathBuf,
+    pub layout: kpack_ref::FatBinary,
+    /// Bytes of device code per architecture (a full target id), from the
+    /// bundles' headers.
+    pub device: BTreeMap<String, u64>,
+}
+
+/// One input wheel, unpacked in scratch space beside the output.
+pub struct Opened {
+    pub wheel: PathBuf,
+    pub unpacked: Unpacked,
+    pub time: zip::DateTime,
+    pub metadata_path: PathBuf,
+    pub metadata: String,
+    pub name: String,
+    pub version: String,
+    /// Fat binaries, in no particular order (see [`order`]).
+    pub fat: Vec<Fat>,
+}
+
+impl Opened {
+    /// The error for something wrong with the wheel as a whole.
+    pub fn error(&self, why: String) -> SplitError {
+        SplitError::Wheel { wheel: self.wheel.clone(), why }
+    }
+
+    /// `e`, said of the member `rel`.
+    pub fn in_member(&self, rel: &str, e: SplitError) -> SplitError {
+        SplitError::Member { wheel: self.wheel.clone(), member: rel.to_string(), source: Box::new(e) }
+    }
+
+    /// Architectures (full target ids) its fat binaries hold code for.
+    pub fn architectures(&self) -> BTreeSet<String> {
+        self.fat.iter().flat_map(|f| f.device.keys().cloned()).collect()
+    }
+}
+
+/// Does the ELF file at `path` have a `.hip_fatbin` section? (Code
+/// objects and other machines' files are ELF too; only host binaries with
+/// device code are split.)
+fn has_fatbin(path: &Path) -> Result<bool, SplitError> {
+    use object::Object;
+    let file = std::fs::File::open(path).map_err(|e| SplitError::io(path, e))?;
+    // SAFETY: the file is in the split's own scratch directory, not changed while mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| SplitError::io(path, e))?;
+    Ok(object::File::parse(&*map).is_ok_and(|f| f.section_by_name(".hip_fatbin").is_some()))
+}
+
+/// Unpack `wheel` under `out_dir` (`purpose` names the scratch directory)
+/// and find its fat binaries; a wheel without any is an error.
+pub fn open(wheel: &Path, out_dir: &Path, purpose: &str) -> Result<Opened, SplitError> {
+    let unpacked = unpack(wheel, out_dir, purpose)?;
+    let time = unpacked.zip_time()?;
+    let metadata_path = unpacked.root.join(&unpacked.dist_info).join("METADATA");
+    let metadata = std::fs::read_to_string(&metadata_path).map_err(|e| SplitError::io(&metadata_path, e))?;
+    let field = |k: &str| crate::wheel::metadata::header_values(&metadata, k).first().map(|v| v.trim().to_string());
+    let (name, version) = match (field("Name"), field("Version")) {
+        (Some(n), Some(v)) => (n, v),
+        _ => {
+            return Err(SplitError::Wheel {
+                wheel: wheel.to_path_buf(),
+                why: "its METADATA has no Name or Version".into(),
+            })
+        }
+    };
+    let mut opened =
+        Opened { wheel: wheel.to_path_buf(), unpacked, time, metadata_path, metadata, name, version, fat: Vec::new() };
+    for rel in &opened.unpacked.scan.extracted {
+        let path = opened.unpacked.root.join(rel);
+        let in_member = |e: SplitError| opened.in_member(rel, e);
+        if !crate::elf::is_elf(&path) || !has_fatbin(&path).map_err(in_member)? {
+            continue;
+        }
+        if let Some(layout) = kpack_ref::read_fat_binary(&path).map_err(|e| in_member(e.into()))? {
+            let device = extract::device_bytes(&path, &layout).map_err(in_member)?;
+            opened.fat.push(Fat { rel: rel.clone(), path, layout, device });
+        }
+    }
+    if opened.fat.is_empty() {
+        return Err(
+            opened.error("it holds no fat binary (no ELF file with a .hip_fatbin section): nothing to split".into())
+        );
+    }
+    Ok(opened)
+}
+
+/// The order binaries' kernels are numbered in each archive: most device
+/// code (of the architectures kept) first, ties by path. ROCm's splitter
+/// numbers largest file first; device code is what makes a fat file large,
+/// and unlike the file's size it adds up over shard builds for disjoint
+/// targets, so a merge numbers kernels exactly as the split of the fat
+/// build would. `device` gives each binary's bytes per architecture (summed
+/// over shards in a merge).
+pub fn order<'a>(
+    rels: impl Iterator<Item = &'a str>,
+    device: &dyn Fn(&str) -> BTreeMap<String, u64>,
+    keep: &dyn Fn(&TargetId) -> bool,
+) -> Vec<String> {
+    let mut sized: Vec<(u64, String)> = rels
+        .map(|rel| {
+            let kept = device(rel)
+                .into_iter()
+                .filter(|(arch, _)| TargetId::parse(arch).is_ok_and(|t| keep(&t)))
+                .map(|(_, n)| n)
+                .sum();
+            (kept, rel.to_string())
+        })
+        .collect();
+    sized.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    sized.into_iter().map(|(_, rel)| rel).collect()
+}
+
+/// Where archives and rewritten binaries are placed from: the package
+/// directory that holds the fat binaries (`torch/`), or the wheel's root
+/// if several do.
+pub fn overlay_of<'a>(rels: impl Iterator<Item = &'a str> + Clone) -> String {
+    let tops: BTreeSet<&str> = rels.clone().map(|rel| rel.split('/').next().unwrap_or("")).collect();
+    let mut all = rels;
+    match tops.iter().next() {
+        Some(top) if tops.len() == 1 && all.all(|rel| rel.contains('/')) => format!("{top}/"),
+        _ => String::new(),
+    }
+}

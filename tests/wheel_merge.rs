@@ -1,0 +1,163 @@
+//! `quarry wheel merge` on real HIP libraries compiled with Debian 13's
+//! hipcc in hip-builder-debian13 (cached in the fixtures): `libvec.so` (one
+//! unit), `libtwo.so` (two units, two wrappers) and `librdc.so`
+//! (`-fgpu-rdc`), built fat for gfx90a, gfx942 and gfx1100 and as three
+//! shards of one target each, all linked as `wheel build` links split
+//! builds (`.hip_fatbin` last). The merge of the shards must be the split
+//! of the fat build, byte for byte; a shard whose host code differs (its host
+//! code built at another optimization level), shards linked the usual way (the
+//! device code's size moves the host's addresses) and two shards with
+//! code for one target are refused, naming what differs, writing nothing.
+
+mod common;
+mod wheel_fixtures;
+
+use common::*;
+use std::path::{Path, PathBuf};
+
+const TARGETS: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
+const LIBS: [(&str, &str); 3] =
+    [("libvec.so", "hipmerge/lib/libvec.so"), ("libtwo.so", "hipmerge/libtwo.so"), ("librdc.so", "hipmerge/librdc.so")];
+
+/// The libraries: `fat/`, `s-<target>/` (linked with the split link
+/// script), `o0/` (gfx942, its host code at -O0), `plain-<target>/`
+/// (linked as usual).
+fn built() -> PathBuf {
+    let mut script =
+        format!("cd /work/src\ncat > /tmp/last.ld <<'EOF'\n{}EOF\n", quarry::elf::kpack_ref::FATBIN_LAST_LINK_SCRIPT);
+    script.push_str(
+        r#"
+libs() {
+    d=/work/out/$1; opt=$2; link=$3; shift 3; mkdir -p $d
+    hipcc "$@" -shared -fPIC $opt $link -o $d/libvec.so split_a.hip
+    hipcc "$@" -shared -fPIC $opt $link -o $d/libtwo.so split_a.hip split_b.hip
+    hipcc -fgpu-rdc "$@" -shared -fPIC $opt $link -o $d/librdc.so split_a.hip split_b.hip
+}
+L=-Wl,-T,/tmp/last.ld
+libs fat -O2 $L --offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100
+for t in gfx90a gfx942 gfx1100; do libs s-$t -O2 $L --offload-arch=$t; done
+libs o0 "-O2 -Xarch_host -O0" $L --offload-arch=gfx942
+for t in gfx90a gfx942; do libs plain-$t -O2 "" --offload-arch=$t; done
+"#,
+    );
+    hip_outputs("hip-merge", &script, &["split_a.hip", "split_b.hip"])
+}
+
+/// A wheel of the libraries in `built()/<set>`, the same members every time.
+fn wheel_of(set: &str, into: &Path) -> PathBuf {
+    let b = built().join(set);
+    let init = into.join("__init__.py");
+    std::fs::create_dir_all(into).unwrap();
+    std::fs::write(&init, "").unwrap();
+    let mut files: Vec<(&str, PathBuf)> = vec![("hipmerge/__init__.py", init)];
+    files.extend(LIBS.iter().map(|(file, member)| (*member, b.join(file))));
+    let files: Vec<(&str, &Path)> = files.iter().map(|(a, b)| (*a, b.as_path())).collect();
+    wheel_fixtures::make_wheel(into, "hipmerge-1.0-cp311-cp311-linux_x86_64.whl", &files)
+}
+
+fn merge(shards: &[PathBuf], out: &Path, code: i32) -> std::process::Output {
+    let mut c = quarry();
+    c.args(["wheel", "merge", "--json", "-o"]).arg(out).args(shards);
+    run_expect(&mut c, code)
+}
+
+/// Every wheel in `dir`, by name, with its bytes.
+fn wheels(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn nothing_in(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn merged_shards_are_the_split_of_the_fat_build_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let fat = wheel_of("fat", &t.join("fat"));
+    let shards: Vec<PathBuf> = TARGETS.iter().map(|x| wheel_of(&format!("s-{x}"), &t.join(x))).collect();
+
+    let split_out = t.join("split");
+    run_expect(quarry().args(["wheel", "split", "-o"]).arg(&split_out).arg(&fat), 0);
+    let merged_out = t.join("merged");
+    let report = stdout_json(&merge(&shards, &merged_out, 0));
+    let expected = wheels(&split_out);
+    assert_eq!(expected.len(), 4, "a host wheel and three device wheels");
+    let got = wheels(&merged_out);
+    let names = |v: &[(String, Vec<u8>)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&got), names(&expected), "{report:#}");
+    for ((name, a), (_, b)) in got.iter().zip(&expected) {
+        assert!(a == b, "{name}: the merge differs from the split of the fat build");
+    }
+    let targets: Vec<&str> =
+        report["shards"].as_array().unwrap().iter().map(|s| s["targets"][0].as_str().unwrap()).collect();
+    assert_eq!(targets, TARGETS, "{report:#}");
+
+    // The shards in another order give the same wheels.
+    let again = t.join("again");
+    let reordered = [shards[2].clone(), shards[0].clone(), shards[1].clone()];
+    merge(&reordered, &again, 0);
+    assert_eq!(wheels(&again), got);
+
+    // The merged set is a complete install for every target, and its host
+    // libraries load in Debian 13 beside their archives.
+    let set: Vec<PathBuf> = std::fs::read_dir(&merged_out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    let mut c = quarry();
+    c.args(["wheel", "check", "--targets", &TARGETS.join(",")]).args(&set);
+    run_expect(&mut c, 0);
+    let site = t.join("site");
+    for w in &set {
+        zip::ZipArchive::new(std::fs::File::open(w).unwrap()).unwrap().extract(&site).unwrap();
+    }
+    let (_, builder) = debian13_rocm_images();
+    let script = "import ctypes\nfor p in ['lib/libvec.so', 'libtwo.so', 'librdc.so']:\n    ctypes.CDLL('/work/site/hipmerge/' + p)\nprint('loaded')";
+    let o = run_expect(in_image(&builder, &[(&site, "/work/site")]).args(["--", "python3", "-c", script]), 0);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("loaded"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn shards_that_differ_in_host_code_or_overlap_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let s90a = wheel_of("s-gfx90a", &t.join("a"));
+    let s1100 = wheel_of("s-gfx1100", &t.join("c"));
+
+    // gfx942 with its host code built at -O0: every library's host code differs.
+    let o0 = wheel_of("o0", &t.join("o0"));
+    let out = t.join("out-o0");
+    let o = merge(&[s90a.clone(), o0.clone(), s1100.clone()], &out, 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("{err}");
+    assert!(err.contains("differ in host code") && err.contains(".text"), "{err}");
+    assert!(err.contains(&o0.display().to_string()) && err.contains("build key"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    nothing_in(&out);
+
+    // Linked the usual way, `.hip_fatbin` sits before the data: its size
+    // (each target's code is another size) moves every later address.
+    let p90a = wheel_of("plain-gfx90a", &t.join("p90a"));
+    let p942 = wheel_of("plain-gfx942", &t.join("p942"));
+    let out = t.join("out-plain");
+    let err = String::from_utf8_lossy(&merge(&[p90a, p942], &out, 1).stderr).into_owned();
+    assert!(err.contains("differ in host code") && err.contains("hipmerge/"), "{err}");
+    nothing_in(&out);
+
+    // Two shards with code for gfx90a.
+    let twice = wheel_of("s-gfx90a", &t.join("a2"));
+    let out = t.join("out-twice");
+    let err = String::from_utf8_lossy(&merge(&[s90a, twice], &out, 1).stderr).into_owned();
+    assert!(err.contains("both hold code for gfx90a"), "{err}");
+    nothing_in(&out);
+}
