@@ -375,18 +375,9 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
                 }
             }
         }
-        for merged in &r.merges {
-            match (&merged.host, &merged.error) {
-                (Some(host), _) => println!(
-                    "merge {}: {} -> {} and {} device wheel(s)",
-                    merged.group,
-                    merged.cells.join(" + "),
-                    host.file_name().unwrap_or_default().to_string_lossy(),
-                    merged.device.len()
-                ),
-                (None, Some(e)) => println!("merge {}: {e}", merged.group),
-                (None, None) => {}
-            }
+        for m in &r.merges {
+            let made = m.host.as_ref().map(|h| format!("{} and {} device wheel(s)", h.display(), m.device.len()));
+            println!("merge {} ({}): {}", m.group, m.cells.join(" + "), made.or(m.error.clone()).unwrap_or_default());
         }
         println!(
             "{}: {} cells, report in {}",
@@ -396,8 +387,7 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
         );
     }
     if let Some(e) = r.merges.iter().find_map(|m| m.error.as_ref().filter(|_| r.incomplete.is_empty())) {
-        eprintln!("quarry: error: {e}");
-        return Ok(1);
+        return Err(anyhow::anyhow!("{e}"));
     }
     if !r.incomplete.is_empty() {
         eprintln!(

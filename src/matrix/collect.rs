@@ -5,7 +5,7 @@
 //! table on stdout). A cell that failed or never ran is named; the others
 //! are kept.
 
-use super::cells::cells;
+use super::cells::{cells, Cell};
 use super::definition::JobKind;
 use super::plan::{key_of, Shared};
 use super::product::{Products, Status};
@@ -51,7 +51,7 @@ pub struct Collected {
     pub incomplete: Vec<String>,
     /// Merged matrices: each merge's host and device wheels (or why none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub merges: Vec<super::sharding::Merged>,
+    pub merges: Vec<Merged>,
 }
 
 impl Collected {
@@ -141,7 +141,7 @@ pub fn collect(shared: &Shared, registry: &str, dir: &Path, log_dir: &Path) -> R
         out.push(c);
     }
     let merges = match m.job.merge {
-        true => super::sharding::merge_collected(&cells(m), &out, &keys, &shards_dir, dir)?,
+        true => merge_collected(&cells(m), &out, &keys, &shards_dir, dir)?,
         false => Vec::new(),
     };
     if m.job.kind == JobKind::Wheel {
@@ -198,6 +198,74 @@ fn write_index(dir: &Path) -> Result<(), MatrixError> {
     }
     std::fs::create_dir_all(&simple).map_err(io(&simple))?;
     std::fs::write(simple.join("index.html"), page("Simple index", root)).map_err(io(&simple))
+}
+
+/// One merge `collect` made (or could not).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Merged {
+    pub group: String,
+    pub cells: Vec<String>,
+    /// The host wheel and the device wheels, in the output directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<PathBuf>,
+    pub device: Vec<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Merge each group's shards (each cell's wheels under `shards/<cell id>`)
+/// into `dir`; `keys` are the cells' keys (named in a refusal). A group
+/// with a cell that did not complete is not merged: that is said, and the
+/// other groups are.
+pub fn merge_collected(
+    all: &[Cell],
+    collected: &[CollectedCell],
+    keys: &BTreeMap<String, String>,
+    shards: &Path,
+    dir: &Path,
+) -> Result<Vec<Merged>, MatrixError> {
+    let mut out = Vec::new();
+    for (group, cells) in super::sharding::merges(all) {
+        let ids: Vec<String> = cells.iter().map(|c| c.id.clone()).collect();
+        let mut merged = Merged { group, cells: ids.clone(), host: None, device: Vec::new(), error: None };
+        let not_ok: Vec<&str> = ids
+            .iter()
+            .filter(|id| !collected.iter().any(|c| &c.id == *id && c.status == CellStatus::Ok))
+            .map(String::as_str)
+            .collect();
+        if !not_ok.is_empty() {
+            merged.error = Some(format!("not merged: cell {} did not complete", not_ok.join(", ")));
+            out.push(merged);
+            continue;
+        }
+        let mut list = Vec::new();
+        for id in &ids {
+            let d = shards.join(id);
+            let mut wheels: Vec<PathBuf> = std::fs::read_dir(&d)
+                .map_err(|err| MatrixError::Io { path: d.clone(), err })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+                .collect();
+            wheels.sort();
+            list.extend(
+                wheels.into_iter().map(|wheel| crate::wheel::merge::Shard { wheel, build_key: keys.get(id).cloned() }),
+            );
+        }
+        let options = crate::wheel::merge::MergeOptions {
+            device_prefix: None,
+            families: crate::wheel::split::Families::Auto,
+            scheme: crate::code_objects::kpack_writer::Scheme::ZstdPerKernel,
+        };
+        match crate::wheel::merge::merge(&list, dir, &options) {
+            Ok(r) => {
+                merged.host = Some(r.host);
+                merged.device = r.device.into_iter().map(|d| d.wheel).collect();
+            }
+            Err(e) => merged.error = Some(e.to_string()),
+        }
+        out.push(merged);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

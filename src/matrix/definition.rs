@@ -182,7 +182,7 @@ struct RawJob {
     lock: Option<String>,
     #[serde(default)]
     repair: bool,
-    split: Option<super::sharding::RawSplit>,
+    split: Option<super::split_mode::RawSplit>,
     #[serde(default)]
     merge: bool,
     #[serde(default)]
@@ -284,7 +284,7 @@ impl Matrix {
             }
             _ => {}
         }
-        let (split, merge) = super::sharding::resolve(j.split, j.merge, j.kind, &raw.axes)
+        let (split, merge) = super::split_mode::resolve(j.split, j.merge, j.kind == JobKind::Wheel, &raw.axes)
             .map_err(|(field, message)| err(field, message))?;
         if j.kind == JobKind::Kernel && j.command.is_empty() {
             return Err(err("job.command", "a kernel job needs its build command, e.g. [\"make\"]".into()));

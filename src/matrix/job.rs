@@ -79,7 +79,7 @@ fn env_of(m: &Matrix, cell: &Cell) -> Vec<(String, String)> {
 /// or one named after a variable such as `pytorch_rocm_arch`), else the
 /// default list.
 fn targets_of(m: &Matrix, cell: &Cell) -> TargetList {
-    match super::sharding::target_axis(&m.axes).and_then(|a| cell.values.get(a)) {
+    match super::split_mode::target_axis(&m.axes).and_then(|a| cell.values.get(a)) {
         Some(t) => TargetList {
             targets: t.split([',', ';', ' ']).filter(|s| !s.is_empty()).map(str::to_string).collect(),
             source: "the matrix".into(),

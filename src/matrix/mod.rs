@@ -23,6 +23,7 @@ pub mod run;
 pub mod scheduler;
 pub mod sharding;
 pub mod source;
+pub mod split_mode;
 pub mod task_logs;
 pub mod template;
 
