@@ -97,6 +97,9 @@ pub struct FatBinary {
     /// the file's relocations set it (RELA: RELATIVE addend or R_X86_64_64
     /// symbol value plus addend; RELR or non-PIE: the in-place value).
     pub wrappers: Vec<u64>,
+    /// Linked with `.hip_fatbin` last ([`FATBIN_LAST_LINK_SCRIPT`]): the
+    /// rewrite takes the tail layout, which depends on the host parts only.
+    pub linked_last: bool,
 }
 
 /// None when the file has no `.hip_fatbin`. A file kpack'd already (its
@@ -115,7 +118,14 @@ pub fn read_fat_binary(path: &Path) -> Result<Option<FatBinary>, ElfError> {
         }
         wrappers.push(w.target - fat.sh_addr);
     }
-    Ok(Some(FatBinary { fatbin_offset: fat.sh_offset, fatbin_size: fat.sh_size, fatbin_vaddr: fat.sh_addr, wrappers }))
+    let linked_last = tail::fatbin_last(&input).is_some();
+    Ok(Some(FatBinary {
+        fatbin_offset: fat.sh_offset,
+        fatbin_size: fat.sh_size,
+        fatbin_vaddr: fat.sh_addr,
+        wrappers,
+        linked_last,
+    }))
 }
 
 /// The marker's content, which the kpack loader reads through each wrapper's pointer.

@@ -58,31 +58,35 @@ pub fn first_difference(a: &Path, b: &Path) -> io::Result<String> {
     let e = fa.endian();
     // Every differing section, in section header order. The build id is
     // derived from the rest: named first only when nothing else differs.
-    let mut differing: Vec<(String, &str)> = Vec::new();
+    let mut differing: Vec<(String, &str, bool)> = Vec::new();
     for (sa, sb) in fa.sections().zip(fb.sections()) {
         let name = sa.name().unwrap_or("?").to_string();
         let (xa, xb) = (sa.elf_section_header(), sb.elf_section_header());
         let shape = |s: &object::elf::SectionHeader64<Endianness>| {
             (s.sh_type(e), s.sh_flags(e), s.sh_addr(e), s.sh_size(e), s.sh_link(e), s.sh_info(e))
         };
+        let code = xa.sh_flags(e).0 & object::elf::SHF_EXECINSTR.0 != 0;
         if sa.name().ok() != sb.name().ok() || shape(xa) != shape(xb) {
-            differing.push((name, "its header: type, address or size"));
+            differing.push((name, "its header: type, address or size", code));
         } else if sa.data().unwrap_or_default() != sb.data().unwrap_or_default() {
-            differing.push((name, "its bytes"));
+            differing.push((name, "its bytes", code));
         }
     }
     let derived = |n: &str| n == ".note.gnu.build-id";
-    let first = differing.iter().position(|(n, _)| !derived(n)).or((!differing.is_empty()).then_some(0));
+    let first = differing.iter().position(|(n, _, _)| !derived(n)).or((!differing.is_empty()).then_some(0));
     if let Some(i) = first {
-        let (name, what) = &differing[i];
-        let others: Vec<&str> =
-            differing.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, (n, _))| n.as_str()).collect();
-        let also = match others.len() {
-            0 => String::new(),
-            1..=6 => format!("; also {}", others.join(", ")),
-            n => format!("; also {} and {} more", others[..5].join(", "), n - 5),
-        };
-        return Ok(format!("section {name} differs first ({what}){also}"));
+        let (name, what, _) = &differing[i];
+        let others = differing.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, d)| d);
+        let code: Vec<&str> = others.clone().filter(|d| d.2).map(|d| d.0.as_str()).collect();
+        let rest = others.filter(|d| !d.2).count();
+        let mut said = format!("section {name} differs first ({what})");
+        if !code.is_empty() {
+            said.push_str(&format!("; code differs too: {}", code.join(", ")));
+        }
+        if rest > 0 {
+            said.push_str(&format!("; {rest} other section(s) differ"));
+        }
+        return Ok(said);
     }
     // Sections alike: the segments or the header say where.
     let (ha, hb) = (fa.elf_header(), fb.elf_header());

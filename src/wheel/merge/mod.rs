@@ -16,8 +16,9 @@
 //!
 //! Each architecture's code comes from the one shard built for it (two
 //! shards with code for the same architecture are refused); binaries are
-//! numbered by their device code summed over the shards, as the split of
-//! the fat build numbers them, so the archives are the same bytes too.
+//! ranked by their device code summed over the shards, as the split of
+//! the fat build ranks binaries linked `.hip_fatbin` last (`split::input::
+//! order`), so the archives are the same bytes too.
 
 mod compare;
 
@@ -205,16 +206,20 @@ pub fn merge(shards: &[Shard], out_dir: &Path, options: &MergeOptions) -> Result
 
     let fat_of = |o: &'_ Opened, rel: &str| -> usize { o.fat.iter().position(|f| f.rel == rel).expect("same set") };
     let rels: Vec<&str> = first.fat.iter().map(|f| f.rel.as_str()).collect();
-    let device = |rel: &str| {
-        let mut sum: BTreeMap<String, u64> = BTreeMap::new();
+    // Ranked as the fat binary would be: device code (or file sizes) summed over the shards.
+    let rank = |rel: &str| {
+        let mut device: BTreeMap<String, u64> = BTreeMap::new();
+        let (mut size, mut last) = (0, true);
         for o in &opened {
-            for (arch, n) in &o.fat[fat_of(o, rel)].device {
-                *sum.entry(arch.clone()).or_default() += n;
+            let f = &o.fat[fat_of(o, rel)];
+            match f.rank() {
+                input::Rank::DeviceCode(d) => d.into_iter().for_each(|(a, n)| *device.entry(a).or_default() += n),
+                input::Rank::FileSize(n) => (size, last) = (size + n, false),
             }
         }
-        sum
+        (rel.to_string(), if last { input::Rank::DeviceCode(device) } else { input::Rank::FileSize(size) })
     };
-    let order = input::order(rels.iter().copied(), &device, &|_| true);
+    let order = input::order(rels.iter().map(|r| rank(r)).collect(), &|_| true);
     let overlay = input::overlay_of(rels.iter().copied());
     let (group, prefix) =
         (split::group_of(&first.name), split::prefix_of(options.device_prefix.as_deref(), &first.name));

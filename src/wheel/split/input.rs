@@ -98,30 +98,51 @@ pub fn open(wheel: &Path, out_dir: &Path, purpose: &str) -> Result<Opened, Split
     Ok(opened)
 }
 
-/// The order binaries' kernels are numbered in each archive: most device
-/// code (of the architectures kept) first, ties by path. ROCm's splitter
-/// numbers largest file first; device code is what makes a fat file large,
-/// and unlike the file's size it adds up over shard builds for disjoint
-/// targets, so a merge numbers kernels exactly as the split of the fat
-/// build would. `device` gives each binary's bytes per architecture (summed
-/// over shards in a merge).
-pub fn order<'a>(
-    rels: impl Iterator<Item = &'a str>,
-    device: &dyn Fn(&str) -> BTreeMap<String, u64>,
-    keep: &dyn Fn(&TargetId) -> bool,
-) -> Vec<String> {
-    let mut sized: Vec<(u64, String)> = rels
-        .map(|rel| {
-            let kept = device(rel)
-                .into_iter()
-                .filter(|(arch, _)| TargetId::parse(arch).is_ok_and(|t| keep(&t)))
-                .map(|(_, n)| n)
-                .sum();
-            (kept, rel.to_string())
+/// How a binary ranks when kernels are numbered (largest first).
+pub enum Rank {
+    /// ROCm's splitter numbers the largest file first; so does quarry, so
+    /// the archives' tables of contents are the reference's, ordinals too.
+    FileSize(u64),
+    /// For binaries linked with `.hip_fatbin` last (split builds and merge
+    /// shards, made by quarry): the bytes of device code kept. Unlike the
+    /// file's size it adds up over shard builds for disjoint targets, so a
+    /// merge numbers kernels exactly as the split of the fat build does.
+    DeviceCode(BTreeMap<String, u64>),
+}
+
+/// The order binaries' kernels are numbered in each archive: by file size,
+/// or, when every binary was linked `.hip_fatbin` last, by device code (of
+/// the architectures kept); ties by path, so the order is the same on
+/// every machine.
+pub fn order(ranked: Vec<(String, Rank)>, keep: &dyn Fn(&TargetId) -> bool) -> Vec<String> {
+    let by_device = ranked.iter().all(|(_, r)| matches!(r, Rank::DeviceCode(_)));
+    let mut sized: Vec<(u64, String)> = ranked
+        .into_iter()
+        .map(|(rel, rank)| {
+            let n = match rank {
+                Rank::FileSize(n) if !by_device => n,
+                Rank::FileSize(_) => 0,
+                Rank::DeviceCode(device) => device
+                    .into_iter()
+                    .filter(|(arch, _)| TargetId::parse(arch).is_ok_and(|t| keep(&t)))
+                    .map(|(_, n)| n)
+                    .sum(),
+            };
+            (n, rel)
         })
         .collect();
     sized.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     sized.into_iter().map(|(_, rel)| rel).collect()
+}
+
+impl Fat {
+    /// This binary's rank (see [`order`]).
+    pub fn rank(&self) -> Rank {
+        match self.layout.linked_last {
+            true => Rank::DeviceCode(self.device.clone()),
+            false => Rank::FileSize(std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)),
+        }
+    }
 }
 
 /// Where archives and rewritten binaries are placed from: the package

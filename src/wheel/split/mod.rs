@@ -164,7 +164,8 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
     let dropped: Vec<String> = found.iter().filter(|t| !keep(&TargetId::bare(t))).cloned().collect();
 
     let by_rel: BTreeMap<&str, &Fat> = opened.fat.iter().map(|f| (f.rel.as_str(), f)).collect();
-    let order = input::order(by_rel.keys().copied(), &|rel| by_rel[rel].device.clone(), &keep);
+    let ranked = opened.fat.iter().map(|f| (f.rel.clone(), f.rank())).collect();
+    let order = input::order(ranked, &keep);
     let overlay = input::overlay_of(by_rel.keys().copied());
     let naming = Naming { overlay: &overlay, prefix: &prefix, group: &group, families: options.families };
     let staging = opened.unpacked.work.path().join("kpack");
