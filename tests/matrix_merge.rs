@@ -31,17 +31,6 @@ fn matrix_file(dir: &Path) -> PathBuf {
     dir.join("shards.toml")
 }
 
-fn wheels_in(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn target_shards_on_slurm_merge_into_the_split_of_the_fat_build() {
     if !have_registry() || !have_docker() || !have_tool("gpgv") || !have_slurm() {

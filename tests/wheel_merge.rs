@@ -61,18 +61,6 @@ fn merge(shards: &[PathBuf], out: &Path, code: i32) -> std::process::Output {
     run_expect(&mut c, code)
 }
 
-/// Every wheel in `dir`, by name, with its bytes.
-fn wheels(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-        .collect();
-    v.sort();
-    v
-}
-
 fn nothing_in(dir: &Path) {
     let left: Vec<_> = std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
@@ -89,9 +77,9 @@ fn merged_shards_are_the_split_of_the_fat_build_byte_for_byte() {
     run_expect(quarry().args(["wheel", "split", "-o"]).arg(&split_out).arg(&fat), 0);
     let merged_out = t.join("merged");
     let report = stdout_json(&merge(&shards, &merged_out, 0));
-    let expected = wheels(&split_out);
+    let expected = wheels_in(&split_out);
     assert_eq!(expected.len(), 4, "a host wheel and three device wheels");
-    let got = wheels(&merged_out);
+    let got = wheels_in(&merged_out);
     let names = |v: &[(String, Vec<u8>)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     assert_eq!(names(&got), names(&expected), "{report:#}");
     for ((name, a), (_, b)) in got.iter().zip(&expected) {
@@ -105,7 +93,7 @@ fn merged_shards_are_the_split_of_the_fat_build_byte_for_byte() {
     let again = t.join("again");
     let reordered = [shards[2].clone(), shards[0].clone(), shards[1].clone()];
     merge(&reordered, &again, 0);
-    assert_eq!(wheels(&again), got);
+    assert_eq!(wheels_in(&again), got);
 
     // The merged set is a complete install for every target, and its host
     // libraries load in Debian 13 beside their archives.

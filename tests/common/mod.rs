@@ -352,3 +352,15 @@ pub fn rocm_bootstrap_wheel() -> PathBuf {
     assert_eq!(digest, ROCM_BOOTSTRAP_WHEEL_SHA256, "{} is not the pinned wheel", wheel.display());
     wheel
 }
+
+/// Every wheel in `dir` by file name, with its bytes, sorted by name.
+pub fn wheels_in(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}

@@ -323,18 +323,7 @@ pub(super) fn plan(input: &Input, marker_len: u64) -> Result<Plan, ElfError> {
         }
         sections.push(s);
     }
-    sections.push(Shdr {
-        sh_name: names.sh_size as u32,
-        sh_type: SHT_PROGBITS,
-        sh_flags: SHF_ALLOC,
-        sh_addr: marker_vaddr,
-        sh_offset: marker_offset,
-        sh_size: marker_len,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-    });
+    sections.push(Shdr::marker(names.sh_size as u32, marker_offset, marker_vaddr, marker_len));
     if names.sh_size > u64::from(u32::MAX) {
         return Err(unsupported(input, ".shstrtab is over 4 GiB"));
     }

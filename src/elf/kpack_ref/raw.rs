@@ -163,6 +163,23 @@ pub(super) struct Shdr {
 }
 
 impl Shdr {
+    /// The marker's section header: read-only data named at `name` in
+    /// `.shstrtab`, `len` bytes at `offset`, mapped at `vaddr`.
+    pub fn marker(name: u32, offset: u64, vaddr: u64, len: u64) -> Shdr {
+        Shdr {
+            sh_name: name,
+            sh_type: SHT_PROGBITS,
+            sh_flags: SHF_ALLOC,
+            sh_addr: vaddr,
+            sh_offset: offset,
+            sh_size: len,
+            sh_link: 0,
+            sh_info: 0,
+            sh_addralign: 1,
+            sh_entsize: 0,
+        }
+    }
+
     pub fn parse(b: &[u8]) -> Shdr {
         Shdr {
             sh_name: u32_at(b, 0),

@@ -116,18 +116,7 @@ pub(super) fn rewrite(input: &Input, li: usize, marker: &[u8], source: Arc<Sourc
     (sections[names_index].sh_offset, sections[names_index].sh_size) = (names_offset, names_len);
     let s = &mut sections[input.fatbin];
     (s.sh_type, s.sh_size, s.sh_offset) = (SHT_NOBITS, 0, marker_offset);
-    sections.push(Shdr {
-        sh_name: names.sh_size as u32,
-        sh_type: SHT_PROGBITS,
-        sh_flags: SHF_ALLOC,
-        sh_addr: marker_vaddr,
-        sh_offset: marker_offset,
-        sh_size: marker_len,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-    });
+    sections.push(Shdr::marker(names.sh_size as u32, marker_offset, marker_vaddr, marker_len));
     let mut sht = Vec::with_capacity(sections.len() * SHDR_LEN as usize);
     sections.iter().for_each(|s| s.write(&mut sht));
     let shoff = place(&mut out, 8, Part::Bytes(sht.into()));
