@@ -1,13 +1,14 @@
 //! `quarry wheel merge` on real HIP libraries compiled with Debian 13's
 //! hipcc in hip-builder-debian13 (cached in the fixtures): `libvec.so` (one
 //! unit), `libtwo.so` (two units, two wrappers) and `librdc.so`
-//! (`-fgpu-rdc`), built fat for gfx90a, gfx942 and gfx1100 and as three
-//! shards of one target each, all linked as `wheel build` links split
-//! builds (`.hip_fatbin` last). The merge of the shards must be the split
-//! of the fat build, byte for byte; a shard whose host code differs (its host
-//! code built at another optimization level), shards linked the usual way (the
-//! device code's size moves the host's addresses) and two shards with
-//! code for one target are refused, naming what differs, writing nothing.
+//! (`-fgpu-rdc`), with a rocBLAS Tensile database for gfx90a, built fat for
+//! gfx90a, gfx942 and gfx1100 and as three shards of one target each, all
+//! linked as `wheel build` links split builds (`.hip_fatbin` last). The
+//! merge of the shards must be the split of the fat build, byte for byte; a
+//! shard whose host code differs (built at another optimization level),
+//! shards linked the usual way (the device code's size moves the host's
+//! addresses) and two shards with code for one target are refused, naming
+//! what differs, writing nothing.
 
 mod common;
 mod wheel_fixtures;
@@ -38,12 +39,19 @@ libs fat -O2 $L --offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx11
 for t in gfx90a gfx942 gfx1100; do libs s-$t -O2 $L --offload-arch=$t; done
 libs o0 "-O2 -Xarch_host -O0" $L --offload-arch=gfx942
 for t in gfx90a gfx942; do libs plain-$t -O2 "" --offload-arch=$t; done
+lib=$(echo /usr/lib/x86_64-linux-gnu/rocblas/*/library)
+cp "$lib"/Kernels.so-000-gfx90a-xnack+.hsaco /work/out/
 "#,
     );
     hip_outputs("hip-merge", &script, &["split_a.hip", "split_b.hip"])
 }
 
-/// A wheel of the libraries in `built()/<set>`, the same members every time.
+/// A rocBLAS Tensile code object: a kernel database, which goes to the
+/// gfx90a device wheel; the fat wheel and the gfx90a shards carry it.
+const TENSILE: &str = "hipmerge/lib/rocblas/library/Kernels.so-000-gfx90a-xnack+.hsaco";
+
+/// A wheel of the libraries in `built()/<set>`, the same members every time
+/// (and the Tensile database when the set has code for gfx90a).
 fn wheel_of(set: &str, into: &Path) -> PathBuf {
     let b = built().join(set);
     let init = into.join("__init__.py");
@@ -51,6 +59,9 @@ fn wheel_of(set: &str, into: &Path) -> PathBuf {
     std::fs::write(&init, "").unwrap();
     let mut files: Vec<(&str, PathBuf)> = vec![("hipmerge/__init__.py", init)];
     files.extend(LIBS.iter().map(|(file, member)| (*member, b.join(file))));
+    if ["fat", "s-gfx90a", "plain-gfx90a"].contains(&set) {
+        files.push((TENSILE, built().join("Kernels.so-000-gfx90a-xnack+.hsaco")));
+    }
     let files: Vec<(&str, &Path)> = files.iter().map(|(a, b)| (*a, b.as_path())).collect();
     wheel_fixtures::make_wheel(into, "hipmerge-1.0-cp311-cp311-linux_x86_64.whl", &files)
 }
@@ -88,6 +99,8 @@ fn merged_shards_are_the_split_of_the_fat_build_byte_for_byte() {
     let targets: Vec<&str> =
         report["shards"].as_array().unwrap().iter().map(|s| s["targets"][0].as_str().unwrap()).collect();
     assert_eq!(targets, TARGETS, "{report:#}");
+    let gfx90a = report["device"].as_array().unwrap().iter().find(|d| d["key"] == "gfx90a").unwrap();
+    assert_eq!(gfx90a["databases"], serde_json::json!([TENSILE]), "{report:#}");
 
     // The shards in another order give the same wheels.
     let again = t.join("again");
