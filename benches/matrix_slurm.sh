@@ -57,52 +57,8 @@ trap cleanup EXIT
 pids="$pids $!"
 
 # The one-node Slurm (as tests/common/slurm.rs starts it, without GPUs).
-s=$work/slurm
-mkdir -p "$s/state" "$s/spool" "$s/log" "$s/munge"
-chmod 700 "$s/munge"
-mungekey -c -k "$s/munge/munge.key" >/dev/null 2>&1
-chmod 600 "$s/munge/munge.key"
-munged --foreground --key-file="$s/munge/munge.key" --socket="$s/munge/munge.sock" \
-    --pid-file="$s/munge/munged.pid" --log-file="$s/munge/munged.log" --seed-file="$s/munge/seed" --force \
-    >/dev/null 2>&1 &
-pids="$pids $!"
-for _ in $(seq 1 100); do [ -S "$s/munge/munge.sock" ] && break; sleep 0.1; done
-cat > "$s/slurm.conf" <<EOF
-ClusterName=quarrybench
-SlurmctldHost=localhost
-SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
-AuthType=auth/munge
-AuthInfo=socket=$s/munge/munge.sock
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$s/state
-SlurmdSpoolDir=$s/spool
-SlurmctldPidFile=$s/slurmctld.pid
-SlurmdPidFile=$s/slurmd.pid
-SlurmctldLogFile=$s/log/slurmctld.log
-SlurmdLogFile=$s/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=1
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-NodeName=localhost CPUs=$(nproc) RealMemory=8000 State=UNKNOWN
-PartitionName=quarry Nodes=localhost Default=YES MaxTime=INFINITE State=UP
-EOF
-export SLURM_CONF="$s/slurm.conf"
-slurmctld -D -f "$SLURM_CONF" >/dev/null 2>&1 &
-pids="$pids $!"
-slurmd -D -f "$SLURM_CONF" >/dev/null 2>&1 &
-pids="$pids $!"
-for _ in $(seq 1 300); do [ "$(sinfo -h -o %T 2>/dev/null)" = idle ] && break; sleep 0.2; done
-[ "$(sinfo -h -o %T)" = idle ] || { echo "Slurm did not come up:"; tail -20 "$s/log/slurmctld.log" "$s/log/slurmd.log"; exit 1; } >&2
+. "$repo/benches/slurm_node.sh"
+slurm_node "$work/slurm"
 
 # The example matrix, its image the builder loaded into the engine.
 "$quarry" load "$layout" --tag "$tag" >/dev/null

@@ -8,13 +8,14 @@
 # gfx1100, compiled with Debian 13's hipcc in hip-builder-debian13 and
 # linked as `wheel build` links split builds and shards (.hip_fatbin last).
 # - fat: one build for the three targets (units compiled $(nproc) at a time);
-# - shards: three builds of one target each, run as a one-node scheduler
-#   runs them: at --parallel 1 (one after another, each compiling
-#   $(nproc) units at a time) and at --parallel 2 (two at a time, each
-#   compiling $(nproc)/2 at a time). Each build is its own container; CPU
-#   is the compiler's (user+sys of the build's children, measured inside the
-#   container: the engine's processes are children of neither this script
-#   nor quarry).
+# - shards: three builds of one target each, a Slurm job array on a
+#   one-node Slurm started here (benches/slurm_node.sh): at --parallel 1
+#   (`%1`, each task given every CPU and compiling $(nproc) units at a
+#   time) and at --parallel 2 (`%2`, each task half the CPUs). Each build is
+#   its own container; CPU is the compiler's (user+sys of the build's
+#   children, measured inside the container: the engine's processes are
+#   children of neither Slurm nor quarry); wall is from sbatch to the
+#   array's end.
 # - merge: `quarry wheel merge` of the three shard wheels against
 #   `quarry wheel split` of the fat wheel: wall s, CPU s, peak RSS
 #   (/usr/bin/time), and the outputs must be byte-identical.
@@ -23,6 +24,7 @@
 #   QUARRY=path     the quarry binary (default: target/release/quarry, built here)
 #   UNITS=4         translation units of the heavy library
 #   QUARRY_CACHE_DIR, HIP_BUILDER: as benches/wheel_split.sh
+# needs: slurm-wlm and munge (scripts/setup installs them), root.
 set -eu
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -32,7 +34,19 @@ units=${UNITS:-4}
 targets="gfx90a gfx942 gfx1100"
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000}
 mkdir -p "$bench"
+for t in slurmctld slurmd sbatch squeue munged mungekey; do
+    command -v "$t" >/dev/null 2>&1 || { echo "needs $t: run scripts/setup" >&2; exit 1; }
+done
+pids=""
+cleanup() {
+    [ -n "${SLURM_CONF:-}" ] && scancel --full -u "$(id -un)" >/dev/null 2>&1 || true
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    for p in $pids; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$bench/slurm"
+}
+trap cleanup EXIT
 
+. "$repo/benches/slurm_node.sh"
 if [ -z "${QUARRY:-}" ]; then
     cargo build --release --locked --bin quarry >&2
     quarry=$repo/target/release/quarry
@@ -85,18 +99,22 @@ print("CPU %.2f" % (r.ru_utime + r.ru_stime))
 EOF
 
 # One build: NAME JOBS TARGET...; its libraries land in $bench/NAME, its
-# compiler CPU seconds in $bench/NAME.cpu.
-build() {
-    local name=$1 jobs=$2
-    shift 2
-    rm -rf "$bench/$name" "$bench/$name.tmp"
-    mkdir -p "$bench/$name.tmp"
-    "$quarry" run "$layout" --gpu none --cache-dir "$cache" --copy-in "$src:/work/src" \
-        --copy-out "/work/out:$bench/$name.tmp" -- python3 /work/src/build.py "$jobs" "$@" >"$bench/$name.log" 2>&1 \
-        || { cat "$bench/$name.log" >&2; exit 1; }
-    mv "$bench/$name.tmp" "$bench/$name"
-    grep '^CPU ' "$bench/$name.log" | cut -d' ' -f2 >"$bench/$name.cpu"
-}
+# compiler CPU seconds in $bench/NAME.cpu. A script, so Slurm's tasks run it.
+cat > "$bench/build_one.sh" <<EOF
+#!/bin/bash
+set -eu
+name=\$1 jobs=\$2
+shift 2
+rm -rf "$bench/\$name" "$bench/\$name.tmp"
+mkdir -p "$bench/\$name.tmp"
+"$quarry" run "$layout" --gpu none --cache-dir "$cache" --copy-in "$src:/work/src" \\
+    --copy-out "/work/out:$bench/\$name.tmp" -- python3 /work/src/build.py "\$jobs" "\$@" >"$bench/\$name.log" 2>&1 \\
+    || { cat "$bench/\$name.log" >&2; exit 1; }
+mv "$bench/\$name.tmp" "$bench/\$name"
+grep '^CPU ' "$bench/\$name.log" | cut -d' ' -f2 >"$bench/\$name.cpu"
+EOF
+chmod +x "$bench/build_one.sh"
+rm -f "$bench"/*.cpu
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 wheel_of() { # DIR
@@ -118,17 +136,35 @@ with zipfile.ZipFile(d + "/heavymerge-1.0-cp311-cp311-linux_x86_64.whl", "w", zi
 PY
 }
 
-n=$(nproc)
-t0=$(now); build fat "$n" $targets; fat_wall=$(since "$t0")
-t0=$(now)
-for t in $targets; do build "p1-$t" "$n" "$t"; done
-p1_wall=$(since "$t0")
-half=$(( n / 2 > 0 ? n / 2 : 1 ))
-t0=$(now)
-export -f build
-export quarry layout cache src bench
-printf '%s\n' $targets | xargs -P 2 -I{} bash -c "build p2-{} $half {}"
-p2_wall=$(since "$t0")
+# The three shards as a Slurm array, PARALLEL at a time, each task given
+# its share of the CPUs; prints the wall seconds from sbatch to the end.
+on_slurm() { # PARALLEL
+    local p=$1 cpus=$(( $(nproc) / $1 > 0 ? $(nproc) / $1 : 1 ))
+    cat > "$bench/shards-p$p.sbatch" <<EOF
+#!/bin/bash
+#SBATCH --job-name=quarry-merge-bench
+#SBATCH --array=0-2%$p
+#SBATCH --cpus-per-task=$cpus
+#SBATCH --mem=2G
+#SBATCH --output=$bench/slurm-p$p-%a.out
+targets=($targets)
+t=\${targets[\$SLURM_ARRAY_TASK_ID]}
+exec "$bench/build_one.sh" "p$p-\$t" $cpus "\$t"
+EOF
+    local t0 job
+    t0=$(now)
+    job=$(sbatch --parsable "$bench/shards-p$p.sbatch" | cut -d';' -f1)
+    while [ -n "$(squeue -h -j "$job" -o %i 2>/dev/null)" ]; do sleep 0.2; done
+    since "$t0"
+    for t in $targets; do
+        [ -f "$bench/p$p-$t.cpu" ] || { cat "$bench"/slurm-p"$p"-*.out >&2; exit 1; }
+    done
+}
+
+t0=$(now); "$bench/build_one.sh" fat "$(nproc)" $targets; fat_wall=$(since "$t0")
+slurm_node "$bench/slurm"
+p1_wall=$(on_slurm 1)
+p2_wall=$(on_slurm 2)
 
 wheel_of "$bench/fat"
 shards=""
