@@ -155,8 +155,12 @@ pub fn make_wheel_with(dir: &Path, file_name: &str, files: &[(&str, &Path)], met
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join(file_name);
     let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    // A fixed time: the zip crate stamps "now" by default, and split and
+    // merge outputs carry their inputs' latest time, so wheels made a
+    // second apart would differ in every member's header.
+    let time = zip::DateTime::from_date_and_time(2024, 1, 1, 0, 0, 0).unwrap();
     for (p, data) in &members {
-        let opts = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
+        let opts = zip::write::SimpleFileOptions::default().unix_permissions(0o755).last_modified_time(time);
         z.start_file(p.as_str(), opts).unwrap();
         z.write_all(data).unwrap();
     }
