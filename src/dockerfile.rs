@@ -291,8 +291,13 @@ fn render_packages_layer(out: &mut String, image: &Image, layer: &Layer, p: &cra
             .filter(|l| l.include == p.include)
             .map(|l| l.packages.iter().map(|x| format!("{}={}", x.name, x.version)).collect());
     if pinned.is_none() {
-        writeln!(out, "# packages from {} ({}); `quarry lock` pins their versions", p.suite, p.components.join(" "))
-            .unwrap();
+        writeln!(
+            out,
+            "# packages from {} ({}); `quarry lock` pins their versions",
+            p.suites.join(", "),
+            p.components.join(" ")
+        )
+        .unwrap();
     }
     let list = pinned.unwrap_or_else(|| p.include.clone());
     writeln!(
@@ -353,8 +358,8 @@ fn render_pypi_source(
 /// A `packages` base as the distro's own image plus apt: the nearest a
 /// Dockerfile gets (its package versions are not pinned like quarry's lock).
 fn render_packages_base(out: &mut String, p: &crate::definition::PackagesBase, stage: &str) {
-    let distro = if p.keyring.to_string_lossy().contains("ubuntu") { "ubuntu" } else { "debian" };
-    writeln!(out, "FROM {distro}:{}{stage}", p.suite).unwrap();
+    let distro = if p.keyring.image_path().to_string_lossy().contains("ubuntu") { "ubuntu" } else { "debian" };
+    writeln!(out, "FROM {distro}:{}{stage}", p.suite()).unwrap();
     if !p.include.is_empty() {
         writeln!(
             out,
@@ -529,17 +534,19 @@ mod tests {
             name: n.into(),
             version: v.into(),
             architecture: "amd64".into(),
+            suite: None,
+            priority: None,
             file: format!("pool/{n}.deb"),
             sha256: "0".repeat(64),
             size: 1,
         };
         let layer = crate::distro::pins::PackagePins {
-            suite: "bookworm".into(),
+            suites: vec!["bookworm".into()],
             architecture: "amd64".into(),
             components: vec!["main".into()],
             variant: None,
             include: vec!["jq".into()],
-            release: "sha256:00".into(),
+            release: [("bookworm".to_string(), "sha256:00".to_string())].into(),
             below: Some("none".into()),
             packages: vec![pin("jq", "1.6-2.1"), pin("libjq1", "1.6-2.1")],
         };

@@ -2,7 +2,8 @@
 //! a Packages index, a Release file clearsigned with a key made for the
 //! test, all served over HTTP on 127.0.0.1. Hermetic and fast: it checks the
 //! lock, the dpkg database and every refusal (bad signature, missing
-//! package, unsatisfiable chain, tampered cache, pin no longer served).
+//! package, unsatisfiable chain, tampered cache, pin no longer served), and
+//! a release with its security pocket (`pockets_*`).
 mod common;
 
 use common::deb_archive::{self, sha256, Archive, Pkg};
@@ -110,7 +111,7 @@ fn lock_build_and_dpkg_database() {
     // The Essential package comes along; `top`/`old` do not.
     assert_eq!(names, ["app", "base-tool", "libx", "mid"]);
     let inrelease = std::fs::read(a.www().join("dists/test/InRelease")).unwrap();
-    assert_eq!(lock["release"].as_str().unwrap(), format!("sha256:{}", sha256(&inrelease)));
+    assert_eq!(lock["release"]["test"].as_str().unwrap(), format!("sha256:{}", sha256(&inrelease)));
     assert!(!lock_text.contains("127.0.0.1"), "the lock records no mirror");
 
     let out = a.root.path().join("out-ok");
@@ -174,7 +175,10 @@ fn pinned_file_no_longer_served_and_tampered_cache() {
     std::fs::remove_file(&cached).unwrap();
     let e = stderr(&build(&img, &a.cache(), &out, 1));
     assert!(
-        e.contains("pool/main/app_1.0_amd64.deb") && e.contains("is not served") && e.contains("quarry lock"),
+        e.contains("pool/main/app_1.0_amd64.deb")
+            && e.contains("app 1.0 from suite `test`")
+            && e.contains("no longer serves")
+            && e.contains("quarry lock"),
         "{e}"
     );
 }
@@ -403,4 +407,165 @@ fn plan_and_lock_over_a_layer_not_built_yet() {
     assert_eq!(debs, ["app=1.0 (amd64)", "mid=2.0 (amd64)"]);
     // Locking again builds nothing new.
     assert_eq!(lock_json()["built_to_resolve"], serde_json::json!({}));
+}
+
+fn pkg<'a>(name: &'a str, version: &'a str, extra: &'a str, files: &'a [deb_archive::Entry<'a>]) -> Pkg<'a> {
+    Pkg { name, version, extra, members: &[], files }
+}
+
+/// The release `test` and its pocket `test-security`, which fixes `libx`.
+fn pocket_archive() -> Option<Archive> {
+    let release = [
+        pkg("app", "1.0", "Depends: mid\n", &[("./bin/app", b"app\n", 0o755)]),
+        pkg("mid", "2.0", "Depends: libx (>= 1)\n", &[("./usr/share/mid", b"mid\n", 0o644)]),
+        pkg("libx", "1.2", "", &[("./usr/lib/libx.txt", b"libx 1.2\n", 0o644)]),
+        pkg("base-tool", "3", "Essential: yes\n", &[("./sbin/base-tool", b"tool\n", 0o755)]),
+    ];
+    let security = [pkg("libx", "1.3", "", &[("./usr/lib/libx.txt", b"libx 1.3\n", 0o644)])];
+    deb_archive::archive_suites(&[("test", &release), ("test-security", &security)])
+}
+
+impl Archive {
+    fn with_suites(&self, name: &str, suites: &[&str], keyring: &str) -> PathBuf {
+        let img = self.image(name, &["app"], &self.keyring);
+        let list: Vec<String> = suites.iter().map(|s| format!("\"{s}\"")).collect();
+        let def = std::fs::read_to_string(&img)
+            .unwrap()
+            .replace("suite = \"test\"", &format!("suites = [{}]", list.join(", ")))
+            .replace(&format!("keyring = \"{}\"", self.keyring.display()), &format!("keyring = {keyring}"));
+        std::fs::write(&img, def).unwrap();
+        img
+    }
+}
+
+/// (name, version, suite) of every package a lock pins for its base.
+fn pinned(img: &Path) -> Vec<(String, String, String)> {
+    let lock: toml::Value = toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
+    let s = |p: &toml::Value, k: &str| p[k].as_str().unwrap().to_string();
+    lock["base"]["package"].as_array().unwrap().iter().map(|p| (s(p, "name"), s(p, "version"), s(p, "suite"))).collect()
+}
+
+#[test]
+fn pockets_resolve_as_apt_and_a_relock_moves_only_the_fixed_packages() {
+    let Some(a) = pocket_archive() else { return };
+    let keyring = format!("\"{}\"", a.keyring.display());
+    let img = a.with_suites("pockets", &["test", "test-security"], &keyring);
+    lock(&img, &a.cache(), 0);
+    let t = |n: &str, v: &str, s: &str| (n.to_string(), v.to_string(), s.to_string());
+    // The highest version wins, and the lock says which pocket it came from.
+    assert_eq!(
+        pinned(&img),
+        [
+            t("app", "1.0", "test"),
+            t("base-tool", "3", "test"),
+            t("libx", "1.3", "test-security"),
+            t("mid", "2.0", "test")
+        ]
+    );
+    let text = std::fs::read_to_string(img.with_extension("lock")).unwrap();
+    let lock_v: toml::Value = toml::from_str(&text).unwrap();
+    for suite in ["test", "test-security"] {
+        let inrelease = std::fs::read(a.www().join(format!("dists/{suite}/InRelease"))).unwrap();
+        assert_eq!(lock_v["base"]["release"][suite].as_str().unwrap(), format!("sha256:{}", sha256(&inrelease)));
+    }
+    let out = a.root.path().join("out-pockets");
+    let built = stdout_json(&build(&img, &a.cache(), &out, 0));
+    let files = layer_entries(&out, &built);
+    assert_eq!(files["usr/lib/libx.txt"].1, b"libx 1.3\n");
+    let sources = String::from_utf8_lossy(&files["etc/apt/sources.list.d/quarry.sources"].1).into_owned();
+    assert_eq!(sources, format!("Types: deb\nURIs: {}\nSuites: test test-security\nComponents: main\n", a.url));
+
+    // A security release fixes libx again and mid: locking again moves
+    // exactly those two, and every other line of the lock stays.
+    a.publish(
+        "test-security",
+        &[
+            pkg("libx", "1.4", "", &[("./usr/lib/libx.txt", b"libx 1.4\n", 0o644)]),
+            pkg("mid", "2.0.1", "Depends: libx (>= 1)\n", &[("./usr/share/mid", b"mid 2.0.1\n", 0o644)]),
+        ],
+    );
+    lock(&img, &a.cache(), 0);
+    assert_eq!(
+        pinned(&img),
+        [
+            t("app", "1.0", "test"),
+            t("base-tool", "3", "test"),
+            t("libx", "1.4", "test-security"),
+            t("mid", "2.0.1", "test-security")
+        ]
+    );
+    let after: toml::Value = toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
+    let by_name = |v: &toml::Value| -> std::collections::BTreeMap<String, toml::Value> {
+        let list = v["base"]["package"].as_array().unwrap();
+        list.iter().map(|p| (p["name"].as_str().unwrap().to_string(), p.clone())).collect()
+    };
+    let (old_pins, new_pins) = (by_name(&lock_v), by_name(&after));
+    let moved: Vec<&String> = new_pins.keys().filter(|n| old_pins.get(*n) != new_pins.get(*n)).collect();
+    assert_eq!(moved, ["libx", "mid"]);
+    assert_eq!(after["base"]["release"]["test"], lock_v["base"]["release"]["test"], "the release did not move");
+    assert_ne!(after["base"]["release"]["test-security"], lock_v["base"]["release"]["test-security"]);
+
+    // The old lock pins libx 1.3, which the pocket no longer serves: a
+    // clear error naming the suite and the file, and nothing is built.
+    std::fs::write(img.with_extension("lock"), &text).unwrap();
+    std::fs::remove_file(a.www().join("pool/main/libx_1.3_amd64.deb")).unwrap();
+    let fresh = a.root.path().join("fresh-cache");
+    let gone = a.root.path().join("out-gone");
+    let e = stderr(&build(&img, &fresh, &gone, 1));
+    assert!(
+        e.contains("libx 1.3 from suite `test-security`")
+            && e.contains("pool/main/libx_1.3_amd64.deb")
+            && e.contains("quarry lock"),
+        "{e}"
+    );
+    assert!(!gone.exists(), "nothing written");
+}
+
+#[test]
+fn pockets_refusals_name_the_suite_and_file() {
+    let Some(a) = pocket_archive() else { return };
+    let keyring = |k: &Path| format!("\"{}\"", k.display());
+    // A pocket the mirror does not have.
+    let e = stderr(&lock(&a.with_suites("nopocket", &["test", "test-updates"], &keyring(&a.keyring)), &a.cache(), 1));
+    assert!(e.contains("suite `test-updates`") && e.contains("dists/test-updates/InRelease"), "{e}");
+    // A keyring that does not sign the Release.
+    let e = stderr(&lock(
+        &a.with_suites("otherkey", &["test", "test-security"], &keyring(&a.other_keyring)),
+        &a.cache(),
+        1,
+    ));
+    assert!(e.contains("suite `test`") && e.contains("bad signature") && e.contains("dists/test/InRelease"), "{e}");
+
+    // The keyring as a file in a package pinned by its sha256, fetched from
+    // the mirror (as Debian's ubuntu-keyring for Ubuntu's archive).
+    let key = std::fs::read(&a.keyring).unwrap();
+    let deb = a.www().join("pool/main/test-keyring_1_all.deb");
+    deb_archive::make_deb(
+        &deb,
+        "Package: test-keyring\nVersion: 1\nArchitecture: all\nMaintainer: t <t@example.invalid>\nDescription: k\n",
+        &[],
+        &[("./usr/share/keyrings/test.gpg", &key, 0o644)],
+    );
+    let sha = sha256(&std::fs::read(&deb).unwrap());
+    let table = |sha: &str, path: &str| {
+        format!(
+            "{{ deb = \"pool/main/test-keyring_1_all.deb\", sha256 = \"{sha}\", path = \"{path}\", mirror = \"{}\" }}",
+            a.url
+        )
+    };
+    let img = a.with_suites("keydeb", &["test", "test-security"], &table(&sha, "/usr/share/keyrings/test.gpg"));
+    lock(&img, &a.cache(), 0);
+    assert_eq!(pinned(&img).len(), 4);
+    let e = stderr(&lock(
+        &a.with_suites("keydeb-sha", &["test"], &table(&"0".repeat(64), "/usr/share/keyrings/test.gpg")),
+        &a.cache(),
+        1,
+    ));
+    assert!(e.contains("sha256 mismatch") && e.contains("test-keyring_1_all.deb"), "{e}");
+    let e = stderr(&lock(
+        &a.with_suites("keydeb-path", &["test"], &table(&sha, "/usr/share/keyrings/nope.gpg")),
+        &a.cache(),
+        1,
+    ));
+    assert!(e.contains("/usr/share/keyrings/nope.gpg") && e.contains("keyring.path"), "{e}");
 }

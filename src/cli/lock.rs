@@ -25,8 +25,10 @@ pub struct Args {
 #[derive(serde::Serialize)]
 struct Locked {
     lock: PathBuf,
-    /// The base's Release digest (absent when the base is not `packages`).
+    /// The base's release suite's InRelease digest (absent when the base is not `packages`).
     release: Option<String>,
+    /// Each suite's InRelease digest, the base's then every layer's.
+    releases: std::collections::BTreeMap<String, String>,
     /// Every package pinned, base and layers.
     packages: usize,
     /// Packages pinned per packages layer.
@@ -65,11 +67,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if a.json {
             super::print_json(&plan)?;
         } else {
-            println!("release  {}", plan.sources.release);
+            for r in &plan.sources.releases {
+                println!("release  {r}");
+            }
             for i in &plan.sources.indexes {
                 println!("index    {i}");
             }
-            println!("keyring  {}", plan.sources.keyring.display());
+            println!("keyring  {}", plan.sources.keyring);
             println!("lock     {}{}", plan.lock.display(), if plan.locked { " (exists)" } else { "" });
         }
         return Ok(0);
@@ -82,7 +86,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let lock = &locked.lock;
     let out = Locked {
         lock: locked.path.clone(),
-        release: lock.base.as_ref().map(|b| b.release.clone()),
+        release: lock.base.as_ref().and_then(|b| b.release.get(b.suite()).cloned()),
+        releases: lock.base.iter().chain(lock.layer.values()).flat_map(|p| p.release.clone()).collect(),
         packages: lock.package_count(),
         layers: lock.layer.iter().map(|(n, l)| (n.clone(), l.packages.len())).collect(),
         pypi: lock.pypi.len(),
@@ -91,7 +96,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         super::print_json(&out)?;
     } else {
-        let mut parts: Vec<String> = out.release.iter().map(|r| format!("release {r}")).collect();
+        let mut parts: Vec<String> = out.releases.iter().map(|(s, r)| format!("{s} {r}")).collect();
         parts.extend(out.layers.iter().map(|(n, c)| format!("layer {n}: {c}")));
         if out.pypi > 0 {
             parts.push(format!("{} PyPI file(s)", out.pypi));

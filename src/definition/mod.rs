@@ -20,7 +20,7 @@ pub use layer::{
     DEFAULT_SITE_PACKAGES,
 };
 pub use load::{find_layer_file, load_image, parse_sets};
-pub use packages::{Configure, Mirror, PackageSet, PackagesBase, UserDef, Variant};
+pub use packages::{Configure, Keyring, KeyringDeb, Mirror, PackageSet, PackagesBase, UserDef, Variant};
 pub use platform::{Arch, Platform, PlatformError};
 pub use raw::InputDef;
 

@@ -47,11 +47,15 @@ pub(super) struct BaseTable {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PackagesDef {
-    pub suite: String,
+    /// The release (`suite`), or the release and its pockets (`suites`).
+    pub suite: Option<String>,
+    pub suites: Option<Vec<String>>,
     pub components: Option<Vec<String>>,
     pub architecture: Option<String>,
     pub mirror: String,
-    pub keyring: String,
+    /// Where Debian's `-security` suites are served (another archive).
+    pub security_mirror: Option<String>,
+    pub keyring: KeyringDef,
     #[serde(default)]
     pub include: Vec<String>,
     pub variant: Option<String>,
@@ -60,6 +64,44 @@ pub(super) struct PackagesDef {
     pub groups: BTreeMap<String, u32>,
     #[serde(default)]
     pub users: Vec<UserDef>,
+}
+
+/// `keyring = "/path/to/keyring.gpg"`, or a keyring file inside a package
+/// pinned by its sha256: `{ deb = "pool/...deb", sha256 = "...", path =
+/// "/usr/share/keyrings/...gpg", suite = "trixie", mirror = "host" }`.
+#[derive(Debug)]
+pub(super) enum KeyringDef {
+    Path(String),
+    Deb(KeyringDebDef),
+}
+
+impl<'de> Deserialize<'de> for KeyringDef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KeyringDef;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a keyring path, or a table like { deb = \"pool/...deb\", sha256 = \"...\", path = \"/usr/share/keyrings/...gpg\" }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyringDef, E> {
+                Ok(KeyringDef::Path(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<KeyringDef, A::Error> {
+                KeyringDebDef::deserialize(de::value::MapAccessDeserializer::new(m)).map(KeyringDef::Deb)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct KeyringDebDef {
+    pub deb: String,
+    pub sha256: String,
+    pub path: String,
+    pub suite: Option<String>,
+    pub mirror: Option<String>,
 }
 
 /// `configure = "sandbox" | "engine"` (or the older `true` = "engine",

@@ -20,8 +20,50 @@ fn packages_base_parses_with_defaults() {
     assert_eq!(p.architecture, "amd64");
     assert_eq!(p.mirror, Mirror::Host);
     assert_eq!(p.variant, Variant::Required);
-    assert!(p.keyring.is_absolute() && p.keyring.ends_with("k.gpg"), "relative to the definition");
+    let Keyring::File(k) = &p.keyring else { panic!("{:?}", p.keyring) };
+    assert!(k.is_absolute() && k.ends_with("k.gpg"), "relative to the definition");
+    assert_eq!(p.suites, ["bookworm"]);
     assert_eq!(p.configure, crate::definition::Configure::Sandbox);
+}
+
+#[test]
+fn packages_take_pockets_and_a_pinned_keyring_package() {
+    let text = PKG.replace("suite = \"bookworm\"", "suites = [\"noble\", \"noble-updates\", \"noble-security\"]").replace(
+        "keyring = \"k.gpg\"",
+        "keyring = { deb = \"pool/main/u/k/k_1_all.deb\", sha256 = \"AB\", path = \"/usr/share/keyrings/k.gpg\", suite = \"trixie\" }",
+    );
+    let e = load(&text).unwrap_err().to_string();
+    assert!(e.contains("base.packages.keyring.sha256") && e.contains("64 hex"), "{e}");
+    let img = load(&text.replace("\"AB\"", &format!("\"{}\"", "AB".repeat(32)))).unwrap();
+    let Base::Packages(p) = &img.base else { panic!() };
+    assert_eq!(p.suites, ["noble", "noble-updates", "noble-security"]);
+    assert_eq!(p.suite(), "noble");
+    let Keyring::Deb(k) = &p.keyring else { panic!("{:?}", p.keyring) };
+    assert_eq!((k.sha256.as_str(), k.suite.as_str(), &k.mirror), ("ab".repeat(32).as_str(), "trixie", &Mirror::Host));
+    assert_eq!(p.keyring.image_path(), std::path::Path::new("/usr/share/keyrings/k.gpg"));
+
+    for (bad, field, says) in [
+        ("suites = [\"noble\", \"noble\"]", "base.packages.suites[1]", "listed twice"),
+        ("suites = []", "base.packages.suites", "empty"),
+        ("suites = [\"noble\"]\nsuite = \"noble\"", "base.packages.suites", "not both"),
+        ("security_mirror = \"ftp://x\"\nsuite = \"noble\"", "base.packages.security_mirror", "http"),
+    ] {
+        let t = PKG.replace("suite = \"bookworm\"", bad);
+        let e = load(&t).unwrap_err().to_string();
+        assert!(e.contains(field) && e.contains(says), "{bad}: {e}");
+    }
+    let t = PKG.replace("keyring = \"k.gpg\"", "keyring = { deb = \"../x.deb\", sha256 = \"00\", path = \"/k\" }");
+    let e = load(&t).unwrap_err().to_string();
+    assert!(e.contains("base.packages.keyring.deb"), "{e}");
+    let t = PKG.replace(
+        "keyring = \"k.gpg\"",
+        "keyring = { deb = \"pool/x.deb\", sha256 = \"00\", path = \"/k\", colour = 1 }",
+    );
+    let e = load(&t).unwrap_err().to_string();
+    assert!(e.contains("colour"), "{e}");
+    let t = PKG.replace("keyring = \"k.gpg\"", "keyring = 3");
+    let e = load(&t).unwrap_err().to_string();
+    assert!(e.contains("keyring") && e.contains("a keyring path"), "{e}");
 }
 
 /// Write `files` (name, text) into a fresh directory and load the first.
@@ -152,7 +194,7 @@ fn packages_layer_source_parses() {
     let Some(p) = img.layers[0].packages() else { panic!("{:?}", img.layers[0]) };
     assert_eq!(p.include, ["jq"]);
     assert_eq!(p.architecture, "amd64");
-    assert!(p.keyring.is_absolute());
+    assert!(matches!(&p.keyring, Keyring::File(k) if k.is_absolute()));
     let cases = [
         (format!("{PKG_LAYER}users = [{{ name = \"t\", uid = 1000 }}]\n"), "layer[0].source[0].packages.users"),
         (format!("{PKG_LAYER}variant = \"essential\"\n"), "layer[0].source[0].packages.variant"),

@@ -162,11 +162,26 @@ pub fn add(tree: &mut Tree, users: &[UserDef], extra_groups: &BTreeMap<String, u
     Ok(())
 }
 
+/// The mode `useradd -m` gives a home: `HOME_MODE` of the image's
+/// login.defs (Ubuntu's says 0750), else what `UMASK` leaves of 0777
+/// (Debian's 022: 0755), else 0755.
+fn home_mode(tree: &Tree) -> u32 {
+    let defs = text(tree, b"etc/login.defs").unwrap_or_default();
+    let value = |key: &str| {
+        defs.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(key)).then(|| w.next().and_then(|v| u32::from_str_radix(v, 8).ok())).flatten()
+        })
+    };
+    value("HOME_MODE").or_else(|| value("UMASK").map(|m| 0o777 & !m)).unwrap_or(0o755) & 0o7777
+}
+
 /// The home directory with /etc/skel copied in, and the sudoers entry.
 fn home_dir(tree: &mut Tree, u: &UserDef, gid: u32, home: &str) -> Result<(), DistroError> {
     let h = normalize_dest(home).map_err(|e| err(format!("user `{}`: home `{home}` {e}", u.name)))?;
     let (uid, gid) = (u.uid as u64, gid as u64);
-    tree.insert(h.clone(), Node::dir(0o755).owned(uid, gid)).map_err(|e| err(e.to_string()))?;
+    let mode = home_mode(tree);
+    tree.insert(h.clone(), Node::dir(mode).owned(uid, gid)).map_err(|e| err(e.to_string()))?;
     let skel: Vec<(Vec<u8>, Node)> = tree
         .iter()
         .filter(|(p, _)| p.starts_with(b"etc/skel/"))
@@ -189,4 +204,24 @@ fn home_dir(tree: &mut Tree, u: &UserDef, gid: u32, home: &str) -> Result<(), Di
             .map_err(|e| err(e.to_string()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_defs(defs: &str) -> Tree {
+        let mut t = Tree::default();
+        t.insert(b"etc/login.defs".to_vec(), Node::bytes(defs.as_bytes().to_vec(), 0o644)).unwrap();
+        t
+    }
+
+    #[test]
+    fn homes_get_the_mode_login_defs_gives() {
+        // Ubuntu 24.04's login.defs, Debian 12's, none.
+        assert_eq!(home_mode(&with_defs("#HOME_MODE 0700\nUMASK\t\t022\nHOME_MODE\t0750\n")), 0o750);
+        assert_eq!(home_mode(&with_defs("UMASK\t\t022\n")), 0o755);
+        assert_eq!(home_mode(&with_defs("UMASK 027\n")), 0o750);
+        assert_eq!(home_mode(&Tree::default()), 0o755);
+    }
 }

@@ -29,12 +29,12 @@ fn vendor(tree: &Tree, below: Option<&Tree>) -> String {
         .unwrap_or_else(|| "quarry".into())
 }
 
-/// A deb822 sources paragraph for `set` from `mirror`.
-fn paragraph(set: &PackageSet, mirror: &str, keyring_in_image: bool) -> String {
+/// A deb822 sources paragraph for `suites` of `set` from `mirror`.
+fn paragraph(set: &PackageSet, mirror: &str, suites: &[&str], keyring_in_image: bool) -> String {
     let mut p =
-        format!("Types: deb\nURIs: {mirror}\nSuites: {}\nComponents: {}\n", set.suite, set.components.join(" "));
+        format!("Types: deb\nURIs: {mirror}\nSuites: {}\nComponents: {}\n", suites.join(" "), set.components.join(" "));
     if keyring_in_image {
-        p.push_str(&format!("Signed-By: {}\n", set.keyring.display()));
+        p.push_str(&format!("Signed-By: {}\n", set.keyring.image_path().display()));
     }
     p
 }
@@ -56,28 +56,47 @@ fn names(text: &str, mirror: &str, suite: &str) -> bool {
         })
 }
 
-/// Add the archive to the image's apt sources, unless an entry there
-/// names it already. `below`: the layers under a layer.
-pub fn add_source(tree: &mut Tree, below: Option<&Tree>, set: &PackageSet, mirror: &str) -> Result<(), DistroError> {
+/// Add the archive to the image's apt sources: one paragraph per mirror
+/// (`mirrors`: each suite with its mirror), naming the suites no entry
+/// there names already. `below`: the layers under a layer.
+pub fn add_sources(
+    tree: &mut Tree,
+    below: Option<&Tree>,
+    set: &PackageSet,
+    mirrors: &[(String, String)],
+) -> Result<(), DistroError> {
     let is_source = |p: &[u8]| p == b"etc/apt/sources.list" || p.starts_with(b"etc/apt/sources.list.d/");
     let mut texts: Vec<String> = tree.iter().filter(|(p, _)| is_source(p)).filter_map(|(p, _)| text(tree, p)).collect();
     if let Some(b) = below {
         texts.extend(b.iter().filter(|(p, _)| is_source(p)).filter_map(|(p, _)| text(b, p)));
     }
-    if texts.iter().any(|t| names(t, mirror, &set.suite)) {
+    // Mirrors in the order their first suite comes, each with its suites not named yet.
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (suite, mirror) in mirrors {
+        if texts.iter().any(|t| names(t, mirror, suite)) {
+            continue;
+        }
+        match groups.iter_mut().find(|(m, _)| m == mirror) {
+            Some((_, suites)) => suites.push(suite),
+            None => groups.push((mirror, vec![suite])),
+        }
+    }
+    if groups.is_empty() {
         return Ok(());
     }
-    let keyring = set.keyring.to_string_lossy().trim_start_matches('/').as_bytes().to_vec();
+    let keyring = set.keyring.image_path().to_string_lossy().trim_start_matches('/').as_bytes().to_vec();
     let keyring_in_image = tree.get(&keyring).is_some() || below.is_some_and(|b| b.get(&keyring).is_some());
     let name = format!("etc/apt/sources.list.d/{}.sources", vendor(tree, below));
     let mut body =
         text(tree, name.as_bytes()).or_else(|| below.and_then(|b| text(b, name.as_bytes()))).unwrap_or_default();
-    let kept = body.trim_end().len();
-    body.truncate(kept);
-    if !body.is_empty() {
-        body.push_str("\n\n");
+    for (mirror, suites) in groups {
+        let kept = body.trim_end().len();
+        body.truncate(kept);
+        if !body.is_empty() {
+            body.push_str("\n\n");
+        }
+        body.push_str(&paragraph(set, mirror, &suites, keyring_in_image));
     }
-    body.push_str(&paragraph(set, mirror, keyring_in_image));
     tree.insert(name.into_bytes(), file(body, 0o644))
         .map_err(|e| DistroError::Assemble { message: format!("apt sources: {e}") })
 }

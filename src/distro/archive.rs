@@ -32,6 +32,10 @@ pub struct Release {
     /// Index path -> (sha256, size).
     pub sha256: BTreeMap<String, (String, u64)>,
     pub codename: Option<String>,
+    /// apt's default pin priority for the suite's packages: 500, or 1 for
+    /// a `NotAutomatic: yes` suite (100 with `ButAutomaticUpgrades: yes`),
+    /// which apt takes only when nothing else offers the package.
+    pub pin: u16,
 }
 
 impl Repo {
@@ -46,8 +50,16 @@ impl Repo {
     /// Fetch InRelease and verify its signature.
     pub fn fetch_release(&self, fetcher: &Fetcher, spool: &Path) -> Result<Release, DistroError> {
         let url = self.release_url();
-        let bytes = fetcher.get_bytes(&url)?;
-        let signed = verify_signed(&bytes, &self.keyring, &url, spool)?;
+        let bytes = fetcher.get_bytes(&url).map_err(|e| match e {
+            DistroError::NotServed { url, status } => DistroError::NoSuite { suite: self.suite.clone(), url, status },
+            e => e,
+        })?;
+        let signed = verify_signed(&bytes, &self.keyring, &url, spool).map_err(|e| match e {
+            DistroError::BadSignature { url, keyring, message, .. } => {
+                DistroError::BadSignature { suite: self.suite.clone(), url, keyring, message }
+            }
+            e => e,
+        })?;
         parse_release(&signed, crate::oci::Digest::of_bytes(&bytes), &url)
     }
 
@@ -86,7 +98,11 @@ impl Repo {
                 decoder(format, BufReader::new(file), Checks::Verify).map_err(|e| DistroError::io(&path, e))?;
             let mut bad = None;
             for_each_paragraph(BufReader::with_capacity(1 << 20, reader), |p| match Package::from_paragraph(&p) {
-                Ok(pkg) => all.push(pkg),
+                Ok(mut pkg) => {
+                    pkg.suite = self.suite.clone();
+                    pkg.pin = release.pin;
+                    all.push(pkg)
+                }
                 Err(e) => {
                     bad.get_or_insert(e);
                 }
@@ -130,6 +146,7 @@ pub fn verify_signed(doc: &[u8], keyring: &Path, url: &str, spool: &Path) -> Res
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let why: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         return Err(DistroError::BadSignature {
+            suite: String::new(),
             url: url.to_string(),
             keyring: keyring.display().to_string(),
             message: why.join("; "),
@@ -155,12 +172,13 @@ fn parse_release(text: &str, digest: crate::oci::Digest, url: &str) -> Result<Re
             message: "the signed Release data has no SHA256 list".into(),
         });
     }
-    Ok(Release {
-        digest,
-        by_hash: p.get("Acquire-By-Hash").map(|v| v.trim() == "yes").unwrap_or(false),
-        sha256,
-        codename: p.get("Codename").map(String::from),
-    })
+    let yes = |k: &str| p.get(k).map(|v| v.trim() == "yes").unwrap_or(false);
+    let pin = match (yes("NotAutomatic"), yes("ButAutomaticUpgrades")) {
+        (false, _) => 500,
+        (true, false) => 1,
+        (true, true) => 100,
+    };
+    Ok(Release { digest, by_hash: yes("Acquire-By-Hash"), sha256, codename: p.get("Codename").map(String::from), pin })
 }
 
 /// One binary package of an index.
@@ -177,7 +195,13 @@ pub struct Package {
     /// (virtual name, version given by `name (= v)`)
     pub provides: Vec<(String, Option<String>)>,
     pub essential: bool,
+    /// The index's Priority (which may differ from the package's own
+    /// control field: Ubuntu's archive overrides it), as apt reads it.
     pub priority: String,
+    /// The suite whose index lists it (set by `Repo::fetch_packages`).
+    pub suite: String,
+    /// apt's pin priority for it (see `Release::pin`).
+    pub pin: u16,
 }
 
 /// What is wrong with a paragraph of a `Packages` index.
@@ -219,6 +243,8 @@ impl Package {
             provides,
             essential: p.get("Essential").map(|v| v == "yes").unwrap_or(false),
             priority: p.get("Priority").unwrap_or("optional").to_string(),
+            suite: String::new(),
+            pin: 500,
             name,
         })
     }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 /// The version of the sandbox's environment and of the rules applied to
 /// what the scripts make: part of every packages layer's cache key, so a
 /// change to either rebuilds.
-pub const RULES: &str = "debian-scripts-2";
+pub const RULES: &str = "debian-scripts-3";
 
 /// The host name scripts see (and may write into files).
 const HOSTNAME: &str = "localhost";
@@ -59,6 +59,17 @@ echo "==> dpkg --configure -a"
 dpkg --configure -a --force-confdef --force-confold </dev/null
 while read -r p; do rm -rf "/$p"; done < "$stage/scaffolding"
 rm -rf "$stage"
+# fc-cache (fontconfig's trigger) keeps no cache for a font directory newer
+# than SOURCE_DATE_EPOCH, as one a postinst made in this run is: the image
+# holds every directory at that time, so those get the cache fc-cache writes then.
+if [ -n "${SOURCE_DATE_EPOCH:-}" ] && [ -d /var/cache/fontconfig ] && command -v fc-cache >/dev/null; then
+  new=$(find /usr/share/fonts /usr/local/share/fonts -xdev -type d -newermt "@$SOURCE_DATE_EPOCH" 2>/dev/null || true)
+  if [ -n "$new" ]; then
+    echo "==> fc-cache (font directories made in this run)"
+    echo "$new" | while read -r d; do touch -h -d "@$SOURCE_DATE_EPOCH" "$d"; done
+    fc-cache -s
+  fi
+fi
 "#;
 
 /// Debian's way to keep a package's postinst from starting its service in

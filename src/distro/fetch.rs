@@ -4,7 +4,7 @@
 //! cache, hashed on the way, checked, then renamed into place.
 
 use super::pins::{PackagePins, PinnedPackage};
-use super::{mirror_url, DistroError};
+use super::{mirror_for, DistroError};
 use crate::cache::{Bucket, Cache};
 use crate::definition::PackageSet;
 use crate::oci::blob::BlobError;
@@ -201,20 +201,38 @@ pub fn cached_or_fetch(
     fetcher.fetch_pinned(cache, bucket, &url()?, sha256, size)
 }
 
-/// Download (or take from the cache) every pinned .deb, verified.
+/// Download (or take from the cache) every pinned .deb, verified, each
+/// from its suite's mirror. A pin the mirror no longer serves is named with
+/// its suite (a pocket drops the versions a newer fix replaced).
 pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Result<Vec<PathBuf>, DistroError> {
     let _span = crate::trace::span("packages: download");
     let fetcher = Fetcher::new();
-    let mirror = std::sync::OnceLock::new();
+    let mirrors: Mutex<HashMap<String, String>> = Mutex::default();
     let url_of = |p: &PinnedPackage| -> Result<String, DistroError> {
-        let m = match mirror.get() {
+        let suite = lock.suite_of(p);
+        let known = mirrors.lock().expect("not poisoned").get(suite).cloned();
+        let m = match known {
             Some(m) => m,
             None => {
-                let m = mirror_url(spec)?;
-                mirror.get_or_init(|| m)
+                let m = mirror_for(spec, suite)?;
+                mirrors.lock().expect("not poisoned").insert(suite.to_string(), m.clone());
+                m
             }
         };
         Ok(format!("{m}/{}", p.file))
+    };
+    let fetch_one = |p: &PinnedPackage| {
+        cached_or_fetch(&fetcher, cache, Bucket::Debs, &|| url_of(p), &p.sha256, Some(p.size)).map_err(|e| match e {
+            DistroError::NotServed { url, status } => DistroError::PinGone {
+                package: p.name.clone(),
+                version: p.version.clone(),
+                suite: lock.suite_of(p).to_string(),
+                file: p.file.clone(),
+                url,
+                status,
+            },
+            e => e,
+        })
     };
     // A few downloads at a time: latency, not bandwidth, dominates small files.
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -225,7 +243,7 @@ pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Resul
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(p) = lock.packages.get(i) else { break };
-                let r = cached_or_fetch(&fetcher, cache, Bucket::Debs, &|| url_of(p), &p.sha256, Some(p.size));
+                let r = fetch_one(p);
                 let failed = r.is_err();
                 *results[i].lock().expect("not poisoned") = Some(r);
                 if failed {

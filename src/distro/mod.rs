@@ -1,8 +1,10 @@
 //! Hermetic distro bases: a rootfs layer made straight from a Debian or
 //! Ubuntu archive, without a container or a registry. The flow:
-//! definition (`[base.packages]`) -> mirror (given, or this machine's apt
-//! source for the suite) -> signed InRelease (gpgv) -> Packages indexes
-//! (hashes from Release) -> resolution (or `IMAGE.lock`) -> .deb files in the
+//! definition (`[base.packages]`) -> a mirror for each suite, the release
+//! and its pockets (`mirrors`: given, or this machine's apt source for the
+//! suite) -> each suite's signed InRelease (gpgv, with the `keyring`) ->
+//! Packages indexes (hashes from Release) -> resolution over them all, as
+//! apt chooses (or `IMAGE.lock`) -> .deb files in the
 //! content-addressed cache (sha256 checked) -> unpacked as `dpkg --unpack`
 //! leaves them (`unpack`) -> the packages' own maintainer scripts and
 //! triggers run in quarry's sandbox (`configure`), made reproducible by
@@ -16,8 +18,12 @@ pub mod below;
 pub mod configure;
 pub mod control;
 pub mod deb;
+pub mod debootstrap;
 pub mod fetch;
 pub use fetch::fetch_debs;
+pub mod keyring;
+pub mod mirrors;
+pub use mirrors::{mirror_for, mirrors};
 pub mod normalize;
 pub mod pins;
 pub mod resolve;
@@ -27,7 +33,7 @@ pub mod usrmerge;
 pub mod version;
 
 use crate::cache::{Cache, CacheError};
-use crate::definition::{Configure, Mirror, PackageSet, PackagesBase, UserDef, Variant};
+use crate::definition::{Configure, PackageSet, PackagesBase, UserDef, Variant};
 use crate::layer::Tree;
 use fetch::Fetcher;
 use pins::{PackagePins, PinnedPackage};
@@ -40,10 +46,16 @@ pub enum DistroError {
     Network { url: String, message: String },
     #[error("{url} is not served (HTTP {status}); if it is pinned in a lock file, the mirror no longer has that version: run `quarry lock` again")]
     NotServed { url: String, status: u16 },
+    #[error("suite `{suite}`: {url} is not served (HTTP {status}): the mirror has no such suite; check `suites` (and the mirror that serves it)")]
+    NoSuite { suite: String, url: String, status: u16 },
+    #[error("the lock pins {package} {version} from suite `{suite}` (`{file}`), which {url} no longer serves (HTTP {status}): the archive has dropped that version (a newer one replaced it); run `quarry lock` on the image again")]
+    PinGone { package: String, version: String, suite: String, file: String, url: String, status: u16 },
+    #[error("suite `{suite}` is Debian's security archive, which {mirror} does not name; give `security_mirror = \"http://.../debian-security\"` (or `\"host\"`) in the packages definition")]
+    NoSecurityMirror { suite: String, mirror: String },
     #[error("sha256 mismatch for {what}: expected {expected}, actual {actual}; {hint}")]
     Mismatch { what: String, expected: String, actual: String, hint: String },
-    #[error("bad signature on {url} (keyring `{keyring}`): {message}; is `keyring` the key that signs this archive?")]
-    BadSignature { url: String, keyring: String, message: String },
+    #[error("suite `{suite}`: bad signature on {url} (keyring `{keyring}`): {message}; is `keyring` the key that signs this archive?")]
+    BadSignature { suite: String, url: String, keyring: String, message: String },
     #[error("keyring `{keyring}`: {message}")]
     Keyring { keyring: String, message: String },
     #[error("index {url}: {message}")]
@@ -58,7 +70,7 @@ pub enum DistroError {
     Assemble { message: String },
     #[error("lock file `{lock}` {message}")]
     Lock { lock: String, message: String },
-    #[error("mirror = \"host\": this machine's apt sources ({etc}/sources.list, {etc}/sources.list.d/*.list|*.sources) have no `deb` entry for suite `{suite}`; add one, or give `mirror = \"http://...\"` in the definition")]
+    #[error("mirror = \"host\": this machine's apt sources ({etc}/sources.list, {etc}/sources.list.d/*.list|*.sources) have no `deb` entry for suite `{suite}`, and no debootstrap suite script names its archive; add an entry, install `debootstrap`, or give the mirror (`--set` the image's mirror parameter, or `mirror = \"http://...\"` in the definition)")]
     NoHostMirror { suite: String, etc: String },
     #[error("`{path}`: {err}")]
     Io { path: String, err: std::io::Error },
@@ -76,48 +88,73 @@ impl DistroError {
     }
 }
 
-/// The mirror URL for a definition.
+/// The mirror URL of the release (the first suite).
 pub fn mirror_url(spec: &PackageSet) -> Result<String, DistroError> {
-    match &spec.mirror {
-        Mirror::Url(u) => Ok(u.clone()),
-        Mirror::Host => {
-            let etc =
-                std::env::var_os("QUARRY_APT_ETC").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/etc/apt"));
-            sources::host_mirror(&etc, &spec.suite)
-                .ok_or_else(|| DistroError::NoHostMirror { suite: spec.suite.clone(), etc: etc.display().to_string() })
-        }
-    }
+    mirror_for(spec, spec.suite())
 }
 
-/// What resolving a package set reads, without network access.
+/// What resolving a package set reads, without network access: each
+/// suite's Release, and its indexes.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Sources {
+    /// The release's InRelease (the first suite).
     pub release: String,
     pub indexes: Vec<String>,
-    pub keyring: PathBuf,
+    /// Every suite's InRelease, in the order of `suites`.
+    pub releases: Vec<String>,
+    pub keyring: String,
 }
 
 pub fn sources(spec: &PackageSet) -> Result<Sources, DistroError> {
-    let repo = repo(spec)?;
-    Ok(Sources {
-        release: repo.release_url(),
-        indexes: spec
-            .components
-            .iter()
-            .map(|c| repo.url(&format!("dists/{}/{c}/binary-{}/Packages.xz", spec.suite, spec.architecture)))
-            .collect(),
-        keyring: spec.keyring.clone(),
+    let mut releases = Vec::new();
+    let mut indexes = Vec::new();
+    for suite in &spec.suites {
+        let repo = repo(spec, suite, PathBuf::new())?;
+        releases.push(repo.release_url());
+        indexes.extend(
+            spec.components
+                .iter()
+                .map(|c| repo.url(&format!("dists/{suite}/{c}/binary-{}/Packages.xz", spec.architecture))),
+        );
+    }
+    Ok(Sources { release: releases[0].clone(), indexes, releases, keyring: spec.keyring.describe() })
+}
+
+fn repo(spec: &PackageSet, suite: &str, keyring: PathBuf) -> Result<archive::Repo, DistroError> {
+    Ok(archive::Repo {
+        mirror: mirror_for(spec, suite)?,
+        suite: suite.to_string(),
+        components: spec.components.clone(),
+        architecture: spec.architecture.clone(),
+        keyring,
     })
 }
 
-fn repo(spec: &PackageSet) -> Result<archive::Repo, DistroError> {
-    Ok(archive::Repo {
-        mirror: mirror_url(spec)?,
-        suite: spec.suite.clone(),
-        components: spec.components.clone(),
-        architecture: spec.architecture.clone(),
-        keyring: spec.keyring.clone(),
-    })
+/// Every package of every suite's indexes, each suite's InRelease checked
+/// with the keyring: suite -> InRelease digest, and the packages. A version
+/// that several pockets list (Ubuntu copies security fixes into -updates)
+/// is taken once, from the last of them in `suites` (the most specific
+/// pocket, by the convention release, -updates, -security).
+fn fetch_indexes(
+    spec: &PackageSet,
+    cache: &Cache,
+    spool: &Path,
+) -> Result<(std::collections::BTreeMap<String, String>, Vec<archive::Package>), DistroError> {
+    let fetcher = Fetcher::new();
+    let keyring = keyring::materialize(spec, &fetcher, cache, spool)?;
+    let mut releases = std::collections::BTreeMap::new();
+    let mut all: Vec<archive::Package> = Vec::new();
+    for suite in &spec.suites {
+        let repo = repo(spec, suite, keyring.path.clone())?;
+        let release = repo.fetch_release(&fetcher, spool)?;
+        let pkgs = repo.fetch_packages(&fetcher, cache, &release)?;
+        releases.insert(suite.clone(), release.digest.to_string());
+        let seen: std::collections::HashSet<(String, String, String)> =
+            pkgs.iter().map(|p| (p.name.clone(), p.version.clone(), p.architecture.clone())).collect();
+        all.retain(|p| !seen.contains(&(p.name.clone(), p.version.clone(), p.architecture.clone())));
+        all.extend(pkgs);
+    }
+    Ok((releases, all))
 }
 
 /// Resolve the definition against the archive as it is now: the lock's
@@ -131,19 +168,22 @@ pub fn resolve_now(
     cache: &Cache,
     spool: &Path,
 ) -> Result<PackagePins, DistroError> {
-    let repo = repo(spec)?;
-    let fetcher = Fetcher::new();
-    let release = repo.fetch_release(&fetcher, spool)?;
-    let pkgs = repo.fetch_packages(&fetcher, cache, &release)?;
-    let origin = format!("{} ({}, {})", repo.release_url(), spec.components.join(" "), spec.architecture);
+    let (release, pkgs) = fetch_indexes(spec, cache, spool)?;
+    let origin = format!(
+        "{} at {} ({}, {})",
+        spec.suites.join(", "),
+        mirror_url(spec)?,
+        spec.components.join(" "),
+        spec.architecture
+    );
     let chosen = resolve::resolve(&pkgs, &spec.include, variant, installed, &origin)?;
     Ok(PackagePins {
-        suite: spec.suite.clone(),
+        suites: spec.suites.clone(),
         architecture: spec.architecture.clone(),
         components: spec.components.clone(),
         variant,
         include: spec.include.clone(),
-        release: release.digest.to_string(),
+        release,
         below,
         packages: chosen
             .into_iter()
@@ -151,6 +191,8 @@ pub fn resolve_now(
                 name: p.name.clone(),
                 version: p.version.clone(),
                 architecture: p.architecture.clone(),
+                suite: Some(p.suite.clone()),
+                priority: Some(p.priority.clone()),
                 file: p.filename.clone(),
                 sha256: p.sha256.clone(),
                 size: p.size,
@@ -213,15 +255,29 @@ fn open_debs(lock: &PackagePins, debs: &[PathBuf], spool: &Path) -> Result<Vec<d
 
 /// Did the definition name this package (or is it in the base's variant)?
 /// apt marks the others automatic. mmdebstrap installs the essential set
-/// with dpkg (no marks) and names the `required` ones and the includes to apt.
-fn named(control: &control::Paragraph, include: &[String], variant: Option<Variant>, essential: bool) -> bool {
+/// with dpkg (no marks) and names the `required` ones and the includes to
+/// apt. `Required` is the archive index's Priority, as apt reads it (the
+/// lock's; a lock without it: the package's own control field).
+fn named(
+    control: &control::Paragraph,
+    lock: &PackagePins,
+    include: &[String],
+    variant: Option<Variant>,
+    essential: bool,
+) -> bool {
     let name = control.get("Package").unwrap_or_default();
     let in_include = include.iter().any(|i| i.split_once('=').map(|(n, _)| n).unwrap_or(i) == name);
+    let priority = lock
+        .packages
+        .iter()
+        .find(|p| p.name == name)
+        .and_then(|p| p.priority.as_deref())
+        .or_else(|| control.get("Priority"));
     let in_variant = match variant {
         None => false,
         // apt never marks itself automatic (its pkgCacheGen::ForceEssential).
         Some(_) if essential || name == "apt" => true,
-        Some(Variant::Required) => control.get("Priority") == Some("required"),
+        Some(Variant::Required) => priority == Some("required"),
         Some(Variant::Essential) => false,
     };
     in_include || in_variant
@@ -263,7 +319,7 @@ pub fn assemble(
     let essential = unpack::essential_set(&opened.iter().map(|d| &d.control).collect::<Vec<_>>());
     let scripts = unpack_all(&mut u, opened, spec.configure, |c| {
         let e = essential.contains(c.get("Package").unwrap_or_default());
-        (named(c, &spec.include, Some(spec.variant), e), e)
+        (named(c, lock, &spec.include, Some(spec.variant), e), e)
     })?;
     let packages = u.packages.clone();
     let mut tree = match spec.configure {
@@ -278,7 +334,7 @@ pub fn assemble(
             u.tree
         }
     };
-    apt_state::add_source(&mut tree, None, &spec.set, &mirror_url(spec)?)?;
+    apt_state::add_sources(&mut tree, None, &spec.set, &mirrors(spec)?)?;
     apt_state::mark_automatic(&mut tree, None, &packages, &spec.architecture)?;
     tree.finalize_hardlinks().map_err(|e| DistroError::Assemble { message: e.to_string() })?;
     Ok(tree)
@@ -298,7 +354,7 @@ pub fn assemble_layer(
     let lower_bytes = below.content_bytes;
     let mut u = unpack::Unpacked::over(&spec.architecture, below);
     let opened = crate::trace::time("packages: open .debs", || open_debs(lock, debs, spool))?;
-    let scripts = unpack_all(&mut u, opened, spec.configure, |c| (named(c, &spec.include, None, false), false))?;
+    let scripts = unpack_all(&mut u, opened, spec.configure, |c| (named(c, lock, &spec.include, None, false), false))?;
     let packages = u.packages.clone();
     let below_tree = u.below().cloned().unwrap_or_default();
     let mut tree = match spec.configure {
@@ -309,7 +365,7 @@ pub fn assemble_layer(
             u.tree
         }
     };
-    apt_state::add_source(&mut tree, Some(&below_tree), spec, &mirror_url(spec)?)?;
+    apt_state::add_sources(&mut tree, Some(&below_tree), spec, &mirrors(spec)?)?;
     apt_state::mark_automatic(&mut tree, Some(&below_tree), &packages, &spec.architecture)?;
     let mut tree = implied_dirs_as_below(tree, &below_tree);
     tree.finalize_hardlinks().map_err(|e| DistroError::Assemble { message: e.to_string() })?;

@@ -6,23 +6,26 @@
 use super::DistroError;
 use crate::definition::{PackageSet, Variant};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The pins of one `packages` base or layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PackagePins {
-    pub suite: String,
+    /// The release, then its pockets, as the definition lists them.
+    pub suites: Vec<String>,
     pub architecture: String,
     pub components: Vec<String>,
     /// The base set added (bases only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<Variant>,
     pub include: Vec<String>,
-    pub release: String,
     /// Layers: the dpkg status below (`sha256:...`, or `none`) resolved over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub below: Option<String>,
+    /// Each suite's signed InRelease as it was resolved from, by digest.
+    pub release: BTreeMap<String, String>,
     #[serde(default, rename = "package")]
     pub packages: Vec<PinnedPackage>,
 }
@@ -33,9 +36,29 @@ pub struct PinnedPackage {
     pub name: String,
     pub version: String,
     pub architecture: String,
+    /// The suite (pocket) whose index gave it; none in older locks: the release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<String>,
+    /// The index's Priority (apt marks by it); none in older locks: the
+    /// package's own control field is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+    /// The file's path below its suite's mirror.
     pub file: String,
     pub sha256: String,
     pub size: u64,
+}
+
+impl PackagePins {
+    /// The release: the first suite.
+    pub fn suite(&self) -> &str {
+        self.suites.first().map(String::as_str).unwrap_or_default()
+    }
+
+    /// The suite a package came from.
+    pub fn suite_of<'a>(&'a self, p: &'a PinnedPackage) -> &'a str {
+        p.suite.as_deref().unwrap_or_else(|| self.suite())
+    }
 }
 
 impl PackagePins {
@@ -48,8 +71,8 @@ impl PackagePins {
         path: &Path,
         what: &str,
     ) -> Result<(), DistroError> {
-        let differs = if self.suite != spec.suite {
-            Some("suite")
+        let differs = if self.suites != spec.suites {
+            Some("suites")
         } else if self.architecture != spec.architecture {
             Some("architecture")
         } else if self.components != spec.components {

@@ -1,6 +1,8 @@
-//! Dependency resolution over one architecture's index: the requested
-//! packages plus the base set (Essential, and `Priority: required` for the
-//! `required` variant), closed over Pre-Depends and Depends. Alternatives
+//! Dependency resolution over one architecture's indexes (a release and its
+//! pockets together: the candidate of a package is apt's, highest pin
+//! priority then highest version): the requested packages plus the base
+//! set (Essential, and `Priority: required` and apt for the `required`
+//! variant), closed over Pre-Depends and Depends. Alternatives
 //! are tried in order, preferring one already chosen; virtual packages are
 //! satisfied through Provides (versioned Provides for versioned deps).
 //! Deterministic: inputs are visited in a fixed order, ties broken by name.
@@ -77,9 +79,16 @@ impl<'a> Index<'a> {
                 providers.entry(v).or_default().push((p, ver.as_deref()));
             }
         }
-        // Highest version first: the candidate apt would take.
+        // The candidate apt would take first: the highest pin priority (a
+        // `NotAutomatic` suite's packages only where no other suite has
+        // them), then the highest version.
         for v in by_name.values_mut() {
-            v.sort_by(|a, b| compare(&b.version, &a.version).then_with(|| a.filename.cmp(&b.filename)));
+            v.sort_by(|a, b| {
+                b.pin
+                    .cmp(&a.pin)
+                    .then_with(|| compare(&b.version, &a.version))
+                    .then_with(|| a.filename.cmp(&b.filename))
+            });
         }
         let mut installed_providers: HashMap<&str, Vec<Option<&str>>> = HashMap::new();
         for i in installed {
@@ -156,7 +165,9 @@ pub fn resolve<'a>(
         .map(|v| v[0])
         .filter(|p| match variant {
             None => false,
-            Some(v) => p.essential || (v == Variant::Required && p.priority == "required"),
+            // As mmdebstrap's `required` variant: apt too, which Ubuntu's
+            // archive gives `Priority: important`.
+            Some(v) => p.essential || (v == Variant::Required && (p.priority == "required" || p.name == "apt")),
         })
         .collect();
     base.sort_by(|a, b| a.name.cmp(&b.name));
@@ -362,6 +373,36 @@ Package: vv\nVersion: 1\nDepends: awk (>= 2)\n";
         assert!(resolve(&pkgs, &["libfoo".into()], None, &[inst("libfoo", "3.1", &[])], "t").unwrap().is_empty());
         let e = resolve(&pkgs, &["libfoo=3.1".into()], None, &[inst("libfoo", "2", &[])], "t").unwrap_err();
         assert!(e.to_string().contains("`libfoo` 2 is installed"), "{e}");
+    }
+
+    #[test]
+    fn pockets_give_the_highest_version_and_not_automatic_only_as_a_last_resort() {
+        let mut pkgs = index("Package: libc\nVersion: 2.36-9\nPriority: required\n\nPackage: ssl\nVersion: 3.0.11\n\n");
+        let mut security = index("Package: ssl\nVersion: 3.0.17\nPriority: optional\n\n");
+        security[0].suite = "bookworm-security".into();
+        let mut backports =
+            index("Package: ssl\nVersion: 3.5\n\nPackage: libc\nVersion: 2.40\n\nPackage: new\nVersion: 1\n\n");
+        for p in &mut backports {
+            p.pin = 1;
+        }
+        pkgs.extend(security);
+        pkgs.extend(backports);
+        let r = resolve(&pkgs, &["ssl".into(), "new".into()], Some(Variant::Required), &[], "test").unwrap();
+        assert_eq!(names(&r), ["libc=2.36-9", "new=1", "ssl=3.0.17"]);
+        assert_eq!(r.iter().find(|p| p.name == "ssl").unwrap().suite, "bookworm-security");
+        // Asked for by version, a NotAutomatic suite's package is taken.
+        let r = resolve(&pkgs, &["ssl=3.5".into()], None, &[], "test").unwrap();
+        assert_eq!(names(&r), ["ssl=3.5"]);
+    }
+
+    #[test]
+    fn the_required_variant_has_apt_whatever_its_priority() {
+        let pkgs = index(
+            "Package: apt\nVersion: 2.8\nPriority: important\n\nPackage: req\nVersion: 1\nPriority: required\n\n",
+        );
+        let r = resolve(&pkgs, &[], Some(Variant::Required), &[], "test").unwrap();
+        assert_eq!(names(&r), ["apt=2.8", "req=1"]);
+        assert!(resolve(&pkgs, &[], Some(Variant::Essential), &[], "test").unwrap().is_empty());
     }
 
     #[test]

@@ -215,6 +215,36 @@ const UBUNTU_RELEASES: &[&str] = &[
 const DEBIAN_POCKETS: &[&str] = &["-updates", "-security", "-backports-sloppy", "-backports", "-proposed-updates"];
 const UBUNTU_POCKETS: &[&str] = &["-updates", "-security", "-backports", "-proposed"];
 
+/// A suite's release and pocket: `bookworm-security` -> `bookworm`, `-security`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Pocket {
+    pub release: String,
+    pub debian: bool,
+    pub pocket: &'static str,
+}
+
+impl Pocket {
+    pub fn of(suite: &str) -> Option<Pocket> {
+        let n = SuiteName::parse(suite)?;
+        Some(Pocket {
+            release: suite[..suite.len() - n.pocket.len()].to_string(),
+            debian: n.distribution == Distribution::Debian,
+            pocket: n.pocket,
+        })
+    }
+
+    /// Debian's security suites live in another archive (`debian-security`).
+    pub fn is_debian_security(&self) -> bool {
+        self.debian && self.pocket == "-security"
+    }
+
+    /// The releases of the same distribution, newest first (codenames only).
+    pub fn releases_newest_first(&self) -> Vec<&'static str> {
+        let all = if self.debian { &DEBIAN_RELEASES[..DEBIAN_RELEASES.len() - 6] } else { UBUNTU_RELEASES };
+        all.iter().rev().copied().collect()
+    }
+}
+
 impl SuiteName {
     fn parse(suite: &str) -> Option<SuiteName> {
         for (distribution, releases, pockets) in [

@@ -50,28 +50,35 @@ pub fn config(c: &ConfigDef) -> Key {
     k.finish()
 }
 
+/// The pinned files, and the index Priority apt's automatic marks follow.
 fn encode_pins(k: &mut KeyEncoder, pins: &PackagePins) {
     k.u64("packages", pins.packages.len() as u64);
     for p in &pins.packages {
-        k.str("package", &p.name).str("sha256", &p.sha256);
+        k.str("package", &p.name).str("sha256", &p.sha256).opt_str("priority", p.priority.as_deref());
     }
     k.opt_str("below", pins.below.as_deref());
 }
 
 /// Where and how the scripts run: the sandbox's rules version (a fix to
-/// them rebuilds), and the mirror the image's apt sources name.
-fn encode_configure(k: &mut KeyEncoder, set: &PackageSet, mirror: &str) {
-    k.str("configure", set.configure.as_str()).str("scripts", crate::distro::configure::RULES).str("mirror", mirror);
+/// them rebuilds), and what the image's apt sources name: each suite's
+/// mirror, the components, the keyring.
+fn encode_configure(k: &mut KeyEncoder, set: &PackageSet, mirrors: &[(String, String)]) {
+    k.str("configure", set.configure.as_str()).str("scripts", crate::distro::configure::RULES);
+    k.u64("suites", mirrors.len() as u64);
+    for (suite, mirror) in mirrors {
+        k.str("suite", suite).str("mirror", mirror);
+    }
+    k.list("components", &set.components).str("keyring", &set.keyring.image_path().to_string_lossy());
 }
 
 /// A `[base.packages]` rootfs: the pinned files and what the base adds.
 /// The quarry version is in it: how packages are unpacked and the dpkg
 /// database written may change between versions.
-pub fn packages_base(base: &PackagesBase, pins: &PackagePins, mirror: &str) -> Key {
-    let mut k = KeyEncoder::new("packages-base", 2);
+pub fn packages_base(base: &PackagesBase, pins: &PackagePins, mirrors: &[(String, String)]) -> Key {
+    let mut k = KeyEncoder::new("packages-base", 3);
     k.str("quarry", env!("CARGO_PKG_VERSION")).str("architecture", &base.architecture);
     k.str("variant", base.variant.as_str());
-    encode_configure(&mut k, base, mirror);
+    encode_configure(&mut k, base, mirrors);
     encode_pins(&mut k, pins);
     k.u64("groups", base.groups.len() as u64);
     for (name, gid) in &base.groups {
@@ -87,10 +94,10 @@ pub fn packages_base(base: &PackagesBase, pins: &PackagePins, mirror: &str) -> K
 }
 
 /// A packages layer: the pinned files over the dpkg status below.
-pub fn packages_layer(name: &str, set: &PackageSet, pins: &PackagePins, mirror: &str) -> Key {
-    let mut k = KeyEncoder::new("packages-layer", 2);
+pub fn packages_layer(name: &str, set: &PackageSet, pins: &PackagePins, mirrors: &[(String, String)]) -> Key {
+    let mut k = KeyEncoder::new("packages-layer", 3);
     k.str("quarry", env!("CARGO_PKG_VERSION")).str("name", name).str("architecture", &set.architecture);
-    encode_configure(&mut k, set, mirror);
+    encode_configure(&mut k, set, mirrors);
     encode_pins(&mut k, pins);
     k.finish()
 }

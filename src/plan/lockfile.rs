@@ -5,21 +5,25 @@
 //! like the definitions; the base and each layer (by name) are separate:
 //!
 //! ```toml
-//! version = 2
+//! version = 3
 //! [base]
-//! suite = "bookworm"            # what it was resolved for: a build refuses
-//! architecture = "amd64"        # a lock whose inputs differ from the definition
-//! components = ["main"]
+//! suites = ["bookworm", "bookworm-updates", "bookworm-security"]
+//! architecture = "amd64"        # what it was resolved for: a build refuses
+//! components = ["main"]         # a lock whose inputs differ from the definition
 //! variant = "required"
 //! include = ["python3", "sudo"]
-//! release = "sha256:..."        # digest of the signed InRelease it came from
+//! [base.release]                # digest of each suite's signed InRelease
+//! bookworm = "sha256:..."
+//! bookworm-security = "sha256:..."
 //! [[base.package]]
-//! name = "bash"
-//! version = "5.2.15-2+b7"
+//! name = "libssl3"
+//! version = "3.0.17-1~deb12u3"
 //! architecture = "amd64"
-//! file = "pool/main/b/bash/bash_5.2.15-2+b7_amd64.deb"   # path below the mirror
+//! suite = "bookworm-security"   # the pocket it came from
+//! priority = "optional"         # the index's Priority (apt's automatic marks)
+//! file = "pool/updates/main/o/openssl/libssl3_3.0.17-1~deb12u3_amd64.deb"   # below the suite's mirror
 //! sha256 = "..."
-//! size = 1503712
+//! size = 2026208
 //!
 //! [layer.tools]                 # a layer's `[source.packages]`
 //! suite = "bookworm"
@@ -30,7 +34,8 @@
 //! ```
 //! The mirror is not recorded: the pins are content hashes, valid on any
 //! mirror (and no host name ends up in a committed file). Version 1 files
-//! (the base's pins at the top level) are still read.
+//! (the base's pins at the top level) and version 2 (one suite each) are
+//! still read.
 
 use crate::definition::Variant;
 use crate::distro::pins::{PackagePins, PinnedPackage};
@@ -52,7 +57,7 @@ fn io(path: &Path, err: std::io::Error) -> LockFileError {
     LockFileError::Io { path: path.display().to_string(), err }
 }
 
-pub const LOCK_VERSION: u32 = 2;
+pub const LOCK_VERSION: u32 = 3;
 
 /// Every pin of an image.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +91,66 @@ struct LockV1 {
     packages: Vec<PinnedPackage>,
 }
 
+/// The version 2 format: one suite per package set.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockV2 {
+    #[serde(rename = "version")]
+    _version: u32,
+    #[serde(default)]
+    base: Option<PinsV2>,
+    #[serde(default)]
+    layer: BTreeMap<String, PinsV2>,
+    #[serde(default)]
+    pypi: Vec<PypiPin>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PinsV2 {
+    suite: String,
+    architecture: String,
+    components: Vec<String>,
+    #[serde(default)]
+    variant: Option<Variant>,
+    include: Vec<String>,
+    release: String,
+    #[serde(default)]
+    below: Option<String>,
+    #[serde(default, rename = "package")]
+    packages: Vec<PinnedPackage>,
+}
+
+/// One suite's pins in the current shape.
+#[allow(clippy::too_many_arguments)]
+fn one_suite(
+    suite: String,
+    architecture: String,
+    components: Vec<String>,
+    variant: Option<Variant>,
+    include: Vec<String>,
+    release: String,
+    below: Option<String>,
+    packages: Vec<PinnedPackage>,
+) -> PackagePins {
+    PackagePins {
+        release: BTreeMap::from([(suite.clone(), release)]),
+        suites: vec![suite],
+        architecture,
+        components,
+        variant,
+        include,
+        below,
+        packages,
+    }
+}
+
+impl From<PinsV2> for PackagePins {
+    fn from(p: PinsV2) -> PackagePins {
+        one_suite(p.suite, p.architecture, p.components, p.variant, p.include, p.release, p.below, p.packages)
+    }
+}
+
 /// `images/x.toml` -> `images/x.lock`.
 pub fn lock_path(image_file: &Path) -> PathBuf {
     image_file.with_extension("lock")
@@ -115,23 +180,32 @@ impl LockFile {
         match version {
             1 => {
                 let v1: LockV1 = toml::from_str(&text).map_err(bad)?;
-                let base = PackagePins {
-                    suite: v1.suite,
-                    architecture: v1.architecture,
-                    components: v1.components,
-                    variant: Some(v1.variant),
-                    include: v1.include,
-                    release: v1.release,
-                    below: None,
-                    packages: v1.packages,
-                };
+                let base = one_suite(
+                    v1.suite,
+                    v1.architecture,
+                    v1.components,
+                    Some(v1.variant),
+                    v1.include,
+                    v1.release,
+                    None,
+                    v1.packages,
+                );
                 Ok(Some(LockFile { version: LOCK_VERSION, base: Some(base), ..Default::default() }))
+            }
+            2 => {
+                let v2: LockV2 = toml::from_str(&text).map_err(bad)?;
+                Ok(Some(LockFile {
+                    version: LOCK_VERSION,
+                    base: v2.base.map(Into::into),
+                    layer: v2.layer.into_iter().map(|(k, v)| (k, v.into())).collect(),
+                    pypi: v2.pypi,
+                }))
             }
             LOCK_VERSION => Ok(Some(toml::from_str(&text).map_err(bad)?)),
             v => Err(LockFileError::Invalid {
                 path: path.display().to_string(),
                 message: format!(
-                    "has version {v}, this quarry reads versions 1 and {LOCK_VERSION}; run `quarry lock` again"
+                    "has version {v}, this quarry reads versions 1 to {LOCK_VERSION}; run `quarry lock` again"
                 ),
             }),
         }
@@ -151,5 +225,44 @@ impl LockFile {
     /// Every package pinned, base and layers.
     pub fn package_count(&self) -> usize {
         self.base.iter().chain(self.layer.values()).map(|l| l.packages.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn older_locks_read_as_one_suite_and_new_ones_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let v2 = d.path().join("v2.lock");
+        std::fs::write(
+            &v2,
+            "version = 2\n[base]\nsuite = \"bookworm\"\narchitecture = \"amd64\"\ncomponents = [\"main\"]\nvariant = \"required\"\ninclude = [\"jq\"]\nrelease = \"sha256:00\"\n[[base.package]]\nname = \"jq\"\nversion = \"1.6\"\narchitecture = \"amd64\"\nfile = \"pool/jq.deb\"\nsha256 = \"ab\"\nsize = 1\n[layer.tools]\nsuite = \"bookworm\"\narchitecture = \"amd64\"\ncomponents = [\"main\"]\ninclude = [\"x\"]\nrelease = \"sha256:01\"\nbelow = \"none\"\n",
+        )
+        .unwrap();
+        let lock = LockFile::read(&v2).unwrap().unwrap();
+        let base = lock.base.as_ref().unwrap();
+        assert_eq!(base.suites, ["bookworm"]);
+        assert_eq!(base.release, BTreeMap::from([("bookworm".to_string(), "sha256:00".to_string())]));
+        assert_eq!(base.suite_of(&base.packages[0]), "bookworm");
+        assert_eq!(base.packages[0].priority, None);
+        assert_eq!(lock.layer["tools"].release["bookworm"], "sha256:01");
+
+        let mut v3 = lock.clone();
+        let b = v3.base.as_mut().unwrap();
+        b.suites.push("bookworm-security".into());
+        b.release.insert("bookworm-security".into(), "sha256:02".into());
+        b.packages[0].suite = Some("bookworm-security".into());
+        b.packages[0].priority = Some("optional".into());
+        let path = d.path().join("v3.lock");
+        v3.write(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("version = 3") && text.contains("[base.release]"), "{text}");
+        assert_eq!(LockFile::read(&path).unwrap().unwrap(), v3);
+        let future = d.path().join("v9.lock");
+        std::fs::write(&future, "version = 9\n").unwrap();
+        let e = LockFile::read(&future).unwrap_err().to_string();
+        assert!(e.contains("version 9") && e.contains("1 to 3"), "{e}");
     }
 }

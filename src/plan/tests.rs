@@ -72,27 +72,30 @@ fn key_stability_guard_packages() {
     // Guards key stability (see the module comment). The quarry version is
     // part of package keys on purpose: a new version may unpack differently.
     let set = PackageSet {
-        suite: "bookworm".into(),
+        suites: vec!["bookworm".into(), "bookworm-security".into()],
         components: vec!["main".into()],
         architecture: "amd64".into(),
         mirror: crate::definition::Mirror::Host,
-        keyring: "/k.gpg".into(),
+        security_mirror: None,
+        keyring: crate::definition::Keyring::File("/k.gpg".into()),
         include: vec!["jq".into()],
         configure: crate::definition::Configure::Sandbox,
     };
     let base = PackagesBase { set: set.clone(), variant: Variant::Required, groups: Default::default(), users: vec![] };
     let pins = PackagePins {
-        suite: "bookworm".into(),
+        suites: set.suites.clone(),
         architecture: "amd64".into(),
         components: vec!["main".into()],
         variant: Some(Variant::Required),
         include: vec!["jq".into()],
-        release: "sha256:00".into(),
+        release: [("bookworm".to_string(), "sha256:00".to_string())].into(),
         below: None,
         packages: vec![PinnedPackage {
             name: "jq".into(),
             version: "1.6".into(),
             architecture: "amd64".into(),
+            suite: Some("bookworm-security".into()),
+            priority: Some("optional".into()),
             file: "pool/jq.deb".into(),
             sha256: "ab".repeat(32),
             size: 1,
@@ -100,13 +103,17 @@ fn key_stability_guard_packages() {
     };
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(version, "0.1.0", "a new version changes these keys: update the values below with it");
+    let mirrors = [
+        ("bookworm".to_string(), "http://mirror.example/debian".to_string()),
+        ("bookworm-security".to_string(), "http://mirror.example/debian-security".to_string()),
+    ];
     assert_eq!(
-        keys::packages_base(&base, &pins, "http://mirror.example/debian").hex(),
-        "6a870dc2f39970eb7845073e1095cb9d5679879ced1e8ec41471e783fabc9bf9"
+        keys::packages_base(&base, &pins, &mirrors).hex(),
+        "4e9d0b953a3ee52d5f0cfcbff9df8a2759a6b5a77a6b4f7fa00f060eb4777903"
     );
     assert_eq!(
-        keys::packages_layer("tools", &set, &pins, "http://mirror.example/debian").hex(),
-        "4a98570211f55464b20a76199a44c89f7f8530ad36d196c5cf4491d51dc4e1ae"
+        keys::packages_layer("tools", &set, &pins, &mirrors).hex(),
+        "8e8ed4368633b839e8701f713977df28ea60cd6dc8625622907d00c53d764d0f"
     );
 }
 

@@ -62,7 +62,7 @@ pub fn inventory(plan: &Plan, image_digest: Option<&Digest>, created_epoch: u64)
                     architecture: p.architecture.clone(),
                     sha256: p.sha256.clone(),
                     distro: distro(image),
-                    suite: Some(pins.suite.clone()),
+                    suite: Some(pins.suite().to_string()),
                     layer: n.name.clone(),
                 });
             }
@@ -112,7 +112,7 @@ pub fn inventory(plan: &Plan, image_digest: Option<&Digest>, created_epoch: u64)
 
 /// Ubuntu when the image's package sets are signed by Ubuntu's keyring.
 fn distro(image: &Image) -> Distro {
-    let ubuntu = image.first_package_set().is_some_and(|s| s.keyring.to_string_lossy().contains("ubuntu"));
+    let ubuntu = image.first_package_set().is_some_and(|s| s.keyring.image_path().to_string_lossy().contains("ubuntu"));
     if ubuntu {
         Distro::Ubuntu
     } else {

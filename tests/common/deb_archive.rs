@@ -154,6 +154,12 @@ pub struct Pkg<'a> {
 /// An archive of suite `test` holding `pkgs`, signed, served; None when
 /// gpg is missing (outside CI).
 pub fn archive(pkgs: &[Pkg]) -> Option<Archive> {
+    archive_suites(&[("test", pkgs)])
+}
+
+/// An archive of several suites (a release and its pockets), each with its
+/// own signed index over one pool, served.
+pub fn archive_suites(suites: &[(&str, &[Pkg])]) -> Option<Archive> {
     if !have_tool("gpg") || !have_tool("gpgv") {
         return None;
     }
@@ -163,40 +169,57 @@ pub fn archive(pkgs: &[Pkg]) -> Option<Archive> {
     make_key(&gnupg, &keyring);
     let other_keyring = root.path().join("other.gpg");
     make_key(&root.path().join("gnupg-other"), &other_keyring);
-
     let www = root.path().join("www");
-    let pool = www.join("pool/main");
-    std::fs::create_dir_all(&pool).unwrap();
-    let mut index = String::new();
-    for Pkg { name, version, extra, members, files } in pkgs {
-        let control = format!("Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: t <t@example.invalid>\n{extra}Description: test package {name}\n");
-        let file = format!("{name}_{version}_amd64.deb");
-        make_deb(&pool.join(&file), &control, members, files);
-        let bytes = std::fs::read(pool.join(&file)).unwrap();
-        index.push_str(&format!(
-            "{control}Filename: pool/main/{file}\nSize: {}\nSHA256: {}\nPriority: optional\n\n",
-            bytes.len(),
-            sha256(&bytes)
-        ));
-    }
-    let dist = www.join("dists/test");
-    std::fs::create_dir_all(dist.join("main/binary-amd64")).unwrap();
-    let gz = {
-        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::default());
-        e.write_all(index.as_bytes()).unwrap();
-        e.finish().unwrap()
-    };
-    std::fs::write(dist.join("main/binary-amd64/Packages.gz"), &gz).unwrap();
-    let release = format!(
-        "Origin: quarry-test\nSuite: test\nCodename: test\nArchitectures: amd64\nComponents: main\nSHA256:\n {} {} main/binary-amd64/Packages.gz\n",
-        sha256(&gz),
-        gz.len()
-    );
-    std::fs::write(dist.join("Release"), &release).unwrap();
-    run_expect(gpg(&gnupg).arg("--clearsign").arg("-o").arg(dist.join("InRelease")).arg(dist.join("Release")), 0);
+    std::fs::create_dir_all(www.join("pool/main")).unwrap();
     let requests = Requests::default();
-    let url = serve(www, requests.clone());
-    Some(Archive { root, gnupg, keyring, other_keyring, url, requests })
+    let url = serve(www.clone(), requests.clone());
+    let a = Archive { root, gnupg, keyring, other_keyring, url, requests };
+    for (suite, pkgs) in suites {
+        a.publish(suite, pkgs);
+    }
+    Some(a)
+}
+
+impl Archive {
+    /// (Re)write `suite`'s index to hold exactly `pkgs` (their .debs made in
+    /// the pool when missing) and sign it anew: a point or security release.
+    pub fn publish(&self, suite: &str, pkgs: &[Pkg]) {
+        let www = self.root.path().join("www");
+        let pool = www.join("pool/main");
+        let mut index = String::new();
+        for Pkg { name, version, extra, members, files } in pkgs {
+            let control = format!("Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: t <t@example.invalid>\n{extra}Description: test package {name}\n");
+            let file = format!("{name}_{version}_amd64.deb");
+            if !pool.join(&file).exists() {
+                make_deb(&pool.join(&file), &control, members, files);
+            }
+            let bytes = std::fs::read(pool.join(&file)).unwrap();
+            index.push_str(&format!(
+                "{control}Filename: pool/main/{file}\nSize: {}\nSHA256: {}\nPriority: optional\n\n",
+                bytes.len(),
+                sha256(&bytes)
+            ));
+        }
+        let dist = www.join("dists").join(suite);
+        std::fs::create_dir_all(dist.join("main/binary-amd64")).unwrap();
+        let gz = {
+            let mut e = GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(index.as_bytes()).unwrap();
+            e.finish().unwrap()
+        };
+        std::fs::write(dist.join("main/binary-amd64/Packages.gz"), &gz).unwrap();
+        let release = format!(
+            "Origin: quarry-test\nSuite: {suite}\nCodename: {suite}\nArchitectures: amd64\nComponents: main\nSHA256:\n {} {} main/binary-amd64/Packages.gz\n",
+            sha256(&gz),
+            gz.len()
+        );
+        std::fs::write(dist.join("Release"), &release).unwrap();
+        let _ = std::fs::remove_file(dist.join("InRelease"));
+        run_expect(
+            gpg(&self.gnupg).arg("--clearsign").arg("-o").arg(dist.join("InRelease")).arg(dist.join("Release")),
+            0,
+        );
+    }
 }
 
 /// path -> (type, content or link target) of the `i`th layer of a built

@@ -1,6 +1,6 @@
 //! Package sets: a `[base.packages]` table and a layer's `[source.packages]`.
 
-use super::super::packages::{Configure, Mirror, PackageSet, PackagesBase, Variant};
+use super::super::packages::{Configure, Keyring, KeyringDeb, Mirror, PackageSet, PackagesBase, Variant};
 use super::super::platform::Platform;
 use super::super::raw::{self, SourceDef};
 use super::super::{field_err, resolve_path};
@@ -20,16 +20,115 @@ fn valid_account_name(n: &str) -> bool {
         && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
+fn valid_suite(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['/', ' '])
+}
+
+/// `suite = "bookworm"` or `suites = ["bookworm", "bookworm-updates", ...]`:
+/// the release first, then its pockets, each once.
+fn suites(file: &Path, prefix: &str, p: &raw::PackagesDef) -> Result<Vec<String>> {
+    let f = |k: &str| format!("{prefix}.{k}");
+    let (list, field) = match (&p.suite, &p.suites) {
+        (Some(s), None) => (vec![s.clone()], f("suite")),
+        (None, Some(l)) => (l.clone(), f("suites")),
+        (Some(_), Some(_)) => {
+            return Err(field_err(
+                file,
+                f("suites"),
+                "give `suite` (one suite) or `suites` (the release and its pockets), not both",
+            ))
+        }
+        (None, None) => {
+            return Err(field_err(
+                file,
+                f("suite"),
+                "is missing; name the release (`suite = \"bookworm\"`), or it and its pockets (`suites = [\"noble\", \"noble-updates\", \"noble-security\"]`)",
+            ))
+        }
+    };
+    if list.is_empty() {
+        return Err(field_err(file, field, "is empty; name the release first, then its pockets"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, s) in list.iter().enumerate() {
+        let at = if p.suites.is_some() { format!("{field}[{i}]") } else { field.clone() };
+        if !valid_suite(s) {
+            return Err(field_err(
+                file,
+                at,
+                format!("`{s}` is not a suite name like \"bookworm\" or \"noble-security\""),
+            ));
+        }
+        if !seen.insert(s.as_str()) {
+            return Err(field_err(file, at, format!("`{s}` is listed twice")));
+        }
+    }
+    Ok(list)
+}
+
+fn parse_mirror(file: &Path, field: &str, m: &str) -> Result<Mirror> {
+    match m {
+        "host" => Ok(Mirror::Host),
+        m if m.starts_with("http://") || m.starts_with("https://") => {
+            Ok(Mirror::Url(m.trim_end_matches('/').to_string()))
+        }
+        m => Err(field_err(
+            file,
+            field,
+            format!(
+                "`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"
+            ),
+        )),
+    }
+}
+
+fn keyring(file: &Path, field: &str, k: &raw::KeyringDef) -> Result<Keyring> {
+    match k {
+        raw::KeyringDef::Path(p) if p.is_empty() => Err(field_err(
+            file,
+            field,
+            "is empty; name the keyring that signs the archive, e.g. /usr/share/keyrings/debian-archive-keyring.gpg",
+        )),
+        raw::KeyringDef::Path(p) => Ok(Keyring::File(resolve_path(file, p))),
+        raw::KeyringDef::Deb(d) => {
+            let sub = |k: &str| format!("{field}.{k}");
+            if !d.deb.ends_with(".deb") || d.deb.starts_with('/') || d.deb.split('/').any(|c| c == "..") {
+                return Err(field_err(file, sub("deb"), format!("`{}` is not a package's path below the mirror, like \"pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1-0.2_all.deb\"", d.deb)));
+            }
+            if d.sha256.len() != 64 || !d.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(field_err(
+                    file,
+                    sub("sha256"),
+                    "expects the package's sha256 (64 hex digits), as the archive's Packages index lists it",
+                ));
+            }
+            if !d.path.starts_with('/') || d.path.split('/').any(|c| c == "..") || d.path.ends_with('/') {
+                return Err(field_err(file, sub("path"), format!("`{}` is not an absolute file path inside the package, like \"/usr/share/keyrings/ubuntu-archive-keyring.gpg\"", d.path)));
+            }
+            let mirror = parse_mirror(file, &sub("mirror"), d.mirror.as_deref().unwrap_or("host"))?;
+            let suite = match (&d.suite, &mirror) {
+                (Some(s), _) if valid_suite(s) => s.clone(),
+                (Some(s), _) => return Err(field_err(file, sub("suite"), format!("`{s}` is not a suite name"))),
+                (None, Mirror::Url(_)) => String::new(),
+                (None, Mirror::Host) => {
+                    return Err(field_err(file, sub("suite"), "is missing: with `mirror = \"host\"` it names the suite whose apt entry gives the mirror (e.g. \"trixie\")"))
+                }
+            };
+            Ok(Keyring::Deb(KeyringDeb {
+                deb: d.deb.clone(),
+                sha256: d.sha256.to_ascii_lowercase(),
+                path: d.path.clone(),
+                mirror,
+                suite,
+            }))
+        }
+    }
+}
+
 /// The keys a packages base and a packages layer share.
 fn validate_package_set(file: &Path, prefix: &str, p: &raw::PackagesDef, platform: &Platform) -> Result<PackageSet> {
     let f = |k: &str| format!("{prefix}.{k}");
-    if p.suite.is_empty() || p.suite.contains(['/', ' ']) {
-        return Err(field_err(
-            file,
-            f("suite"),
-            format!("`{}` is not a suite name like \"bookworm\" or \"noble\"", p.suite),
-        ));
-    }
+    let suites = suites(file, prefix, p)?;
     let components = p.components.clone().unwrap_or_else(|| vec!["main".into()]);
     if components.is_empty() || components.iter().any(|c| c.is_empty() || c.contains(' ')) {
         return Err(field_err(file, f("components"), "give one or more component names, e.g. [\"main\"]"));
@@ -43,26 +142,10 @@ fn validate_package_set(file: &Path, prefix: &str, p: &raw::PackagesDef, platfor
             format!("`{architecture}` does not match the image's platform (Debian architecture `{platform_arch}`); set `config.platform` or drop `architecture`"),
         ));
     }
-    let mirror = match p.mirror.as_str() {
-        "host" => Mirror::Host,
-        m if m.starts_with("http://") || m.starts_with("https://") => Mirror::Url(m.trim_end_matches('/').to_string()),
-        m => {
-            return Err(field_err(
-                file,
-                f("mirror"),
-                format!(
-                    "`{m}` is neither \"host\" (this machine's apt mirror for the suite) nor an http:// or https:// URL"
-                ),
-            ))
-        }
-    };
-    if p.keyring.is_empty() {
-        return Err(field_err(
-            file,
-            f("keyring"),
-            "is empty; name the keyring that signs the archive, e.g. /usr/share/keyrings/debian-archive-keyring.gpg",
-        ));
-    }
+    let mirror = parse_mirror(file, &f("mirror"), &p.mirror)?;
+    let security_mirror =
+        p.security_mirror.as_deref().map(|m| parse_mirror(file, &f("security_mirror"), m)).transpose()?;
+    let keyring = keyring(file, &f("keyring"), &p.keyring)?;
     let mut seen = std::collections::BTreeSet::new();
     for (i, inc) in p.include.iter().enumerate() {
         let (name, version) = match inc.split_once('=') {
@@ -81,11 +164,12 @@ fn validate_package_set(file: &Path, prefix: &str, p: &raw::PackagesDef, platfor
         }
     }
     Ok(PackageSet {
-        suite: p.suite.clone(),
+        suites,
         components,
         architecture,
         mirror,
-        keyring: resolve_path(file, &p.keyring),
+        security_mirror,
+        keyring,
         include: p.include.clone(),
         configure: match &p.configure {
             None | Some(raw::ConfigureDef::Bool(false)) => Configure::Sandbox,

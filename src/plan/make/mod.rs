@@ -68,7 +68,7 @@ fn summary(base: &Base) -> BaseSummary {
         },
         Base::Registry { reference } => BaseSummary { kind: "registry", reference: Some(reference.clone()) },
         Base::Packages(b) => {
-            BaseSummary { kind: "packages", reference: Some(format!("{} {}", b.suite, b.architecture)) }
+            BaseSummary { kind: "packages", reference: Some(format!("{} {}", b.suite(), b.architecture)) }
         }
         Base::Image(i) => BaseSummary { kind: "image", reference: path(&i.file) },
     }
@@ -222,10 +222,10 @@ impl Planner<'_> {
                 let (pins, note) =
                     pins::base_pins(lock, &path, b, fresh, &self.opts.cache, self.spool).map_err(derr)?;
                 self.scopes[scope].pins.base = Some(pins.clone());
-                let mirror = crate::distro::mirror_url(b).map_err(derr)?;
+                let mirror = crate::distro::mirrors(b).map_err(derr)?;
                 let own = keys::packages_base(b, &pins, &mirror);
                 let history =
-                    format!("quarry: packages {} {} ({} packages)", b.suite, b.architecture, pins.packages.len());
+                    format!("quarry: packages {} {} ({} packages)", b.suite(), b.architecture, pins.packages.len());
                 let inputs = deb_inputs(&pins);
                 let n = self.push(
                     scope,

@@ -26,11 +26,11 @@ impl Planner<'_> {
             err: Box::new(err),
         };
         let pins = pins::layer_pins(lock, &path, &layer.name, set, fresh).map_err(derr)?;
-        let mirror = crate::distro::mirror_url(set).map_err(derr)?;
+        let mirror = crate::distro::mirrors(set).map_err(derr)?;
         if let Some(p) = &pins {
             self.scopes[scope].pins.layer.insert(layer.name.clone(), p.clone());
         }
-        let history = format!("quarry: layer {} (packages {} {})", layer.name, set.suite, set.include.join(" "));
+        let history = format!("quarry: layer {} (packages {} {})", layer.name, set.suite(), set.include.join(" "));
         let from_lock = pins.is_some();
         let own = pins.as_ref().map(|p| keys::packages_layer(&layer.name, set, p, &mirror));
         let inputs = pins.as_ref().map(deb_inputs).unwrap_or_default();
@@ -106,7 +106,7 @@ pub fn resolve_packages(
     let n = &plan.layers[i];
     let Work::Packages { layer, set, .. } = &n.work else { unreachable!("a packages node") };
     let pins = crate::distro::resolve_over(set, below, cache, spool).map_err(|e| layer_err(n, e))?;
-    let mirror = crate::distro::mirror_url(set).map_err(|e| layer_err(n, e))?;
+    let mirror = crate::distro::mirrors(set).map_err(|e| layer_err(n, e))?;
     let own = keys::packages_layer(&layer.name, set, &pins, &mirror);
     let name = layer.name.clone();
     let scope = n.scope;
