@@ -3,7 +3,7 @@
 # Parameters: DEBIAN_MIRROR=host UBUNTU_MIRROR=host
 # base: the image of images/no_rocm_image_ubuntu24_04.toml, as a stage
 FROM ubuntu:noble AS no_rocm_image_ubuntu24_04
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv python3-pip python3-setuptools python3-wheel git git-lfs curl wget ca-certificates jq zip unzip cmake ninja-build clang lld valgrind libgfortran5 psmisc sudo && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends apt python3 python3-venv python3-pip python3-setuptools python3-wheel git git-lfs curl wget ca-certificates jq zip unzip cmake ninja-build clang lld valgrind libgfortran5 psmisc sudo && rm -rf /var/lib/apt/lists/*
 RUN (getent group video || groupadd -r video) && (getent group render || groupadd -r render) && useradd -m -u 1000 -s /bin/bash -G video,render tester && echo 'tester ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/tester && chmod 0440 /etc/sudoers.d/tester
 
 ENV LANG="C.UTF-8"

@@ -1,9 +1,10 @@
-//! Every shipped Debian image against what Debian's own tools make from
-//! the same packages: mmdebstrap (scripts and triggers run, as Debian's
-//! installer does) for the base, and `apt-get install` in a chroot of it
-//! for each layer (tests/fixtures/debian-reference.sh, apt held to the
-//! images' locks). Every file, symlink, directory, mode and owner must be
-//! equal, except the entries of `ALLOWED`, each with its reason. The
+//! Every shipped Debian and Ubuntu image against what Debian's own tools
+//! make from the same packages, pockets and mirrors: mmdebstrap (scripts
+//! and triggers run, as Debian's installer does) for the base, and `apt-get
+//! install` in a chroot of it for each layer (tests/fixtures/debian-reference.sh,
+//! apt held to the images' locks). Every file, symlink, directory, mode and
+//! owner must be equal (the dpkg status byte for byte; `apt-mark showauto`
+//! named when it differs), except the entries of `ALLOWED`, each with its reason. The
 //! differences the maintainer scripts used to leave (no CA store, no
 //! git-lfs filter, no `cc`, no `.pyc`, no triggers or debconf database...)
 //! are also checked by name, so that a reference that lost them too could
@@ -284,6 +285,16 @@ fn named_checks(root: &Path, tree: &Tree, reference: &Tree, reference_root: &Pat
     bad
 }
 
+/// What `apt-mark showauto` lists: the packages `extended_states` marks
+/// `Auto-Installed: 1`.
+fn showauto(root: &Path) -> BTreeSet<String> {
+    read(root, "var/lib/apt/extended_states")
+        .split("\n\n")
+        .filter(|p| p.lines().any(|l| l.trim() == "Auto-Installed: 1"))
+        .filter_map(|p| p.lines().find_map(|l| l.strip_prefix("Package: ")).map(|n| n.trim().to_string()))
+        .collect()
+}
+
 /// The apt sources of both name the same archive (mirror, suite).
 fn same_archive(ours: &Path, theirs: &Path) -> bool {
     let fields = |root: &Path| -> BTreeSet<(String, String)> {
@@ -291,6 +302,11 @@ fn same_archive(ours: &Path, theirs: &Path) -> bool {
         for e in std::fs::read_dir(root.join("etc/apt/sources.list.d")).into_iter().flatten().flatten() {
             let text = std::fs::read_to_string(e.path()).unwrap_or_default();
             for l in text.lines() {
+                // Options (`[signed-by=...]`) say how, not which archive.
+                let l = match (l.find('['), l.find(']')) {
+                    (Some(a), Some(b)) if a < b => format!("{}{}", &l[..a], &l[b + 1..]),
+                    _ => l.to_string(),
+                };
                 let w: Vec<&str> = l.split_whitespace().collect();
                 if w.first() == Some(&"deb") && w.len() > 2 {
                     out.insert((w[1].trim_end_matches('/').to_string(), w[2].to_string()));
@@ -299,8 +315,8 @@ fn same_archive(ours: &Path, theirs: &Path) -> bool {
             for p in text.split("\n\n") {
                 let get = |k: &str| p.lines().find_map(|l| l.strip_prefix(k)).unwrap_or("").trim().to_string();
                 let (u, s) = (get("URIs:"), get("Suites:"));
-                if !u.is_empty() {
-                    out.insert((u.trim_end_matches('/').to_string(), s));
+                for s in s.split_whitespace().filter(|_| !u.is_empty()) {
+                    out.insert((u.trim_end_matches('/').to_string(), s.to_string()));
                 }
             }
         }
@@ -310,9 +326,9 @@ fn same_archive(ours: &Path, theirs: &Path) -> bool {
     !a.is_empty() && a == b
 }
 
-struct Image {
+struct Image<'a> {
     /// images/NAME.toml
-    name: &'static str,
+    name: &'a str,
     /// The reference tree it is compared with.
     reference: &'static str,
     /// What the definition adds besides packages (a files layer), only in quarry's.
@@ -356,28 +372,64 @@ fn pins(locks: &[&str]) -> String {
     out
 }
 
-/// The host's mirror for the suite, as quarry takes it (`mirror = "host"`).
-fn mirror(image: &str) -> String {
-    let plan = run_expect(quarry().args(["lock", "--dry-run", "--json"]).arg(repo().join("images").join(image)), 0);
+/// The image's apt sources as one-line `deb` entries, each suite with the
+/// mirror quarry takes for it (`mirror = "host"`, or the user's `--set`):
+/// what the reference is made from.
+fn sources(image: &str) -> String {
+    let def = repo().join("images").join(image);
+    let plan = run_expect(quarry().args(["lock", "--dry-run", "--json"]).arg(&def).args(mirror_sets(&def)), 0);
     let v = stdout_json(&plan);
-    let url = v.to_string();
-    let i = url.find("http").expect("a mirror URL in the dry run");
-    let rest = &url[i..];
-    let end = rest.find("/dists/").expect("a Release URL");
-    rest[..end].to_string()
+    let doc: toml::Value = toml::from_str(&std::fs::read_to_string(&def).unwrap()).unwrap();
+    let components: Vec<&str> = doc["base"]["packages"]["components"]
+        .as_array()
+        .map(|c| c.iter().map(|x| x.as_str().unwrap()).collect())
+        .unwrap_or_else(|| vec!["main"]);
+    let mut out = String::new();
+    for r in v["releases"].as_array().unwrap() {
+        let r = r.as_str().unwrap();
+        let (mirror, rest) = r.split_once("/dists/").expect("a Release URL");
+        let suite = rest.trim_end_matches("/InRelease");
+        out.push_str(&format!("deb {mirror} {suite} {}\n", components.join(" ")));
+    }
+    out
+}
+
+/// The keyring file of a definition whose `keyring` is a pinned package:
+/// the package fetched from the Debian mirror with curl and checked here
+/// against the definition's sha256, independently of quarry.
+fn keyring_of(image: &str) -> Option<PathBuf> {
+    let doc: toml::Value =
+        toml::from_str(&std::fs::read_to_string(repo().join("images").join(image)).unwrap()).unwrap();
+    let k = doc["base"]["packages"]["keyring"].as_table()?;
+    let (deb, sha, path) = (k["deb"].as_str()?, k["sha256"].as_str()?, k["path"].as_str()?);
+    let dir = fixtures_dir().join(format!("keyring-{}", &sha[..12]));
+    let file = dir.join(path.trim_start_matches('/'));
+    with_lock("keyring", || {
+        if file.exists() {
+            return;
+        }
+        let debian = sources("no_rocm_image_debian12.toml");
+        let mirror = debian.split_whitespace().nth(1).unwrap().to_string();
+        let tmp = fixtures_dir().join("keyring.deb");
+        run_expect(Command::new("curl").args(["-fsSL", "-o"]).arg(&tmp).arg(format!("{mirror}/{deb}")), 0);
+        assert_eq!(quarry::oci::digest::sha256_file(&tmp).unwrap(), sha, "{deb} is not the pinned package");
+        run_expect(Command::new("dpkg-deb").arg("-x").arg(&tmp).arg(&dir), 0);
+    });
+    Some(file)
 }
 
 /// The reference trees for one suite, made once (cached by what makes them).
 fn reference(
     suite: &str,
-    mirror: &str,
+    sources: &str,
+    keyring: Option<&Path>,
     base_include: &[String],
     layers: &[(String, Vec<String>)],
     pins: &str,
 ) -> PathBuf {
     let mm = Command::new("mmdebstrap").arg("--version").output().unwrap();
     let mut what = String::from_utf8_lossy(&mm.stdout).into_owned();
-    what.push_str(&format!("{suite} {mirror} {base_include:?} {layers:?} {pins}"));
+    what.push_str(&format!("{suite} {sources} {keyring:?} {base_include:?} {layers:?} {pins}"));
     let tag =
         format!("{}-{}", script_tag("debian-reference.sh"), &quarry::oci::digest::sha256_hex(what.as_bytes())[..12]);
     let out = fixtures_dir().join("debian-reference").join(format!("{suite}-{tag}"));
@@ -388,18 +440,23 @@ fn reference(
         std::fs::create_dir_all(out.parent().unwrap()).unwrap();
         let pins_file = out.with_extension("pins");
         std::fs::write(&pins_file, pins).unwrap();
+        let sources_file = out.with_extension("sources");
+        std::fs::write(&sources_file, sources).unwrap();
         let mut c = Command::new("sh");
         c.arg(repo().join("tests/fixtures/debian-reference.sh"))
             .arg(&out)
             .arg(suite)
-            .arg(mirror)
+            .arg(&sources_file)
             .arg(&pins_file)
             .arg(base_include.join(","));
+        if let Some(k) = keyring {
+            c.env("KEYRING", k);
+        }
         for (name, inc) in layers {
             c.arg(format!("{name}={}", inc.join(",")));
         }
         let st = c.status().unwrap();
-        assert!(st.success(), "making the Debian reference for {suite} failed");
+        assert!(st.success(), "making the reference for {suite} failed");
     });
     out
 }
@@ -414,7 +471,8 @@ fn build(image: &str) -> PathBuf {
             .arg(packages_cache())
             .arg("-o")
             .arg(&out)
-            .arg("--quiet"),
+            .arg("--quiet")
+            .args(mirror_sets(&repo().join("images").join(image))),
         0,
     );
     out
@@ -464,6 +522,15 @@ fn check(images: &[Image], refs: &Path) {
         for line in named_checks(root.path(), &ours, &theirs, &theirs_root) {
             report.push(format!("{}: {line}", img.name));
         }
+        let (auto_ours, auto_theirs) = (showauto(root.path()), showauto(&theirs_root));
+        if auto_ours != auto_theirs {
+            report.push(format!(
+                "{}: `apt-mark showauto` differs: automatic only in quarry's {:?}, only in the reference's {:?}",
+                img.name,
+                auto_ours.difference(&auto_theirs).collect::<Vec<_>>(),
+                auto_theirs.difference(&auto_ours).collect::<Vec<_>>()
+            ));
+        }
         if !same_archive(root.path(), &theirs_root) {
             report.push(format!("{}: apt sources name another archive than the reference's", img.name));
         }
@@ -485,32 +552,46 @@ fn can_run() -> bool {
     root && have_tool("mmdebstrap") && have_tool("gpgv")
 }
 
+/// A test image and its four variants against the reference: mmdebstrap
+/// of the base, `apt-get install` of each variant's packages over it.
+fn family(distro: &str, suite: &str) {
+    let base_name = format!("no_rocm_image_{distro}");
+    let base = repo().join(format!("images/{base_name}.toml"));
+    let layered = ["media", "ocl_rt", "openmpi", "rocgdb"];
+    let layers: Vec<(String, Vec<String>)> = layered
+        .iter()
+        .map(|l| (l.to_string(), includes(&repo().join(format!("images/{base_name}_{l}.toml")), false)))
+        .collect();
+    let locks: Vec<String> = std::iter::once(format!("{base_name}.lock"))
+        .chain(layered.iter().map(|l| format!("{base_name}_{l}.lock")))
+        .collect();
+    let pins = pins(&locks.iter().map(String::as_str).collect::<Vec<_>>());
+    let keyring = keyring_of(&format!("{base_name}.toml"));
+    let sources = sources(&format!("{base_name}.toml"));
+    let refs = reference(suite, &sources, keyring.as_deref(), &includes(&base, true), &layers, &pins);
+    let names: Vec<String> =
+        std::iter::once(base_name.clone()).chain(layered.iter().map(|l| format!("{base_name}_{l}"))).collect();
+    let mut images = vec![Image { name: &names[0], reference: "base", own_files: &[] }];
+    for (l, name) in layered.iter().zip(&names[1..]) {
+        images.push(Image { name, reference: l, own_files: &[] });
+    }
+    check(&images, &refs);
+}
+
 #[test]
 fn debian12_images_are_what_debian_installs() {
     if !can_run() {
         return;
     }
-    let base = repo().join("images/no_rocm_image_debian12.toml");
-    let layered = ["media", "ocl_rt", "openmpi", "rocgdb"];
-    let layers: Vec<(String, Vec<String>)> = layered
-        .iter()
-        .map(|l| (l.to_string(), includes(&repo().join(format!("images/no_rocm_image_debian12_{l}.toml")), false)))
-        .collect();
-    let locks: Vec<String> = std::iter::once("no_rocm_image_debian12.lock".to_string())
-        .chain(layered.iter().map(|l| format!("no_rocm_image_debian12_{l}.lock")))
-        .collect();
-    let pins = pins(&locks.iter().map(String::as_str).collect::<Vec<_>>());
-    let refs = reference("bookworm", &mirror("no_rocm_image_debian12.toml"), &includes(&base, true), &layers, &pins);
-    let mut images = vec![Image { name: "no_rocm_image_debian12", reference: "base", own_files: &[] }];
-    for (l, name) in layered.iter().zip([
-        "no_rocm_image_debian12_media",
-        "no_rocm_image_debian12_ocl_rt",
-        "no_rocm_image_debian12_openmpi",
-        "no_rocm_image_debian12_rocgdb",
-    ]) {
-        images.push(Image { name, reference: l, own_files: &[] });
+    family("debian12", "bookworm");
+}
+
+#[test]
+fn ubuntu24_04_images_are_what_ubuntu_installs() {
+    if !can_run() {
+        return;
     }
-    check(&images, &refs);
+    family("ubuntu24_04", "noble");
 }
 
 #[test]
@@ -524,7 +605,8 @@ fn debian13_rocm_images_are_what_debian_installs() {
         ("hip@rocm".to_string(), includes(&repo().join("images/hip-builder-debian13.toml"), false)),
     ];
     let pins = pins(&["rocm-runtime-debian13.lock", "hip-builder-debian13.lock"]);
-    let refs = reference("trixie", &mirror("rocm-runtime-debian13.toml"), &includes(&runtime, true), &layers, &pins);
+    let refs =
+        reference("trixie", &sources("rocm-runtime-debian13.toml"), None, &includes(&runtime, true), &layers, &pins);
     check(
         &[
             Image { name: "rocm-runtime-debian13", reference: "rocm", own_files: &[] },

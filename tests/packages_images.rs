@@ -1,8 +1,9 @@
 //! The shipped distro images: `no_rocm_image_debian12` is locked, built
 //! from the Debian archive this machine's apt uses, loaded into the engine
 //! and run; rebuilt from the lock it gives the same digest, also with no
-//! way to reach any mirror. `no_rocm_image_ubuntu24_04` cannot be fetched
-//! here: it must parse, plan, and stay the twin of the Debian image.
+//! way to reach any mirror, with the security pocket's fixes in it.
+//! `no_rocm_image_ubuntu24_04` plans from its lock and stays the twin of the
+//! Debian image (tests/shipped_images.rs builds and runs both families).
 mod common;
 
 use common::*;
@@ -142,6 +143,48 @@ fn debian12_image_builds_locked_reproducibly_offline_and_runs() {
         "{tools}"
     );
     probe_debian(&run, true);
+    check_security_pocket(&lock, &tag);
+}
+
+/// The image has the security pocket's versions of what that pocket
+/// updates (the lock says which), and apt, given the network and the
+/// image's own sources, finds nothing newer in any pocket.
+fn check_security_pocket(lock: &str, tag: &str) {
+    let pins: toml::Value = toml::from_str(lock).unwrap();
+    let from_security: Vec<(String, String)> = pins["base"]["package"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["suite"].as_str() == Some("bookworm-security"))
+        .map(|p| (p["name"].as_str().unwrap().to_string(), p["version"].as_str().unwrap().to_string()))
+        .collect();
+    let names: Vec<&str> = from_security.iter().map(|(n, _)| n.as_str()).collect();
+    // bookworm-security has carried OpenSSL fixes since bookworm's point
+    // releases; the image's TLS stack comes from it.
+    assert!(names.contains(&"libssl3"), "libssl3 from bookworm-security: {names:?}");
+    let installed = {
+        let o = run_expect(Command::new("docker").args(["run", "--rm", "--network", "none", tag, "dpkg-query", "-W"]), 0);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for (name, version) in &from_security {
+        let listed = installed.lines().any(|l| {
+            let mut w = l.split('\t');
+            w.next().is_some_and(|n| n == name || n.split(':').next() == Some(name)) && w.next() == Some(version)
+        });
+        assert!(listed, "the image lacks {name} {version} from bookworm-security:\n{installed}");
+    }
+    let o = run_expect(
+        Command::new("docker").args(["run", "--rm", "--user", "root", tag, "sh", "-ec"]).arg(
+            "apt-get update -qq >/dev/null; grep -h '^Suites' /etc/apt/sources.list.d/*.sources; apt-get -s upgrade | grep '^Inst' || true",
+        ),
+        0,
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        ["Suites: bookworm bookworm-updates", "Suites: bookworm-security"],
+        "apt sources name every pocket and nothing is left to upgrade:\n{text}"
+    );
 }
 
 /// What a GPU lab does first with a Debian image, working as Debian's own
@@ -207,15 +250,20 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
     let plan = stdout_json(&o);
     assert_eq!(plan["release"], "http://mirror.invalid/ubuntu/dists/noble/InRelease");
     let arch = quarry::definition::Platform::host().arch.debian();
-    assert_eq!(
-        plan["indexes"],
-        serde_json::json!([
-            format!("http://mirror.invalid/ubuntu/dists/noble/main/binary-{arch}/Packages.xz"),
-            format!("http://mirror.invalid/ubuntu/dists/noble/universe/binary-{arch}/Packages.xz"),
-        ])
+    let mut indexes = Vec::new();
+    for suite in ["noble", "noble-updates", "noble-security"] {
+        for c in ["main", "universe"] {
+            indexes.push(format!("http://mirror.invalid/ubuntu/dists/{suite}/{c}/binary-{arch}/Packages.xz"));
+        }
+    }
+    assert_eq!(plan["indexes"], serde_json::json!(indexes));
+    // Debian's ubuntu-keyring package, pinned by its sha256.
+    let keyring = plan["keyring"].as_str().unwrap();
+    assert!(
+        keyring.starts_with("/usr/share/keyrings/ubuntu-archive-keyring.gpg in pool/main/u/ubuntu-keyring/"),
+        "{keyring}"
     );
-    assert_eq!(plan["keyring"], "/usr/share/keyrings/ubuntu-archive-keyring.gpg");
-    assert_eq!(plan["locked"], false);
+    assert_eq!(plan["locked"], true);
 
     // The same recipe as the Debian twin.
     let no_sets = Default::default();
@@ -227,7 +275,8 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
     };
     assert_eq!(u.include, d.include);
     assert_eq!(u.users, d.users);
-    assert_eq!((u.suite.as_str(), d.suite.as_str()), ("noble", "bookworm"));
+    assert_eq!((u.suite(), d.suite()), ("noble", "bookworm"));
+    assert_eq!(u.suites.len(), d.suites.len(), "both take their pockets");
     assert_eq!(ubuntu.config.user, debian.config.user);
     assert_eq!(ubuntu.config.workdir.as_deref(), Some("/home/tester"));
     assert_eq!(ubuntu.config.user.as_deref(), Some("tester"));
@@ -240,19 +289,27 @@ fn ubuntu24_04_image_parses_plans_and_twins_debian() {
             let quarry::definition::Base::Image(base) = &img.base else { panic!("{v}: an `image` base") };
             assert_eq!(base.name, format!("no_rocm_image_{d}"));
             let Some(p) = img.layers[0].packages() else { panic!("{v}: a packages layer") };
-            (p.include.clone(), p.suite.clone())
+            (p.include.clone(), p.suite().to_string())
         };
         let (u, d) = (load("ubuntu24_04"), load("debian12"));
         assert_eq!(u.0, d.0, "{v}");
         assert_eq!((u.1.as_str(), d.1.as_str()), ("noble", "bookworm"));
     }
 
-    // Where this machine has no noble source, `host` says so and what to do.
-    if quarry::distro::sources::host_mirror(Path::new("/etc/apt"), "noble").is_none() {
-        let e = run_expect(quarry().arg("lock").arg(&img).arg("--dry-run"), 1);
-        let e = String::from_utf8_lossy(&e.stderr);
-        assert!(e.contains("suite `noble`") && e.contains("mirror"), "{e}");
-    }
+    // Where no apt source and no debootstrap script names noble's archive,
+    // `host` says so and what to do.
+    let empty = tempfile::tempdir().unwrap();
+    let e = run_expect(
+        quarry()
+            .arg("lock")
+            .arg(&img)
+            .arg("--dry-run")
+            .env("QUARRY_APT_ETC", empty.path())
+            .env("QUARRY_DEBOOTSTRAP_SCRIPTS", empty.path()),
+        1,
+    );
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(e.contains("suite `noble`") && e.contains("debootstrap") && e.contains("--set"), "{e}");
 }
 
 /// `configure = true`: packages are left "unpacked" and `dpkg --configure -a`

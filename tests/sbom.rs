@@ -47,7 +47,7 @@ fn debian_inventory(work: &Path) -> Inventory {
                 architecture: p.architecture.clone(),
                 sha256: p.sha256.clone(),
                 distro: Distro::Debian,
-                suite: Some(base.suite.clone()),
+                suite: Some(base.suite().to_string()),
                 layer: "base".into(),
             })
             .collect(),

@@ -1,8 +1,9 @@
 //! Dependency resolution over one architecture's indexes (a release and its
 //! pockets together: the candidate of a package is apt's, highest pin
 //! priority then highest version): the requested packages plus the base
-//! set (Essential, and `Priority: required` and apt for the `required`
-//! variant), closed over Pre-Depends and Depends. Alternatives
+//! set (Essential, and `Priority: required` for the `required` variant, as
+//! mmdebstrap's: Ubuntu's apt is `important`, so an image that wants it
+//! names it), closed over Pre-Depends and Depends. Alternatives
 //! are tried in order, preferring one already chosen; virtual packages are
 //! satisfied through Provides (versioned Provides for versioned deps).
 //! Deterministic: inputs are visited in a fixed order, ties broken by name.
@@ -165,9 +166,7 @@ pub fn resolve<'a>(
         .map(|v| v[0])
         .filter(|p| match variant {
             None => false,
-            // As mmdebstrap's `required` variant: apt too, which Ubuntu's
-            // archive gives `Priority: important`.
-            Some(v) => p.essential || (v == Variant::Required && (p.priority == "required" || p.name == "apt")),
+            Some(v) => p.essential || (v == Variant::Required && p.priority == "required"),
         })
         .collect();
     base.sort_by(|a, b| a.name.cmp(&b.name));
@@ -393,16 +392,6 @@ Package: vv\nVersion: 1\nDepends: awk (>= 2)\n";
         // Asked for by version, a NotAutomatic suite's package is taken.
         let r = resolve(&pkgs, &["ssl=3.5".into()], None, &[], "test").unwrap();
         assert_eq!(names(&r), ["ssl=3.5"]);
-    }
-
-    #[test]
-    fn the_required_variant_has_apt_whatever_its_priority() {
-        let pkgs = index(
-            "Package: apt\nVersion: 2.8\nPriority: important\n\nPackage: req\nVersion: 1\nPriority: required\n\n",
-        );
-        let r = resolve(&pkgs, &[], Some(Variant::Required), &[], "test").unwrap();
-        assert_eq!(names(&r), ["apt=2.8", "req=1"]);
-        assert!(resolve(&pkgs, &[], Some(Variant::Essential), &[], "test").unwrap().is_empty());
     }
 
     #[test]

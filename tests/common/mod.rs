@@ -364,3 +364,18 @@ pub fn wheels_in(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v.sort();
     v
 }
+
+/// `--set` arguments for the mirror parameters a shipped definition has,
+/// from the environment (`DEBIAN_MIRROR`, `UBUNTU_MIRROR`) when the user
+/// gives them; otherwise the definitions' `host` finds this machine's.
+pub fn mirror_sets(definition: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(definition).unwrap_or_default();
+    let mut out = Vec::new();
+    for name in ["DEBIAN_MIRROR", "UBUNTU_MIRROR"] {
+        if let Some(v) = std::env::var_os(name).filter(|v| !v.is_empty() && text.contains(name)) {
+            out.push("--set".to_string());
+            out.push(format!("{name}={}", v.to_string_lossy()));
+        }
+    }
+    out
+}
