@@ -163,7 +163,8 @@ fn check_security_pocket(lock: &str, tag: &str) {
     // releases; the image's TLS stack comes from it.
     assert!(names.contains(&"libssl3"), "libssl3 from bookworm-security: {names:?}");
     let installed = {
-        let o = run_expect(Command::new("docker").args(["run", "--rm", "--network", "none", tag, "dpkg-query", "-W"]), 0);
+        let o =
+            run_expect(Command::new("docker").args(["run", "--rm", "--network", "none", tag, "dpkg-query", "-W"]), 0);
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     for (name, version) in &from_security {

@@ -87,7 +87,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for l in &r.layers {
             // The layer's digest (what `inspect` lists), labelled: `plan`
             // prints a different id, the cache key, as `key ...`.
-            println!(
+            outln!(
                 "{:<24} digest {}  {:>10}  {}",
                 l.name,
                 super::short_digest(l.digest),
@@ -99,9 +99,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 }
             );
         }
-        println!("{}:{} -> {} ({})", r.name, r.tag, r.output.display(), r.manifest_digest);
+        outln!("{}:{} -> {} ({})", r.name, r.tag, r.output.display(), r.manifest_digest);
         if let Some(s) = &r.sbom {
-            println!("sbom     {s}");
+            outln!("sbom     {s}");
         }
     }
     Ok(0)

@@ -58,11 +58,11 @@ fn du(a: DuArgs) -> anyhow::Result<i32> {
         super::print_json(&serde_json::json!({ "cache_dir": dir, "buckets": buckets, "total_bytes": total }))?;
         return Ok(0);
     }
-    println!("{:<18} {:>8} {:>12}", "bucket", "entries", "size");
+    outln!("{:<18} {:>8} {:>12}", "bucket", "entries", "size");
     for b in &buckets {
-        println!("{:<18} {:>8} {:>12}", b.bucket.name(), b.entries, super::human_size(b.bytes));
+        outln!("{:<18} {:>8} {:>12}", b.bucket.name(), b.entries, super::human_size(b.bytes));
     }
-    println!("{:<18} {:>8} {:>12}   {}", "total", "", super::human_size(total), dir.display());
+    outln!("{:<18} {:>8} {:>12}   {}", "total", "", super::human_size(total), dir.display());
     Ok(0)
 }
 
@@ -84,7 +84,7 @@ fn prune(a: PruneArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let verb = if r.dry_run { "would remove" } else { "removed" };
-    println!(
+    outln!(
         "{verb} {} entr{} ({}): {} -> {}",
         r.removed,
         if r.removed == 1 { "y" } else { "ies" },
@@ -93,7 +93,7 @@ fn prune(a: PruneArgs) -> anyhow::Result<i32> {
         super::human_size(r.bytes_after)
     );
     if r.in_use > 0 {
-        println!("kept {} entr{} a running build uses", r.in_use, if r.in_use == 1 { "y" } else { "ies" });
+        outln!("kept {} entr{} a running build uses", r.in_use, if r.in_use == 1 { "y" } else { "ies" });
     }
     Ok(0)
 }

@@ -20,11 +20,11 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     let Command::Generate(a) = c;
     let spec = cdi::generate()?;
     match a.output {
-        None => print!("{}", cdi::to_json(&spec)),
+        None => out!("{}", cdi::to_json(&spec)),
         Some(path) => {
             cdi::write(&spec, &path)?;
             let names: Vec<String> = spec.devices.iter().map(|d| format!("{}={}", spec.kind, d.name)).collect();
-            println!("wrote {} (cdiVersion {}): {}", path.display(), spec.cdi_version, names.join(", "));
+            outln!("wrote {} (cdiVersion {}): {}", path.display(), spec.cdi_version, names.join(", "));
         }
     }
     Ok(0)

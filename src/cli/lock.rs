@@ -68,13 +68,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             super::print_json(&plan)?;
         } else {
             for r in &plan.sources.releases {
-                println!("release  {r}");
+                outln!("release  {r}");
             }
             for i in &plan.sources.indexes {
-                println!("index    {i}");
+                outln!("index    {i}");
             }
-            println!("keyring  {}", plan.sources.keyring);
-            println!("lock     {}{}", plan.lock.display(), if plan.locked { " (exists)" } else { "" });
+            outln!("keyring  {}", plan.sources.keyring);
+            outln!("lock     {}{}", plan.lock.display(), if plan.locked { " (exists)" } else { "" });
         }
         return Ok(0);
     }
@@ -101,9 +101,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if out.pypi > 0 {
             parts.push(format!("{} PyPI file(s)", out.pypi));
         }
-        println!("{}: {} packages pinned ({})", out.lock.display(), out.packages, parts.join("; "));
+        outln!("{}: {} packages pinned ({})", out.lock.display(), out.packages, parts.join("; "));
         for (layer, built) in &out.built_to_resolve {
-            println!("built {} to resolve `{layer}` over", built.join(", "));
+            outln!("built {} to resolve `{layer}` over", built.join(", "));
         }
     }
     Ok(0)

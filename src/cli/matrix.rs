@@ -207,7 +207,7 @@ fn print_plan(p: &MatrixPlan) {
         ]);
     }
     for line in t.lines() {
-        println!("{line}");
+        outln!("{line}");
     }
     let why = match (p.done_in, &p.cache_dir) {
         (DoneIn::Registry, _) => format!("done: its product is in {}", p.registry),
@@ -218,9 +218,9 @@ fn print_plan(p: &MatrixPlan) {
         (DoneIn::NotLookedUp, _) if p.registry.is_empty() => "keys not computed: done cells are not looked up".into(),
         (DoneIn::NotLookedUp, _) => format!("keys not computed: done cells are not looked up in {}", p.registry),
     };
-    println!("{} of {} cells to run ({why})", p.to_run, p.cells.len());
+    outln!("{} of {} cells to run ({why})", p.to_run, p.cells.len());
     for (group, cells) in &p.merges {
-        println!("merge {group}: {} (collect merges them into host and device wheels)", cells.join(" + "));
+        outln!("merge {group}: {} (collect merges them into host and device wheels)", cells.join(" + "));
     }
 }
 
@@ -276,7 +276,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
                 matrix::run::report_path(&a.out, &cell).display()
             ),
         };
-        println!(
+        outln!(
             "{} {}: {} product(s) {how} in {:.1} s (build {:.1} s), {kept}",
             m.name,
             cell.id,
@@ -339,7 +339,7 @@ fn emit(a: EmitArgs) -> anyhow::Result<i32> {
     let text = matrix::emit::emit(&m, &p, format, &o);
     match a.output {
         Some(f) => std::fs::write(&f, text).map_err(|e| anyhow::anyhow!("cannot write `{}`: {e}", f.display()))?,
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     Ok(0)
 }
@@ -362,29 +362,24 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
             t.row(vec![c.id.clone(), status, time, digest, super::human_size(c.size)]);
         }
         let mut lines = t.lines().into_iter();
-        println!("{}", lines.next().unwrap_or_default());
+        outln!("{}", lines.next().unwrap_or_default());
         for (c, line) in r.cells.iter().zip(lines) {
-            println!("{line}");
+            outln!("{line}");
             if let Some(e) = &c.error {
-                println!("    {e}");
+                outln!("    {e}");
             }
             if let Some(log) = &c.log {
-                println!("    its task's output, {}:", log.path.display());
+                outln!("    its task's output, {}:", log.path.display());
                 for line in &log.tail {
-                    println!("      {line}");
+                    outln!("      {line}");
                 }
             }
         }
         for m in &r.merges {
             let made = m.host.as_ref().map(|h| format!("{} and {} device wheel(s)", h.display(), m.device.len()));
-            println!("merge {} ({}): {}", m.group, m.cells.join(" + "), made.or(m.error.clone()).unwrap_or_default());
+            outln!("merge {} ({}): {}", m.group, m.cells.join(" + "), made.or(m.error.clone()).unwrap_or_default());
         }
-        println!(
-            "{}: {} cells, report in {}",
-            r.output.display(),
-            r.cells.len(),
-            r.output.join("report.json").display()
-        );
+        outln!("{}: {} cells, report in {}", r.output.display(), r.cells.len(), r.output.join("report.json").display());
     }
     if let Some(e) = r.merges.iter().find_map(|m| m.error.as_ref().filter(|_| r.incomplete.is_empty())) {
         return Err(anyhow::anyhow!("{e}"));

@@ -1,6 +1,19 @@
 //! The command line: one file per subcommand (arguments, output, exit
 //! codes); the work itself lives in the library modules.
 
+/// `println!` for a command's output: a reader that closed the pipe
+/// (`quarry inspect ... | head`) ends the output quietly with exit 0, as
+/// ripgrep does, instead of the panic (exit 101) `println!` gives.
+macro_rules! outln {
+    () => { $crate::cli::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` for a command's output (see `outln!`).
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!($($arg)*)) };
+}
+
 mod build;
 mod cache;
 mod cache_args;
@@ -172,6 +185,22 @@ pub(crate) struct DefinitionArgs {
 }
 
 /// Route warnings and notes for this command's output flags (see `diagnostics`).
+/// Write command output to stdout. A closed pipe is the reader's choice:
+/// the process ends there with exit 0 (nothing else is worth writing);
+/// another write error (a full disk behind a redirect) ends it with 1.
+pub(crate) fn write_out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(args) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("quarry: error: writing the output: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
 pub(crate) fn set_output_mode(json: bool, quiet: bool) {
     crate::diagnostics::install(crate::diagnostics::Mode::from_flags(json, quiet));
 }

@@ -35,7 +35,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         super::print_json(&doc)?;
         return Ok(0);
     }
-    println!(
+    outln!(
         "{}:{}  base {}{}",
         plan.name,
         plan.tag,
@@ -50,18 +50,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             None => "to build",
         };
         // The cache key, labelled: `build` prints the layer's digest, another id.
-        println!("{:<28} {:<9} key {key:<12}  {state}", n.name, serde_json::to_value(n.kind)?.as_str().unwrap_or(""));
+        outln!("{:<28} {:<9} key {key:<12}  {state}", n.name, serde_json::to_value(n.kind)?.as_str().unwrap_or(""));
         if let Some(note) = &n.note {
-            println!("{:<28} {note}", "");
+            outln!("{:<28} {note}", "");
         }
     }
     let to_build = plan.layers.iter().filter(|n| !n.cached).count();
     if up_to_date {
-        println!("up to date: {} holds this image", output.display());
+        outln!("up to date: {} holds this image", output.display());
     } else if to_build == 0 {
-        println!("every layer is cached; a build writes {}", output.display());
+        outln!("every layer is cached; a build writes {}", output.display());
     } else {
-        println!("{to_build} layer(s) to build");
+        outln!("{to_build} layer(s) to build");
     }
     Ok(0)
 }

@@ -63,14 +63,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         super::print_json(&r)?;
     } else if !a.quiet {
         if reference.digest.is_none() {
-            println!(
+            outln!(
                 "{} is {} (pin it as {})",
                 a.reference,
                 img.requested_digest,
                 reference.with_digest(&img.requested_digest.to_string())
             );
         }
-        println!("{} -> {}", r.reference, r.output.display());
+        outln!("{} -> {}", r.reference, r.output.display());
     }
     Ok(0)
 }

@@ -45,7 +45,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         super::print_json(&r)?;
     } else if !a.quiet {
-        println!(
+        outln!(
             "{}: {} blob(s) pushed ({}), {} already there, {} mounted",
             r.reference,
             r.blobs_pushed,
@@ -56,10 +56,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for a in &r.referrers {
             match a.found_by {
                 crate::registry::push::referrers::FoundBy::ReferrersApi => {
-                    println!("  {} {}: listed by the registry's referrers API", a.artifact_type, a.digest)
+                    outln!("  {} {}: listed by the registry's referrers API", a.artifact_type, a.digest)
                 }
                 crate::registry::push::referrers::FoundBy::Tags => {
-                    println!("  {} {}: tagged {}", a.artifact_type, a.digest, a.tags.join(", "))
+                    outln!("  {} {}: tagged {}", a.artifact_type, a.digest, a.tags.join(", "))
                 }
             }
         }

@@ -97,7 +97,7 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
             "targets": arts.targets(),
         }))?;
     } else {
-        println!("{} artifacts, {} entries -> {}", report.artifacts.len(), tree.len(), a.output.display());
+        outln!("{} artifacts, {} entries -> {}", report.artifacts.len(), tree.len(), a.output.display());
     }
     Ok(0)
 }
@@ -122,7 +122,7 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
     if a.json {
         super::print_json(&report)?;
     } else {
-        println!(
+        outln!(
             "rocm {} (version: {}; {} mode), ELF edits: {} native, {} by patchelf{}",
             report.version,
             report.version_from,
@@ -132,16 +132,16 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
             report.patchelf.as_deref().map(|p| format!(" ({p})")).unwrap_or_default()
         );
         for f in &report.patchelf_fallbacks {
-            println!("  patched by patchelf: {} ({})", f.file.display(), f.reason);
+            outln!("  patched by patchelf: {} ({})", f.file.display(), f.reason);
         }
         for p in &report.packages {
-            println!("  {:<40} {:>10}  {}", p.name, super::human_size(p.size), p.file.display());
+            outln!("  {:<40} {:>10}  {}", p.name, super::human_size(p.size), p.file.display());
         }
         for n in &report.notes {
-            println!("  note: {n}");
+            outln!("  note: {n}");
         }
         for d in &report.dropped {
-            println!("  dropped {} in {}: {}", d.path, d.package, d.reason);
+            outln!("  dropped {} in {}: {}", d.path, d.package, d.reason);
         }
     }
     Ok(0)

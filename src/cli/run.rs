@@ -77,7 +77,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
             ImageArg::Reference(r) => r.clone(),
         };
-        println!("{}", opts.docker_command());
+        outln!("{}", opts.docker_command());
         return Ok(0);
     }
     let layout = match arg {

@@ -34,6 +34,46 @@ fn subst_err(file: &Path, e: SubstError) -> DefinitionError {
     }
 }
 
+/// An OCI repository name (the distribution spec's grammar): components
+/// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*` joined by `/`. Nothing like `..`, an
+/// absolute path or an upper-case letter gets through, so `out/NAME` stays
+/// inside `out/` and the tag is valid.
+fn valid_repository(name: &str) -> bool {
+    let component = |c: &str| {
+        let b = c.as_bytes();
+        let alnum = |x: u8| x.is_ascii_lowercase() || x.is_ascii_digit();
+        if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+            return false;
+        }
+        let mut i = 0;
+        while i < b.len() {
+            if alnum(b[i]) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < b.len() && !alnum(b[i]) {
+                i += 1;
+            }
+            let sep = &c[start..i];
+            if !(sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|x| x == b'-')) {
+                return false;
+            }
+        }
+        true
+    };
+    name.len() <= 255 && name.split('/').all(component)
+}
+
+/// An OCI tag: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+fn valid_tag(tag: &str) -> bool {
+    let b = tag.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
+        && b.iter().all(|x| x.is_ascii_alphanumeric() || b"._-".contains(x))
+}
+
 /// Find `layers/NAME.toml` in the parent of the image's directory, else beside the image.
 pub fn find_layer_file(image_file: &Path, name: &str) -> Option<PathBuf> {
     let dir = image_file.parent().unwrap_or(Path::new("."));
@@ -163,6 +203,20 @@ fn load_image_in(
 
     if img.name.is_empty() {
         return Err(field_err(file, "name", "must not be empty"));
+    }
+    if !valid_repository(&img.name) {
+        return Err(field_err(
+            file,
+            "name",
+            format!("`{}` is not an image name: lowercase letters and digits, parts joined by `.`, `_`, `__` or `-`, path components by `/` (as OCI repository names; it also names the output, out/NAME)", img.name),
+        ));
+    }
+    if let Some(tag) = img.tag.as_deref().filter(|t| !valid_tag(t)) {
+        return Err(field_err(
+            file,
+            "tag",
+            format!("`{tag}` is not a tag: up to 128 letters, digits, `_`, `.` and `-`, not starting with `.` or `-`"),
+        ));
     }
     validate_config(file, &img.config)?;
     let base = match validate_base(file, img.base, &platform)? {

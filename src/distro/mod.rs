@@ -28,6 +28,8 @@ pub mod normalize;
 pub mod pins;
 pub mod resolve;
 pub mod sources;
+pub mod suites;
+pub use suites::{sources, Sources};
 pub mod unpack;
 pub mod usrmerge;
 pub mod version;
@@ -35,7 +37,6 @@ pub mod version;
 use crate::cache::{Cache, CacheError};
 use crate::definition::{Configure, PackageSet, PackagesBase, UserDef, Variant};
 use crate::layer::Tree;
-use fetch::Fetcher;
 use pins::{PackagePins, PinnedPackage};
 use resolve::Installed;
 use std::path::{Path, PathBuf};
@@ -93,70 +94,6 @@ pub fn mirror_url(spec: &PackageSet) -> Result<String, DistroError> {
     mirror_for(spec, spec.suite())
 }
 
-/// What resolving a package set reads, without network access: each
-/// suite's Release, and its indexes.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Sources {
-    /// The release's InRelease (the first suite).
-    pub release: String,
-    pub indexes: Vec<String>,
-    /// Every suite's InRelease, in the order of `suites`.
-    pub releases: Vec<String>,
-    pub keyring: String,
-}
-
-pub fn sources(spec: &PackageSet) -> Result<Sources, DistroError> {
-    let mut releases = Vec::new();
-    let mut indexes = Vec::new();
-    for suite in &spec.suites {
-        let repo = repo(spec, suite, PathBuf::new())?;
-        releases.push(repo.release_url());
-        indexes.extend(
-            spec.components
-                .iter()
-                .map(|c| repo.url(&format!("dists/{suite}/{c}/binary-{}/Packages.xz", spec.architecture))),
-        );
-    }
-    Ok(Sources { release: releases[0].clone(), indexes, releases, keyring: spec.keyring.describe() })
-}
-
-fn repo(spec: &PackageSet, suite: &str, keyring: PathBuf) -> Result<archive::Repo, DistroError> {
-    Ok(archive::Repo {
-        mirror: mirror_for(spec, suite)?,
-        suite: suite.to_string(),
-        components: spec.components.clone(),
-        architecture: spec.architecture.clone(),
-        keyring,
-    })
-}
-
-/// Every package of every suite's indexes, each suite's InRelease checked
-/// with the keyring: suite -> InRelease digest, and the packages. A version
-/// that several pockets list (Ubuntu copies security fixes into -updates)
-/// is taken once, from the last of them in `suites` (the most specific
-/// pocket, by the convention release, -updates, -security).
-fn fetch_indexes(
-    spec: &PackageSet,
-    cache: &Cache,
-    spool: &Path,
-) -> Result<(std::collections::BTreeMap<String, String>, Vec<archive::Package>), DistroError> {
-    let fetcher = Fetcher::new();
-    let keyring = keyring::materialize(spec, &fetcher, cache, spool)?;
-    let mut releases = std::collections::BTreeMap::new();
-    let mut all: Vec<archive::Package> = Vec::new();
-    for suite in &spec.suites {
-        let repo = repo(spec, suite, keyring.path.clone())?;
-        let release = repo.fetch_release(&fetcher, spool)?;
-        let pkgs = repo.fetch_packages(&fetcher, cache, &release)?;
-        releases.insert(suite.clone(), release.digest.to_string());
-        let seen: std::collections::HashSet<(String, String, String)> =
-            pkgs.iter().map(|p| (p.name.clone(), p.version.clone(), p.architecture.clone())).collect();
-        all.retain(|p| !seen.contains(&(p.name.clone(), p.version.clone(), p.architecture.clone())));
-        all.extend(pkgs);
-    }
-    Ok((releases, all))
-}
-
 /// Resolve the definition against the archive as it is now: the lock's
 /// contents. A base adds its `variant`'s set; a layer (`variant` None)
 /// adds only what is not `installed` below (`below`: that status's digest).
@@ -168,7 +105,7 @@ pub fn resolve_now(
     cache: &Cache,
     spool: &Path,
 ) -> Result<PackagePins, DistroError> {
-    let (release, pkgs) = fetch_indexes(spec, cache, spool)?;
+    let (release, pkgs) = suites::fetch_indexes(spec, cache, spool)?;
     let origin = format!(
         "{} at {} ({}, {})",
         spec.suites.join(", "),

@@ -222,7 +222,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     for r in std::iter::once(&header).chain(&rows) {
-        println!(
+        outln!(
             "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}",
             r[0],
             r[1],

@@ -96,7 +96,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut uncovered = false;
     if let Some(c) = &coverage {
         if !a.json {
-            println!("targets {}: {} GPU binaries checked", c.targets.join(" "), c.binaries.len());
+            outln!("targets {}: {} GPU binaries checked", c.targets.join(" "), c.binaries.len());
         }
         for p in &c.problems {
             eprintln!("quarry: error: {} on {}: {}", p.binary, p.target, p.why);
@@ -107,34 +107,34 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 }
 
 fn print_human(s: &crate::wheel::check::CheckSummary) {
-    println!("{}", s.wheel);
-    println!("  policy      {}", s.policy.as_deref().unwrap_or("(pure: no ELF files)"));
+    outln!("{}", s.wheel);
+    outln!("  policy      {}", s.policy.as_deref().unwrap_or("(pure: no ELF files)"));
     if let Some(r) = &s.repairable_policy {
         if Some(r) != s.policy.as_ref() {
-            println!("  repairable  {r} (after `quarry wheel repair`)");
+            outln!("  repairable  {r} (after `quarry wheel repair`)");
         }
     }
-    println!("  RECORD      {}", if s.record_ok { "ok" } else { "WRONG" });
+    outln!("  RECORD      {}", if s.record_ok { "ok" } else { "WRONG" });
     if !s.gpu_targets.is_empty() {
-        println!("  gpu targets {}", s.gpu_targets.join(" "));
+        outln!("  gpu targets {}", s.gpu_targets.join(" "));
     }
     if let Some(a) = &s.abi3 {
         match a.violations.len() {
-            0 => println!("  abi3        ok (Stable ABI of Python {})", a.minimum),
-            n => println!("  abi3        {n} symbol(s) outside the Stable ABI of Python {}", a.minimum),
+            0 => outln!("  abi3        ok (Stable ABI of Python {})", a.minimum),
+            n => outln!("  abi3        {n} symbol(s) outside the Stable ABI of Python {}", a.minimum),
         }
     }
     for (lib, versions) in &s.symbol_versions {
-        println!("  symbols     {lib}: {}", versions.iter().cloned().collect::<Vec<_>>().join(" "));
+        outln!("  symbols     {lib}: {}", versions.iter().cloned().collect::<Vec<_>>().join(" "));
     }
     for (lib, path) in &s.external_libs {
-        println!("  external    {lib} => {}", path.as_deref().unwrap_or("(not found)"));
+        outln!("  external    {lib} => {}", path.as_deref().unwrap_or("(not found)"));
         // What bundling it brings in: why the repairable policy is what it is.
         for (from, versions) in s.external_symbol_versions.get(lib).into_iter().flatten() {
-            println!("    needs     {from}: {}", versions.iter().cloned().collect::<Vec<_>>().join(" "));
+            outln!("    needs     {from}: {}", versions.iter().cloned().collect::<Vec<_>>().join(" "));
         }
     }
     for lib in &s.excluded_libs {
-        println!("  excluded    {lib}");
+        outln!("  excluded    {lib}");
     }
 }

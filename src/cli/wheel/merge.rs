@@ -57,11 +57,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     for s in &report.shards {
         let key = s.build_key.as_deref().unwrap_or("unknown");
-        println!("{}: {} (build key {key})", s.wheel.display(), s.targets.join(", "));
+        outln!("{}: {} (build key {key})", s.wheel.display(), s.targets.join(", "));
     }
-    println!("-> {}", report.host.display());
+    outln!("-> {}", report.host.display());
     for d in &report.device {
-        println!("   {} ({:?} {}): {}", d.wheel.display(), d.level, d.key, d.kpacks.len() + d.databases.len());
+        outln!("   {} ({:?} {}): {}", d.wheel.display(), d.level, d.key, d.kpacks.len() + d.databases.len());
     }
     Ok(0)
 }

@@ -113,29 +113,29 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         super::super::print_json(&report)?;
         return Ok(0);
     }
-    println!("{}", report.output.display());
-    println!("  policy   {}", report.policy);
+    outln!("{}", report.output.display());
+    outln!("  policy   {}", report.policy);
     let from = report.image.as_deref().map(|i| format!(" in {i}")).unwrap_or_default();
     for b in &report.bundled {
-        println!("  bundled  {} => {} (from {}{from})", b.soname, b.path, b.source.display());
+        outln!("  bundled  {} => {} (from {}{from})", b.soname, b.path, b.source.display());
     }
     for e in &report.excluded_libs {
-        println!("  excluded {e}");
+        outln!("  excluded {e}");
     }
     if let Some(sbom) = &report.sbom {
-        println!("  sbom     {sbom}");
+        outln!("  sbom     {sbom}");
     }
     match report.elf_editor {
         "patchelf" => {
-            println!("  edited   by {}", report.patchelf.as_deref().unwrap_or("patchelf (no file needed edits)"))
+            outln!("  edited   by {}", report.patchelf.as_deref().unwrap_or("patchelf (no file needed edits)"))
         }
-        _ => println!("  edited   natively: {} files", report.native_edits),
+        _ => outln!("  edited   natively: {} files", report.native_edits),
     }
     for f in &report.patchelf_fallbacks {
-        println!("  fallback {} (by {}): {}", f.file, report.patchelf.as_deref().unwrap_or("patchelf"), f.reason);
+        outln!("  fallback {} (by {}): {}", f.file, report.patchelf.as_deref().unwrap_or("patchelf"), f.reason);
     }
     for (file, bytes) in &report.copied_from_input {
-        println!("  kept     {file}: {bytes} bytes of its original deflate stream, not compressed again");
+        outln!("  kept     {file}: {bytes} bytes of its original deflate stream, not compressed again");
     }
     Ok(0)
 }

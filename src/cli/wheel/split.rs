@@ -73,13 +73,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         match split(wheel, &a.out_dir, &options) {
             Ok(r) => {
                 if !a.json {
-                    println!("{} -> {}", wheel.display(), r.host.display());
+                    outln!("{} -> {}", wheel.display(), r.host.display());
                     for (bin, code) in &r.binaries {
                         let archs: Vec<String> = code.code_objects.iter().map(|(a, n)| format!("{a} ({n})")).collect();
-                        println!("  {bin}: {} wrapper(s); {}", code.wrappers, archs.join(", "));
+                        outln!("  {bin}: {} wrapper(s); {}", code.wrappers, archs.join(", "));
                     }
                     for d in &r.device {
-                        println!(
+                        outln!(
                             "  {} ({:?} {}): {}",
                             d.wheel.display(),
                             d.level,
@@ -88,7 +88,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                         );
                     }
                     if !r.dropped.is_empty() {
-                        println!("  left out (--targets): {}", r.dropped.join(", "));
+                        outln!("  left out (--targets): {}", r.dropped.join(", "));
                     }
                 }
                 reports.push(serde_json::to_value(&r)?);

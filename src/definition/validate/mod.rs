@@ -32,9 +32,18 @@ pub(super) fn parse_owner(file: &Path, field: &str, s: &str) -> Result<(u64, u64
     Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
 
+/// A mode is a string of octal digits. A TOML integer is refused: `mode =
+/// 644` is the decimal number 644 (mode 1204), and TOML's `0o644` is the
+/// same value as a decimal 420, so no integer says which the writer meant.
 pub(super) fn parse_mode(file: &Path, field: &str, m: &raw::Mode) -> Result<u32> {
     let v = match m {
-        raw::Mode::Int(i) => u32::try_from(*i).ok(),
+        raw::Mode::Int(i) => {
+            return Err(field_err(
+                file,
+                field,
+                format!("is the TOML integer {i}, which reads as decimal (mode {i:o}); write the mode as a string of octal digits: `mode = \"0{}\"`", i.to_string().trim_start_matches('0')),
+            ))
+        }
         raw::Mode::Str(s) => u32::from_str_radix(s.trim_start_matches("0o"), 8).ok(),
     };
     match v {
