@@ -51,11 +51,32 @@ fn check(cmd: &mut Command, what: &str, text: &str) {
     );
 }
 
-/// The Kubernetes Job and the GitHub workflow of `matrix` pass their checkers.
+/// A YAML loader that refuses a key twice in one mapping, as kubectl's
+/// strict decoding does (PyYAML, which kubernetes-validate brings, keeps
+/// the last one silently).
+const STRICT_YAML: &str = r#"
+import sys, yaml
+class Strict(yaml.SafeLoader):
+    pass
+def mapping(loader, node, deep=False):
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    dup = [k for k in keys if keys.count(k) > 1]
+    if dup:
+        raise yaml.constructor.ConstructorError(None, None, "key %r twice in one mapping" % dup[0], node.start_mark)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+list(yaml.load_all(open(sys.argv[1]), Loader=Strict))
+"#;
+
+/// The Kubernetes Job and the GitHub workflow of `matrix` pass their
+/// checkers: Kubernetes' schemas with unexpected properties refused
+/// (`--strict`), a strict YAML loader, and actionlint. (kubectl's own
+/// client-side validation needs an API server to discover the schemas.)
 fn validate(dir: &Path, matrix: &Path) -> (String, String) {
     let k8s = emit_all(matrix, "kubernetes");
     write(&dir.join("job.yaml"), &k8s);
-    check(Command::new("kubernetes-validate").arg(dir.join("job.yaml")), "kubernetes-validate", &k8s);
+    check(Command::new("kubernetes-validate").arg("--strict").arg(dir.join("job.yaml")), "kubernetes-validate", &k8s);
+    check(Command::new("python3").args(["-c", STRICT_YAML]).arg(dir.join("job.yaml")), "strict YAML", &k8s);
     let gh = emit_all(matrix, "github");
     let workflow = dir.join(".github/workflows/matrix.yml");
     write(&workflow, &gh);
@@ -70,8 +91,13 @@ fn kubernetes_and_github_descriptions_pass_their_own_checkers() {
     }
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    let matrix = big_matrix(w, 300);
+    // In a checkout, as a repository holds it: the workflow names it by its
+    // path there (a runner has its own checkout, not this machine's paths).
+    run_expect(Command::new("git").arg("init").arg("-q").arg(w), 0);
+    let matrix = big_matrix(&w.join("ci"), 300);
     let (k8s, gh) = validate(w, &matrix);
+    assert!(gh.contains("matrix run 'ci/big.toml' -o 'matrix-out'"), "{gh}");
+    assert!(!gh.contains(&w.display().to_string()), "no path of this machine: {gh}");
     assert!(
         k8s.contains("completionMode: Indexed") && k8s.contains("completions: 300") && k8s.contains("parallelism: 8")
     );
@@ -95,10 +121,18 @@ fn kubernetes_and_github_descriptions_pass_their_own_checkers() {
     );
     assert!(slurm.contains("--cpus-per-task=8") && slurm.contains("--array=0-0%8"), "the GPU cell apart: {slurm}");
 
-    // The checkers can fail: a Job without its template is refused.
+    // The checkers can fail: a Job without its template is refused, and so
+    // are resources beside `requests:` rather than under it (what emit
+    // once wrote: `cpu` twice in one mapping).
     write(&w.join("bad.yaml"), &k8s.replacen("template:", "templat:", 1));
-    let o = Command::new("kubernetes-validate").arg(w.join("bad.yaml")).output().unwrap();
+    let o = Command::new("kubernetes-validate").arg("--strict").arg(w.join("bad.yaml")).output().unwrap();
     assert!(!o.status.success(), "kubernetes-validate accepted a broken Job");
+    let beside = k8s.replace("              cpu:", "            cpu:");
+    write(&w.join("beside.yaml"), &beside);
+    let o = Command::new("kubernetes-validate").arg("--strict").arg(w.join("beside.yaml")).output().unwrap();
+    assert!(!o.status.success(), "kubernetes-validate --strict accepted resources beside requests:");
+    let o = Command::new("python3").args(["-c", STRICT_YAML]).arg(w.join("beside.yaml")).output().unwrap();
+    assert!(!o.status.success(), "the strict loader accepted `cpu` twice in one mapping");
     write(&w.join(".github/workflows/matrix.yml"), &gh.replacen("runs-on:", "run-on:", 1));
     let o = Command::new("actionlint").arg(w.join(".github/workflows/matrix.yml")).current_dir(w).output().unwrap();
     assert!(!o.status.success(), "actionlint accepted a broken workflow");
@@ -317,4 +351,35 @@ fn a_plan_and_a_run_need_no_registry() {
     assert_eq!(plan["to_run"], 1);
     let text = String::from_utf8(plan_here(&[], &matrix, &cache).stdout).unwrap();
     assert!(text.lines().last().unwrap().starts_with("1 of 2 cells to run"), "{text}");
+}
+
+/// An `[[include]]` equal to a cell the axes make was dropped with its GPU
+/// needs; it now gives that cell its needs (GitHub's include semantics).
+/// Memory that is no amount (`"lots"`) went into `#SBATCH --mem=` and the
+/// Kubernetes resources unchecked; it is refused, naming the field.
+#[test]
+fn an_include_of_an_existing_cell_gives_it_its_needs_and_bad_needs_are_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let m = work.path().join("m.toml");
+    let text = |extra: &str| {
+        format!(
+            "name = \"inc\"\n[job]\nkind = \"wheel\"\nsource = {{ pypi = \"msgpack==1.1.0\", sha256 = \"{}\" }}\nimage = \"builder:1\"\n[axes]\npy = [\"cp311\", \"cp312\"]\n{extra}",
+            "0".repeat(64)
+        )
+    };
+    write(&m, &text("[[include]]\npy = \"cp312\"\nneeds = { gpus = 1, memory = \"16G\" }\n"));
+    let slurm = emit_all(&m, "slurm");
+    assert_eq!(slurm.matches("sbatch <<").count(), 2, "the GPU cell is its own array: {slurm}");
+    assert!(slurm.contains("--gres=gpu:1") && slurm.contains("--mem=16G"), "{slurm}");
+    for (extra, field, says) in [
+        ("[needs]\nmemory = \"lots\"\n", "needs.memory", "not an amount"),
+        ("[[include]]\npy = \"cp312\"\nneeds = { memory = \"4GB\" }\n", "include[0].needs.memory", "not an amount"),
+        ("[needs]\ncpus = 0\n", "needs.cpus", "at least one"),
+        ("[[include]]\npy = \"cp312\"\n[[include]]\npy = \"cp312\"\n", "include[1]", "same cell as include[0]"),
+    ] {
+        write(&m, &text(extra));
+        let o = run_expect(quarry().args(["matrix", "emit", "--all", "--format", "kubernetes"]).arg(&m), 1);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(field) && e.contains(says), "{extra}: {e}");
+    }
 }

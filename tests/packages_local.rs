@@ -569,3 +569,19 @@ fn pockets_refusals_name_the_suite_and_file() {
     ));
     assert!(e.contains("/usr/share/keyrings/nope.gpg") && e.contains("keyring.path"), "{e}");
 }
+
+/// A lock edited by hand (a pin's sha256 changed) was blamed on the mirror;
+/// the error now names the lock first.
+#[test]
+fn an_edited_pin_names_the_lock() {
+    let Some(a) = archive() else { return };
+    let img = a.image("edited", &["app"], &a.keyring);
+    lock(&img, &a.cache(), 0);
+    let text = std::fs::read_to_string(img.with_extension("lock")).unwrap();
+    let lock_v: toml::Value = toml::from_str(&text).unwrap();
+    let app = lock_v["base"]["package"].as_array().unwrap().iter().find(|p| p["name"].as_str() == Some("app")).unwrap();
+    let sha = app["sha256"].as_str().unwrap();
+    std::fs::write(img.with_extension("lock"), text.replace(sha, &"1".repeat(64))).unwrap();
+    let e = stderr(&build(&img, &a.root.path().join("edited-cache"), &a.root.path().join("out-edited"), 1));
+    assert!(e.contains("sha256 mismatch") && e.contains("IMAGE.lock") && e.contains("quarry lock"), "{e}");
+}

@@ -225,5 +225,5 @@ pub fn manifest_if_cached(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -
 fn write_layout(plan: &Plan, exec: &mut Executor, cache: &Cache, out: &Path) -> Result<layout::Written, BuildError> {
     let config = exec.final_config(plan);
     let blobs: Vec<LayerBlob> = exec.layers.iter().map(BuiltLayer::blob).collect();
-    Ok(layout::write_image(out, cache.blobs(), &blobs, &config, &plan.tag, plan.platform.to_oci())?)
+    Ok(layout::write_image(out, cache.blobs(), &blobs, &config, (&plan.name, &plan.tag), plan.platform.to_oci())?)
 }

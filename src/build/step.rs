@@ -42,7 +42,7 @@ pub(super) fn run(
         exec.cache.blobs(),
         &blobs,
         &config,
-        "partial",
+        ("quarry-partial", "partial"),
         plan.scopes[scope].image.platform.to_oci(),
     )?;
     if exec.engine.is_none() {

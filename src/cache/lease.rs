@@ -20,6 +20,8 @@ use std::time::SystemTime;
 pub(crate) struct Lease {
     file: File,
     path: PathBuf,
+    /// The lease file's name: also its scratch directory's in `tmp/`.
+    name: String,
     /// The cache-wide prune lock, held shared around stamps.
     prune_lock: File,
 }
@@ -42,12 +44,25 @@ impl Lease {
         let dir = root.join("leases");
         std::fs::create_dir_all(&dir)?;
         let prune_lock = open_lock(&root.join("prune.lock"))?;
-        let mut tmp = tempfile::Builder::new().prefix(&format!("{}-", std::process::id())).tempfile_in(&dir)?;
+        // Written and locked under a name no one reads, then renamed: a
+        // lease is never seen unlocked (and taken for a dead process's)
+        // while it is being made. The lock stays with the file.
+        let mut tmp = tempfile::Builder::new().prefix(CREATING).tempfile_in(&dir)?;
         let started = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         writeln!(tmp, "{}", started.as_nanos())?;
-        let (file, path) = tmp.keep().map_err(|e| e.error)?;
-        flock(&file, libc::LOCK_EX)?;
-        Ok(Lease { file, path, prune_lock })
+        flock(tmp.as_file(), libc::LOCK_EX)?;
+        let (file, creating) = tmp.keep().map_err(|e| e.error)?;
+        let suffix =
+            creating.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_start_matches(CREATING).to_string();
+        let name = format!("{}-{suffix}", std::process::id());
+        let path = dir.join(&name);
+        std::fs::rename(&creating, &path)?;
+        Ok(Lease { file, path, name, prune_lock })
+    }
+
+    /// The lease file's name (and its scratch directory's).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Run `f` (a lookup that stamps what it finds, or a commit) while no
@@ -69,9 +84,69 @@ impl Drop for Lease {
     }
 }
 
+/// The prefix of a lease file being made (see [`Lease::take`]).
+const CREATING: &str = ".creating-";
+
+/// Whether the lease `name` in the cache at `root` is held by a live
+/// process: its file exists and is locked. A file no one locks belonged to
+/// a process that is gone (killed, or it crashed).
+pub(crate) fn is_live(root: &Path, name: &str) -> bool {
+    let Ok(f) = std::fs::OpenOptions::new().read(true).write(true).open(root.join("leases").join(name)) else {
+        return false;
+    };
+    let unlocked = flock(&f, libc::LOCK_EX | libc::LOCK_NB).is_ok();
+    if unlocked {
+        let _ = flock(&f, libc::LOCK_UN);
+    }
+    !unlocked
+}
+
+/// Whether `name` has the shape of a lease's (`<pid>-<suffix>`).
+pub(crate) fn names_a_lease(name: &str) -> bool {
+    name.split_once('-')
+        .is_some_and(|(pid, rest)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && !rest.is_empty())
+}
+
+/// Remove the lease files of processes that are gone (and files of leases
+/// never finished, once an hour old).
+pub(crate) fn clear_dead(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root.join("leases")) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let dead = if name.starts_with(CREATING) {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|a| a.as_secs() > 3600)
+        } else {
+            !is_live(root, &name)
+        };
+        if dead {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// The live leases of the cache at `root`, by name.
+pub(crate) fn live(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("leases"))
+        .map(|r| r.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    v.retain(|n| !n.starts_with(CREATING) && is_live(root, n));
+    v.sort();
+    v
+}
+
 /// Mark `path` (an entry's directory or file) as used now.
 pub(crate) fn stamp(path: &Path) {
     let _ = filetime::set_file_mtime(path, filetime::FileTime::now());
+}
+
+/// Mark a blob as used now: its access time, so its modification time
+/// stays what it was when its content was written (its seal, see `seal`).
+pub(crate) fn stamp_blob(path: &Path) {
+    let _ = filetime::set_file_atime(path, filetime::FileTime::now());
 }
 
 /// Held by `prune` for its whole pass.
@@ -88,6 +163,9 @@ impl PruneGuard {
         let mut earliest: Option<SystemTime> = None;
         if let Ok(entries) = std::fs::read_dir(root.join("leases")) {
             for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with(CREATING) {
+                    continue;
+                }
                 let Ok(f) = std::fs::OpenOptions::new().read(true).write(true).open(e.path()) else { continue };
                 if flock(&f, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
                     // Its process is gone.

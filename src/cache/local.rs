@@ -12,7 +12,7 @@
 //! notes/<kind>/<name>       bookkeeping: stat memos, where registry blobs were seen
 //! leases/, prune.lock       see `lease`
 //! layouts/<name>/           images built on the way to an engine (`quarry run IMAGE.toml`)
-//! tmp/                      where everything is staged before its rename
+//! tmp/<lease>/              where a process stages everything before its rename (see `scratch`)
 //! ```
 //! This file is the only place that spells these paths.
 
@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 pub(crate) struct Local {
     root: PathBuf,
     blobs: BlobDir,
+    /// This process's scratch directory (`tmp/<lease>/`).
+    tmp: PathBuf,
 }
 
 /// A name is a key or digest in hex (or `name-hex`): never a path.
@@ -42,9 +44,8 @@ fn checked(name: &str) -> io::Result<&str> {
     }
 }
 
-/// Scratch space on the cache's file system, for work that does not go
-/// through a [`super::Cache`] (loading a layout into an engine).
-pub fn scratch_dir(root: &Path) -> PathBuf {
+/// Where every process's scratch directory is (see `scratch`).
+pub(crate) fn scratch_root(root: &Path) -> PathBuf {
     root.join("tmp")
 }
 
@@ -62,13 +63,11 @@ pub fn peek_entry_files(root: &Path, bucket: Bucket, name: &str) -> Option<PathB
 }
 
 impl Local {
-    pub fn open(root: &Path) -> io::Result<Local> {
-        let tmp = scratch_dir(root);
-        let blobs = BlobDir::open(root, &tmp).map_err(|e| io::Error::other(e.to_string()))?;
+    /// The cache at `root`, staging in `tmp` (the caller's scratch directory).
+    pub fn open(root: &Path, tmp: &Path) -> io::Result<Local> {
+        let blobs = BlobDir::open(root, tmp).map_err(|e| io::Error::other(e.to_string()))?;
         std::fs::create_dir_all(root.join(Bucket::Layers.dir()))?;
-        let l = Local { root: root.to_path_buf(), blobs };
-        l.sweep_tmp();
-        Ok(l)
+        Ok(Local { root: root.to_path_buf(), blobs, tmp: tmp.to_path_buf() })
     }
 
     pub fn root(&self) -> &Path {
@@ -76,32 +75,11 @@ impl Local {
     }
 
     pub fn tmp(&self) -> PathBuf {
-        scratch_dir(&self.root)
+        self.tmp.clone()
     }
 
     pub fn blobs(&self) -> &BlobDir {
         &self.blobs
-    }
-
-    /// Remove what killed builds left in `tmp/` (older than a day, so a
-    /// build running right now in the same cache keeps its files).
-    fn sweep_tmp(&self) {
-        let Ok(entries) = std::fs::read_dir(self.tmp()) else {
-            return;
-        };
-        let day = std::time::Duration::from_secs(24 * 3600);
-        for e in entries.flatten() {
-            let old = e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > day);
-            if old {
-                let p = e.path();
-                let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
-            }
-        }
     }
 
     pub fn bucket_dir(&self, bucket: Bucket) -> PathBuf {
@@ -201,7 +179,7 @@ mod tests {
     fn a_directory_that_is_no_entry_is_replaced() {
         // An older quarry kept `pypi/<sha256>/<file>` (no `files/`).
         let d = tempfile::tempdir().unwrap();
-        let l = Local::open(d.path()).unwrap();
+        let l = Local::open(d.path(), &d.path().join("tmp/own")).unwrap();
         std::fs::create_dir_all(d.path().join("pypi/abc")).unwrap();
         std::fs::write(d.path().join("pypi/abc/old.whl"), "old").unwrap();
         assert!(l.entry(Bucket::Pypi, "abc").is_none());
@@ -215,7 +193,7 @@ mod tests {
     #[test]
     fn entries_appear_whole_and_layers_need_their_blob() {
         let d = tempfile::tempdir().unwrap();
-        let l = Local::open(d.path()).unwrap();
+        let l = Local::open(d.path(), &d.path().join("tmp/own")).unwrap();
         assert!(l.entry(Bucket::Kernels, "k1").is_none());
         let s = l.stage().unwrap();
         std::fs::write(s.path().join("files/lib.so"), "elf").unwrap();

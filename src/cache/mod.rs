@@ -18,18 +18,22 @@
 
 mod bucket;
 mod commit;
+mod config;
+pub use config::{default_dir, CacheConfig, Hit, Sharing, Tier};
 mod entry;
 pub mod key;
 mod lease;
 mod local;
 pub mod remote;
+mod scratch;
+mod seal;
 mod tier;
 pub mod usage;
 
 pub use bucket::Bucket;
 pub use entry::{Entry, Staged};
 pub use key::{Key, KeyEncoder};
-pub use local::{layout_dir, peek_entry_files, scratch_dir};
+pub use local::{layout_dir, peek_entry_files};
 pub use remote::{Mode as RegistryMode, RegistryTierConfig, RemoteReport};
 
 use crate::oci::{BlobDir, BlobError, BlobWriter, LayerBlob};
@@ -59,72 +63,18 @@ impl From<remote::RemoteError> for CacheError {
 /// The notes kind of where registry blobs were seen.
 const REGISTRY_NOTES: &str = "registry-blobs";
 
-/// The cache directory: `--cache-dir`, else `QUARRY_CACHE`, else the user's cache dir.
-pub fn default_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("QUARRY_CACHE").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("quarry")
-}
-
-/// Which tiers a cache has.
-#[derive(Debug, Clone)]
-pub struct CacheConfig {
-    pub dir: PathBuf,
-    pub registry: Option<RegistryTierConfig>,
-}
-
-impl CacheConfig {
-    /// The local directory only.
-    pub fn local(dir: impl Into<PathBuf>) -> CacheConfig {
-        CacheConfig { dir: dir.into(), registry: None }
-    }
-}
-
-/// Where a lookup found an entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    Local,
-    Remote,
-}
-
-/// Something found, and where.
-#[derive(Debug, Clone)]
-pub struct Hit<T> {
-    pub value: T,
-    pub tier: Tier,
-}
-
-/// Whether what was just made may go to a shared tier.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sharing {
-    Shared,
-    /// Kept on this machine only, for the reason given (shown to the user).
-    Local {
-        why: String,
-    },
-}
-
-impl Sharing {
-    /// What a build with the network on makes is never shared.
-    pub fn unless_networked(network: bool) -> Sharing {
-        if network {
-            Sharing::Local { why: "built with the network on: its key cannot capture what it downloaded".into() }
-        } else {
-            Sharing::Shared
-        }
-    }
-}
-
 struct Inner {
     local: Local,
     /// Where registry sessions note which repositories hold which blobs.
     registry_notes: PathBuf,
+    /// This process's scratch, removed before its lease is released.
+    _scratch: scratch::Scratch,
     /// None for a cache opened only to be inspected.
     lease: Option<Lease>,
     /// The shared tier, when one is configured (see `tier`).
     remote: Option<Box<dyn SharedTier>>,
+    /// Rehash every blob used, whatever its seal (`--verify`).
+    rehash: std::sync::atomic::AtomicBool,
 }
 
 /// The cache, cheap to clone.
@@ -149,12 +99,23 @@ impl Cache {
             let what = what.to_string();
             move |err| CacheError::Io { dir, what, err }
         };
-        let local = Local::open(&cfg.dir).map_err(err("cannot open"))?;
-        let lease = Some(Lease::take(&cfg.dir).map_err(err("cannot take a lease"))?);
+        std::fs::create_dir_all(&cfg.dir).map_err(err("cannot create it"))?;
+        let lease = Lease::take(&cfg.dir).map_err(err("cannot take a lease"))?;
+        // What killed processes left: gone before this one stages anything.
+        scratch::sweep(&cfg.dir, lease.name());
+        let scratch = scratch::Scratch::create(&cfg.dir, lease.name()).map_err(err("cannot create its scratch"))?;
+        let local = Local::open(&cfg.dir, scratch.dir()).map_err(err("cannot open"))?;
         // The one place a shared tier is chosen.
         let remote = cfg.registry.as_ref().map(|r| Box::new(remote::RegistryTier::new(r)) as Box<dyn SharedTier>);
         let registry_notes = local.note_dir(REGISTRY_NOTES);
-        Ok(Cache(Arc::new(Inner { local, registry_notes, lease, remote })))
+        Ok(Cache(Arc::new(Inner {
+            local,
+            registry_notes,
+            _scratch: scratch,
+            lease: Some(lease),
+            remote,
+            rehash: Default::default(),
+        })))
     }
 
     fn io(&self, what: impl Into<String>) -> impl FnOnce(io::Error) -> CacheError + '_ {
@@ -201,12 +162,25 @@ impl Cache {
         self.0.local.blobs()
     }
 
-    /// The blob is there with this size (and is now marked used).
+    /// With `on`, every blob a lookup uses is hashed again, whatever its
+    /// seal (`--verify`; see `seal`).
+    pub fn rehash_blobs(&self, on: bool) {
+        self.0.rehash.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Is the blob there, whole (its size; its digest by seal or by
+    /// hashing)? A damaged one is removed and `what` named in a warning.
+    fn blob_intact(&self, digest: &crate::oci::Digest, size: u64, what: &str) -> bool {
+        let rehash = self.0.rehash.load(std::sync::atomic::Ordering::Relaxed);
+        seal::intact(&self.0.local, digest, size, rehash, what) == seal::Intact::Yes
+    }
+
+    /// The blob is there, whole, with this size (and is now marked used).
     pub fn has_blob(&self, digest: &crate::oci::Digest, size: u64) -> bool {
         self.stamped(|| {
-            let ok = self.blobs().has(digest, size);
+            let ok = self.blob_intact(digest, size, "an image's blob");
             if ok {
-                lease::stamp(&self.blobs().path(digest));
+                lease::stamp_blob(&self.blobs().path(digest));
             }
             ok
         })
@@ -228,22 +202,31 @@ impl Cache {
         let Some(remote) = &self.0.remote else { return Ok(None) };
         let Some(blob) = remote.fetch_layer(key, self)? else { return Ok(None) };
         self.stamped(|| self.0.local.put_layer(key, &blob)).map_err(self.io("cannot store a layer record"))?;
+        // Fetched and checked against its digest on the way in.
+        seal::seal(&self.0.local, &blob.digest);
         Ok(self.local_layer(key).map(|b| Hit { value: b, tier: Tier::Remote }))
     }
 
-    /// The layer `key` produced, from the local tier only.
+    /// The layer `key` produced, from the local tier only; a blob found
+    /// damaged is removed, and the layer is not there.
     pub fn local_layer(&self, key: &Key) -> Option<LayerBlob> {
         self.stamped(|| {
             let b = self.0.local.layer(key)?;
+            if !self.blob_intact(&b.digest, b.size, &format!("layer {}", key.hex())) {
+                return None;
+            }
             lease::stamp(&self.0.local.record_path(key));
-            lease::stamp(&self.blobs().path(&b.digest));
+            lease::stamp_blob(&self.blobs().path(&b.digest));
             Some(b)
         })
     }
 
-    /// Which tier holds `key`'s layer, fetching nothing.
+    /// Which tier holds `key`'s layer, fetching nothing (a damaged local
+    /// blob is removed: the layer is not there).
     pub fn layer_tier(&self, key: &Key) -> Result<Option<Tier>, CacheError> {
-        if self.0.local.layer(key).is_some() {
+        let local =
+            self.0.local.layer(key).filter(|b| self.blob_intact(&b.digest, b.size, &format!("layer {}", key.hex())));
+        if local.is_some() {
             return Ok(Some(Tier::Local));
         }
         match &self.0.remote {
@@ -256,10 +239,12 @@ impl Cache {
     /// then share it when it may be.
     pub fn put_layer(&self, key: &Key, blob: &LayerBlob, sharing: &Sharing) -> Result<(), CacheError> {
         self.stamped(|| {
-            lease::stamp(&self.blobs().path(&blob.digest));
+            lease::stamp_blob(&self.blobs().path(&blob.digest));
             self.0.local.put_layer(key, blob)
         })
         .map_err(self.io("cannot store a layer record"))?;
+        // Its writer hashed it as it wrote it.
+        seal::seal(&self.0.local, &blob.digest);
         if let Some(r) = &self.0.remote {
             r.push_layer(key, blob, self, sharing)?;
         }

@@ -51,6 +51,11 @@ fn mtime(path: &Path) -> SystemTime {
     std::fs::symlink_metadata(path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
+/// A blob's last use: its access time, which lookups stamp (`lease::stamp_blob`).
+fn atime(path: &Path) -> SystemTime {
+    std::fs::symlink_metadata(path).and_then(|m| m.accessed()).unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
 fn children(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> =
         std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
@@ -84,7 +89,7 @@ fn inventory(local: &Local) -> (Vec<Item>, BTreeMap<PathBuf, u32>) {
             Shape::Blobs => {
                 let unnamed: Vec<PathBuf> =
                     children(local.blobs().dir()).into_iter().filter(|b| !blob_refs.contains_key(b)).collect();
-                items.extend(unnamed.into_iter().map(|b| item(b, None)));
+                items.extend(unnamed.into_iter().map(|b| Item { used: atime(&b), ..item(b, None) }));
             }
             Shape::Entries => items.extend(children(&local.bucket_dir(bucket)).into_iter().map(|p| item(p, None))),
             Shape::Kinds => {
@@ -101,10 +106,13 @@ fn blob_bytes(blob_refs: &BTreeMap<PathBuf, u32>) -> u64 {
     blob_refs.keys().map(|b| size_of(b)).sum()
 }
 
-/// The local tier's size per bucket (a layer's blob counts in `layers`).
-pub fn du(dir: &Path) -> Result<Vec<BucketUsage>, CacheError> {
-    let local = open(dir)?;
-    let (items, blob_refs) = inventory(&local);
+/// The local tier's size per bucket (a layer's blob counts in `layers`),
+/// and the scratch of builds running now (what dead ones left is removed
+/// first, see `scratch`).
+pub fn du(dir: &Path) -> Result<(Vec<BucketUsage>, u64), CacheError> {
+    let opened = open(dir)?;
+    let local = &opened.local;
+    let (items, blob_refs) = inventory(local);
     let mut out: Vec<BucketUsage> =
         Bucket::ALL.iter().map(|&bucket| BucketUsage { bucket, entries: 0, bytes: 0 }).collect();
     for i in &items {
@@ -113,18 +121,33 @@ pub fn du(dir: &Path) -> Result<Vec<BucketUsage>, CacheError> {
         u.bytes += i.bytes;
     }
     out.iter_mut().find(|u| u.bucket == Bucket::Layers).expect("listed").bytes += blob_bytes(&blob_refs);
-    Ok(out)
+    let scratch = super::scratch::bytes(&super::local::scratch_root(dir));
+    Ok((out, scratch))
 }
 
-fn open(dir: &Path) -> Result<Local, CacheError> {
+/// The local tier opened for `du` and `prune`, as any process opens it: a
+/// lease, its own (empty) scratch, and what dead processes left swept.
+struct Opened {
+    local: Local,
+    /// What dead processes had left in `tmp/`, removed on the way in.
+    swept: u64,
+    _scratch: super::scratch::Scratch,
+    _lease: super::lease::Lease,
+}
+
+fn open(dir: &Path) -> Result<Opened, CacheError> {
+    let err = |what: &str| {
+        let (dir, what) = (dir.display().to_string(), what.to_string());
+        move |err| CacheError::Io { dir, what, err }
+    };
     if !dir.is_dir() {
-        return Err(CacheError::Io {
-            dir: dir.display().to_string(),
-            what: "no cache there".into(),
-            err: std::io::Error::from(std::io::ErrorKind::NotFound),
-        });
+        return Err(err("no cache there")(std::io::Error::from(std::io::ErrorKind::NotFound)));
     }
-    Local::open(dir).map_err(|err| CacheError::Io { dir: dir.display().to_string(), what: "cannot open".into(), err })
+    let lease = super::lease::Lease::take(dir).map_err(err("cannot take a lease"))?;
+    let swept = super::scratch::sweep(dir, lease.name());
+    let scratch = super::scratch::Scratch::create(dir, lease.name()).map_err(err("cannot create its scratch"))?;
+    let local = Local::open(dir, scratch.dir()).map_err(err("cannot open"))?;
+    Ok(Opened { local, swept, _scratch: scratch, _lease: lease })
 }
 
 #[derive(Debug, Clone, Default)]
@@ -146,22 +169,30 @@ pub struct PruneReport {
     /// Entries kept because a running build uses them.
     pub in_use: u64,
     pub removed_by_bucket: BTreeMap<String, u64>,
+    /// Scratch that killed builds left in `tmp/`, removed (whatever the options).
+    pub scratch_freed_bytes: u64,
     pub dry_run: bool,
 }
 
 /// Remove entries: first those unused for `older_than`, then the least
 /// recently used until at most `keep_bytes` remain.
 pub fn prune(dir: &Path, opts: &PruneOptions) -> Result<PruneReport, CacheError> {
-    let local = open(dir)?;
+    let opened = open(dir)?;
+    let local = &opened.local;
     let guard = PruneGuard::take(dir).map_err(|err| CacheError::Io {
         dir: dir.display().to_string(),
         what: "cannot take the prune lock".into(),
         err,
     })?;
-    let (mut items, mut blob_refs) = inventory(&local);
+    let (mut items, mut blob_refs) = inventory(local);
     items.sort_by_key(|i| i.used);
     let total: u64 = items.iter().map(|i| i.bytes).sum::<u64>() + blob_bytes(&blob_refs);
-    let mut report = PruneReport { bytes_before: total, dry_run: opts.dry_run, ..Default::default() };
+    let mut report = PruneReport {
+        bytes_before: total,
+        dry_run: opts.dry_run,
+        scratch_freed_bytes: opened.swept,
+        ..Default::default()
+    };
     let cutoff = opts.older_than.and_then(|d| SystemTime::now().checked_sub(d));
     let mut left = total;
     for i in &items {
@@ -185,7 +216,7 @@ pub fn prune(dir: &Path, opts: &PruneOptions) -> Result<PruneReport, CacheError>
             }
         }
         if !opts.dry_run {
-            remove(&local, &i.path);
+            remove(local, &i.path);
             if let Some(b) = blob_gone {
                 let _ = std::fs::remove_file(b);
             }
@@ -286,7 +317,8 @@ mod tests {
         cache.put_layer(&key("a"), &blob, &Sharing::Shared).unwrap();
         cache.put_layer(&key("b"), &blob, &Sharing::Shared).unwrap();
         drop(cache);
-        let usage = du(&dir).unwrap();
+        let (usage, scratch) = du(&dir).unwrap();
+        assert_eq!(scratch, 0, "no build runs: nothing in tmp/");
         let k = usage.iter().find(|u| u.bucket == Bucket::Kernels).unwrap();
         assert_eq!((k.entries, k.bytes), (3, 3000));
         let l = usage.iter().find(|u| u.bucket == Bucket::Layers).unwrap();

@@ -25,18 +25,21 @@ pub struct ImageArgs {
     #[command(flatten)]
     pub cache: super::cache_args::CacheArgs,
     /// Rehash every input file instead of trusting the stat memo (which skips
-    /// files whose size, times, inode and mode are unchanged)
+    /// files whose size, times, inode and mode are unchanged), and every
+    /// cached blob used instead of trusting its seal
     #[arg(long)]
     pub verify: bool,
 }
 
 impl ImageArgs {
     pub fn options(&self, progress: Progress) -> anyhow::Result<BuildOptions> {
+        let cache = crate::cache::Cache::open_with(&self.cache.config())?;
+        cache.rehash_blobs(self.verify);
         Ok(BuildOptions {
             sets: crate::definition::parse_sets(&self.sets)?,
             output: self.output.clone(),
             compression: LayerCodec::new(self.compression, self.compression_level)?,
-            cache: crate::cache::Cache::open_with(&self.cache.config())?,
+            cache,
             no_cache: false,
             verify: self.verify,
             threads: crate::layer::compress::default_threads(),

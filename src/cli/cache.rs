@@ -52,16 +52,19 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
 fn du(a: DuArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let dir = a.cache_dir.unwrap_or_else(crate::cache::default_dir);
-    let buckets = usage::du(&dir)?;
-    let total: u64 = buckets.iter().map(|b| b.bytes).sum();
+    let (buckets, scratch) = usage::du(&dir)?;
+    let total: u64 = buckets.iter().map(|b| b.bytes).sum::<u64>() + scratch;
     if a.json {
-        super::print_json(&serde_json::json!({ "cache_dir": dir, "buckets": buckets, "total_bytes": total }))?;
+        super::print_json(&serde_json::json!({
+            "cache_dir": dir, "buckets": buckets, "scratch_bytes": scratch, "total_bytes": total
+        }))?;
         return Ok(0);
     }
     outln!("{:<18} {:>8} {:>12}", "bucket", "entries", "size");
     for b in &buckets {
         outln!("{:<18} {:>8} {:>12}", b.bucket.name(), b.entries, super::human_size(b.bytes));
     }
+    outln!("{:<18} {:>8} {:>12}", "tmp (running)", "", super::human_size(scratch));
     outln!("{:<18} {:>8} {:>12}   {}", "total", "", super::human_size(total), dir.display());
     Ok(0)
 }
@@ -92,6 +95,9 @@ fn prune(a: PruneArgs) -> anyhow::Result<i32> {
         super::human_size(r.bytes_before),
         super::human_size(r.bytes_after)
     );
+    if r.scratch_freed_bytes > 0 {
+        outln!("removed {} that killed builds left in tmp/", super::human_size(r.scratch_freed_bytes));
+    }
     if r.in_use > 0 {
         outln!("kept {} entr{} a running build uses", r.in_use, if r.in_use == 1 { "y" } else { "ies" });
     }

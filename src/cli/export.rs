@@ -42,6 +42,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         w.flush()?;
     }
+    // A temporary file is made 0600; an archive is for sharing, as any file
+    // the user makes: 0666 less the umask.
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(crate::export::new_file_mode()))?;
     tmp.persist(&a.output).map_err(|e| e.error)?;
     Ok(0)
 }

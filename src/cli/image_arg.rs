@@ -66,15 +66,18 @@ fn looks_like_a_path(arg: &str) -> Option<String> {
         .then(|| format!("the directory `{first}` exists, but has no `{}`", &arg[first.len() + 1..]))
 }
 
-/// The engine name for a layout: its directory name (lower-cased) and the
-/// tag recorded in the layout.
+/// The engine name for a layout: the image's name and tag as its index
+/// records them (`no_rocm_image_debian12:latest`, wherever the layout is:
+/// two images written to two `out` directories are two names). A layout
+/// another tool wrote, without the name, is named by its directory.
 pub fn layout_tag(dir: &Path) -> Result<String, EngineError> {
     let img = open_image(dir, None, None)?;
-    let name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()))
-        .unwrap_or_else(|| "quarry-image".into());
+    let name = img.name.clone().unwrap_or_else(|| {
+        dir.canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()))
+            .unwrap_or_else(|| "quarry-image".into())
+    });
     Ok(format!("{}:{}", name, img.tag.unwrap_or_else(|| "latest".into())))
 }
 
@@ -131,7 +134,8 @@ pub fn build_image(
 /// The engine reference of an IMAGE argument: a layout or a definition is
 /// built if needed and loaded first.
 pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &CacheConfig) -> anyhow::Result<String> {
-    let scratch = crate::cache::scratch_dir(&cache.dir);
+    let opened = Cache::open_with(cache)?;
+    let scratch = opened.tmp_dir();
     Ok(match classify(arg)? {
         ImageArg::Layout(d) => {
             let tag = layout_tag(&d)?;
@@ -139,7 +143,7 @@ pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &Cach
             tag
         }
         ImageArg::Definition(f) => {
-            let (dir, tag) = build_for_engine(&f, sets, &Cache::open_with(cache)?, Progress::new(false, false))?;
+            let (dir, tag) = build_for_engine(&f, sets, &opened, Progress::new(false, false))?;
             engine.load_layout(&dir, &tag, &scratch)?;
             tag
         }

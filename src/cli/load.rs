@@ -19,20 +19,20 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let cache = a.def.cache.config();
+    let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
     let (dir, default_tag) = match image_arg::classify(&a.image)? {
         ImageArg::Layout(d) => {
             let t = image_arg::layout_tag(&d)?;
             (d, t)
         }
         ImageArg::Definition(f) => {
-            image_arg::build_for_engine(&f, &a.def.sets, &crate::cache::Cache::open_with(&cache)?, Progress::new(a.json, false))?
+            image_arg::build_for_engine(&f, &a.def.sets, &cache, Progress::new(a.json, false))?
         }
         ImageArg::Reference(r) => bail!("`{r}` is neither an OCI layout directory nor an image definition (.toml); `quarry load` loads those into the engine"),
     };
     let tag = a.tag.unwrap_or(default_tag);
     let engine = Engine::connect()?;
-    let r = engine.load_layout(&dir, &tag, &crate::cache::scratch_dir(&cache.dir))?;
+    let r = engine.load_layout(&dir, &tag, &cache.tmp_dir())?;
     if a.json {
         super::print_json(&r)?;
     } else {

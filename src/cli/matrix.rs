@@ -86,7 +86,7 @@ pub struct EmitArgs {
     /// Kubernetes and GitHub: `quarry`]
     #[arg(long, value_name = "PATH")]
     quarry: Option<String>,
-    /// The matrix file as the tasks see it [default: its absolute path; Kubernetes mounts it]
+    /// The matrix file as the tasks see it [default: its absolute path; Kubernetes mounts it; GitHub: its path in the git checkout]
     #[arg(long, value_name = "PATH")]
     matrix_path: Option<String>,
     /// Where each task writes its products and report
@@ -304,9 +304,11 @@ fn emit(a: EmitArgs) -> anyhow::Result<i32> {
     let s = shared(&m, &a.common, image, Some(&registry), out)?;
     let p =
         if a.all { matrix::plan::every_cell(&m, Some(&registry))? } else { matrix::plan::plan(&s, Some(&registry))? };
-    let matrix_path = match a.matrix_path {
-        Some(p) => p,
-        None => std::path::absolute(&a.common.file)?.display().to_string(),
+    let matrix_path = match (a.matrix_path, a.format) {
+        (Some(p), _) => p,
+        // A GitHub runner has the checkout, not this machine's paths.
+        (None, FormatArg::Github) => matrix::emit::path_in_checkout(&a.common.file)?,
+        (None, _) => std::path::absolute(&a.common.file)?.display().to_string(),
     };
     let quarry = match (a.quarry, a.format) {
         (Some(q), _) => q,

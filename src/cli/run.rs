@@ -1,8 +1,8 @@
 use crate::cli::image_arg::{self, ImageArg};
 use crate::engine::gpu::GpuMode;
 use crate::engine::run::{parse_copy_in, parse_copy_out, parse_env, parse_mount, Network, RunOptions};
+use crate::engine::Engine;
 use crate::engine::{cdi, endpoint};
-use crate::engine::{Engine, EngineError};
 use crate::progress::Progress;
 
 #[derive(clap::Args)]
@@ -80,17 +80,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         outln!("{}", opts.docker_command());
         return Ok(0);
     }
+    let opened = crate::cache::Cache::open_with(&cache)?;
     let layout = match arg {
         ImageArg::Layout(d) => {
             let tag = image_arg::layout_tag(&d)?;
             Some((d, tag))
         }
-        ImageArg::Definition(f) => Some(image_arg::build_for_engine(
-            &f,
-            &a.def.sets,
-            &crate::cache::Cache::open_with(&cache)?,
-            Progress::new(false, false),
-        )?),
+        ImageArg::Definition(f) => {
+            Some(image_arg::build_for_engine(&f, &a.def.sets, &opened, Progress::new(false, false))?)
+        }
         ImageArg::Reference(r) => {
             opts.image = r;
             None
@@ -98,12 +96,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let engine = Engine::connect()?;
     if let Some((dir, tag)) = layout {
-        engine.load_layout(&dir, &tag, &crate::cache::scratch_dir(&cache.dir))?;
+        engine.load_layout(&dir, &tag, &opened.tmp_dir())?;
         opts.image = tag;
     }
     match engine.run(&opts) {
         Ok(code) => Ok(code),
-        Err(e @ EngineError::Interrupted(_)) => {
+        Err(e) if e.is_the_commands() => {
             eprintln!("quarry: {e}");
             Ok(e.exit_code())
         }

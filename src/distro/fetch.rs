@@ -166,7 +166,7 @@ impl Fetcher {
                 what: url.to_string(),
                 expected: sha256.to_string(),
                 actual: format!("{} ({actual_size} bytes)", actual.hex()),
-                hint: "the mirror serves different bytes than its signed index promises; try again later or use another mirror".into(),
+                hint: "these are not the bytes the pin names: if the lock (IMAGE.lock) was edited, run `quarry lock` on the image again; if not, the mirror serves other bytes than its signed index promised: try again later or use another mirror".into(),
             }),
         }
     }

@@ -43,7 +43,7 @@ fn common_prefix(a: &[String], b: &[String]) -> usize {
 
 impl Engine {
     /// Load a layout (as `tag`), with `scratch` (on the layout's file
-    /// system: the cache's `crate::cache::scratch_dir`) for recompressed copies.
+    /// system: the cache's `Cache::tmp_dir`) for recompressed copies.
     pub fn load_layout(&self, dir: &Path, tag: &str, scratch: &Path) -> Result<LoadReport, EngineError> {
         self.load(dir, None, tag, scratch)
     }

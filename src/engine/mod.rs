@@ -102,14 +102,36 @@ impl EngineError {
         EngineError::Io { what: what.into(), path: path.as_ref().display().to_string(), err }
     }
 
-    /// The exit status a CLI should use: 130/143 after a signal, else 1.
+    /// The exit status a CLI should use: 130/143 after a signal; as a shell
+    /// and `docker run` do, 127 when the command is not in the image and 126
+    /// when it cannot be executed; else 1.
     pub fn exit_code(&self) -> i32 {
         match self {
             EngineError::Interrupted("SIGINT") => 130,
             EngineError::Interrupted(_) => 143,
+            EngineError::Api { detail, .. } if command_not_found(detail) => 127,
+            EngineError::Api { detail, .. } if detail.contains("permission denied") && detail.contains("exec") => 126,
             _ => 1,
         }
     }
+
+    /// Whether `run` should end with this error's own exit status rather
+    /// than as a failure of quarry's (the container's command, not quarry, failed).
+    pub fn is_the_commands(&self) -> bool {
+        matches!(self.exit_code(), 126 | 127 | 130 | 143)
+    }
+}
+
+/// The runtime's words for a command the image does not have (runc/crun
+/// through Docker or Podman).
+fn command_not_found(detail: &str) -> bool {
+    [
+        "executable file not found",
+        "no such file or directory: OCI runtime attempted to invoke a command that was not found",
+    ]
+    .iter()
+    .any(|m| detail.contains(m))
+        || (detail.contains("exec:") && detail.contains("no such file or directory"))
 }
 
 /// The engine's own message when there is one, without bollard's debug dump.

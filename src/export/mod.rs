@@ -3,7 +3,9 @@
 //! that Docker Engine 20.10 and later load with `docker load`.
 //! Both are deterministic: sorted entries, fixed times, owners and modes.
 
+use crate::oci::digest::VerifyingReader;
 use crate::oci::layout::{open_image, LayoutError};
+use crate::oci::Digest;
 use ocidir::oci_spec::image::{Descriptor, ImageIndexBuilder, MediaType, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,6 +20,19 @@ pub enum ExportError {
     Io { path: String, err: io::Error },
     #[error("`{0}` is not an image layout directory; `quarry export` takes the directory `quarry build` wrote")]
     NotADir(String),
+}
+
+/// The mode a new file of the user's gets: 0666 less the process umask (read
+/// from /proc, as `umask(2)` cannot be read without setting it, which races
+/// with other threads); 0644 where /proc does not say.
+pub fn new_file_mode() -> u32 {
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022);
+    0o666 & !umask
 }
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> ExportError + '_ {
@@ -47,6 +62,26 @@ fn add_file<W: Write>(b: &mut tar::Builder<W>, name: &str, path: &Path) -> io::R
     b.append(&header(name, len, false), io::BufReader::with_capacity(1 << 20, f))
 }
 
+/// A blob of `layout` into the archive, checked as it streams: a blob that
+/// is not its digest (or size) stops the export, naming it.
+fn add_blob<W: Write>(
+    b: &mut tar::Builder<W>,
+    name: &str,
+    layout: &Path,
+    path: &Path,
+    digest: Digest,
+    size: u64,
+) -> io::Result<()> {
+    let what = format!("layout `{}`", layout.display());
+    let f = File::open(path)?;
+    let len = f.metadata()?.len();
+    if len != size {
+        return Err(crate::oci::digest::damaged(&what, &digest, size, &digest, len));
+    }
+    let r = VerifyingReader::new(io::BufReader::with_capacity(1 << 20, f), digest, size, what);
+    b.append(&header(name, size, false), r)
+}
+
 /// The layout directory as an OCI archive (every file, sorted).
 pub fn write_oci_archive(layout: &Path, out: impl Write) -> Result<(), ExportError> {
     if !layout.join("index.json").is_file() {
@@ -64,7 +99,11 @@ pub fn write_oci_archive(layout: &Path, out: impl Write) -> Result<(), ExportErr
         .collect();
     blobs.sort();
     for hex in blobs {
-        add_file(&mut b, &format!("blobs/sha256/{hex}"), &layout.join("blobs/sha256").join(&hex)).map_err(&err)?;
+        let path = layout.join("blobs/sha256").join(&hex);
+        let digest = Digest::from_hex(&hex)
+            .map_err(|e| err(io::Error::new(io::ErrorKind::InvalidData, format!("blobs/sha256/{hex}: {e}"))))?;
+        let size = std::fs::metadata(&path).map_err(&err)?.len();
+        add_blob(&mut b, &format!("blobs/sha256/{hex}"), layout, &path, digest, size).map_err(&err)?;
     }
     b.into_inner().map_err(&err)?.flush().map_err(&err)?;
     Ok(())
@@ -111,6 +150,8 @@ pub fn write_docker_archive(
         Descriptor::new(MediaType::ImageManifest, 0, ocidir::oci_spec::image::Digest::from(img.manifest_digest));
     let manifest_bytes = std::fs::read(&manifest_file).map_err(&err)?;
     mdesc.set_size(manifest_bytes.len() as u64);
+    let described = |d: &Descriptor| Digest::try_from(d.digest()).map(|g| (g, d.size()));
+    let bad_digest = |e: crate::oci::digest::BadDigest| err(io::Error::new(io::ErrorKind::InvalidData, e.0));
     let tag_only = repo_tag.rsplit_once(':').map(|(_, t)| t.to_string()).unwrap_or_else(|| "latest".into());
     let annotations: HashMap<String, String> = [
         ("io.containerd.image.name".to_string(), repo_tag.clone()),
@@ -133,9 +174,23 @@ pub fn write_docker_archive(
         ..Default::default()
     };
     let mut layer_paths = Vec::new();
-    let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
-    files.push((format!("blobs/sha256/{}", img.config_digest.hex()), blob_path(img.manifest.config())));
-    files.push((format!("blobs/sha256/{}", img.manifest_digest.hex()), manifest_file));
+    // (name in the archive, file, digest, size): each blob checked as it goes.
+    type Blob = (String, std::path::PathBuf, Digest, u64);
+    let mut files: Vec<Blob> = Vec::new();
+    let (config_digest, config_size) = described(img.manifest.config()).map_err(bad_digest)?;
+    files.push((
+        format!("blobs/sha256/{}", config_digest.hex()),
+        blob_path(img.manifest.config()),
+        config_digest,
+        config_size,
+    ));
+    let manifest_size = manifest_bytes.len() as u64;
+    files.push((
+        format!("blobs/sha256/{}", img.manifest_digest.hex()),
+        manifest_file,
+        img.manifest_digest,
+        manifest_size,
+    ));
     for (i, l) in img.manifest.layers().iter().enumerate() {
         let name = format!("blobs/{}/{}", l.digest().algorithm().as_ref(), l.digest().digest());
         layer_paths.push(name.clone());
@@ -144,7 +199,8 @@ pub fn write_docker_archive(
             export.layers_skipped += 1;
         } else {
             export.layers_sent += 1;
-            files.push((name, blob_path(l)));
+            let (digest, size) = described(l).map_err(bad_digest)?;
+            files.push((name, blob_path(l), digest, size));
         }
     }
     files.sort();
@@ -158,8 +214,8 @@ pub fn write_docker_archive(
     let mut b = tar::Builder::new(out);
     b.append(&header("blobs/", 0, true), io::empty()).map_err(&err)?;
     b.append(&header("blobs/sha256/", 0, true), io::empty()).map_err(&err)?;
-    for (name, path) in &files {
-        add_file(&mut b, name, path).map_err(&err)?;
+    for (name, path, digest, size) in &files {
+        add_blob(&mut b, name, layout, path, *digest, *size).map_err(&err)?;
     }
     add_bytes(&mut b, "index.json", &index_json).map_err(&err)?;
     add_bytes(&mut b, "manifest.json", manifest_json.to_string().as_bytes()).map_err(&err)?;

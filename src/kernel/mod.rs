@@ -264,7 +264,7 @@ fn run_in_container(
 ) -> Result<Ran, KernelError> {
     let engine = crate::engine::build_image::connect(engine)?;
     let loading = crate::trace::span("kernel: image in the engine");
-    let reference = o.image.in_engine(engine, image, &crate::cache::scratch_dir(o.cache.root()))?;
+    let reference = o.image.in_engine(engine, image, &o.cache.tmp_dir())?;
     drop(loading);
     let mut env = targets::env(&o.targets.targets);
     env.extend(o.env.iter().cloned());

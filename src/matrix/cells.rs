@@ -50,16 +50,19 @@ fn product(axes: &BTreeMap<String, Vec<String>>) -> Vec<BTreeMap<String, String>
     out
 }
 
-/// The cells of `m`, in order. Two cells with the same values are one
-/// (an include repeating a combination adds nothing).
+/// The cells of `m`, in order. Two cells with the same values are one: an
+/// include naming a cell the axes make already gives it its `needs` (as a
+/// GitHub Actions matrix's `include` extends a combination it matches).
 pub fn cells(m: &Matrix) -> Vec<Cell> {
     let excluded =
         |values: &BTreeMap<String, String>| m.exclude.iter().any(|e| e.iter().all(|(k, v)| values.get(k) == Some(v)));
     let mut list: Vec<(BTreeMap<String, String>, Needs)> =
         product(&m.axes).into_iter().filter(|v| !excluded(v)).map(|v| (v, m.needs.clone())).collect();
     for (values, needs) in &m.include {
-        if !list.iter().any(|(v, _)| v == values) {
-            list.push((values.clone(), needs.clone().unwrap_or_else(|| m.needs.clone())));
+        let needs = needs.clone().unwrap_or_else(|| m.needs.clone());
+        match list.iter_mut().find(|(v, _)| v == values) {
+            Some((_, n)) => *n = needs,
+            None => list.push((values.clone(), needs)),
         }
     }
     list.into_iter()

@@ -206,6 +206,13 @@ fn yes() -> bool {
     true
 }
 
+/// Memory as Slurm's `--mem` takes it and `emit` turns into a Kubernetes
+/// quantity: digits, then at most one of K, M, G, T (no suffix: megabytes).
+fn valid_memory(m: &str) -> bool {
+    let digits = m.strip_suffix(['K', 'M', 'G', 'T']).unwrap_or(m);
+    !digits.is_empty() && digits.len() <= 12 && digits.bytes().all(|b| b.is_ascii_digit()) && digits != "0"
+}
+
 /// An axis name: what `{name}` templates and cell ids use.
 fn valid_axis(name: &str) -> bool {
     !name.is_empty()
@@ -265,6 +272,25 @@ impl Matrix {
             known(&format!("include[{i}]"), &inc.values)?;
             if let Some(missing) = raw.axes.keys().find(|a| !inc.values.contains_key(*a)) {
                 return Err(err(&format!("include[{i}]"), format!("name every axis: `{missing}` is missing")));
+            }
+            if let Some(j) = raw.include[..i].iter().position(|o| o.values == inc.values) {
+                return Err(err(
+                    &format!("include[{i}]"),
+                    format!("names the same cell as include[{j}]: give its needs once"),
+                ));
+            }
+        }
+        for (field, needs) in std::iter::once(("needs".to_string(), raw.needs.as_ref()))
+            .chain(raw.include.iter().enumerate().map(|(i, inc)| (format!("include[{i}].needs"), inc.needs.as_ref())))
+        {
+            if let Some(n) = needs.filter(|n| !valid_memory(&n.memory)) {
+                return Err(err(
+                    &format!("{field}.memory"),
+                    format!("`{}` is not an amount of memory: a whole number with K, M, G or T (`4G`, `512M`), as Slurm's --mem and Kubernetes' resources take it", n.memory),
+                ));
+            }
+            if let Some(n) = needs.filter(|n| n.cpus == 0) {
+                return Err(err(&format!("{field}.cpus"), format!("is {}: a cell needs at least one CPU", n.cpus)));
             }
         }
         let j = raw.job;

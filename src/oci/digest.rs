@@ -143,6 +143,51 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
+/// A reader of content that must be `expected` (`size` bytes): it hashes
+/// what it passes on and, instead of its end, returns an error naming
+/// `what` when the bytes were other ones. A consumer (a tar writer, an
+/// upload, an engine's load) so never finishes with damaged content, and
+/// no extra pass reads the file.
+pub struct VerifyingReader<R> {
+    inner: R,
+    hasher: Sha256,
+    bytes: u64,
+    expected: Digest,
+    size: u64,
+    what: String,
+}
+
+impl<R: Read> VerifyingReader<R> {
+    pub fn new(inner: R, expected: Digest, size: u64, what: impl Into<String>) -> Self {
+        VerifyingReader { inner, hasher: Sha256::new(), bytes: 0, expected, size, what: what.into() }
+    }
+}
+
+/// The error a [`VerifyingReader`] returns for content that is not its digest.
+pub fn damaged(what: &str, expected: &Digest, size: u64, actual: &Digest, actual_size: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "{what} is damaged: blob {expected} ({size} bytes) holds other bytes ({actual}, {actual_size} bytes); nothing was written from it"
+        ),
+    )
+}
+
+impl<R: Read> Read for VerifyingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        if n == 0 || self.bytes > self.size {
+            let actual = Digest::from_hasher(self.hasher.clone());
+            if actual != self.expected || self.bytes != self.size {
+                return Err(damaged(&self.what, &self.expected, self.size, &actual, self.bytes));
+            }
+        }
+        Ok(n)
+    }
+}
+
 /// Hex sha256 of a byte slice.
 pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(&Sha256::digest(data)[..])
@@ -179,6 +224,24 @@ pub fn digest_file(path: &Path) -> io::Result<(Digest, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verifying_reader_ends_only_for_the_expected_bytes() {
+        let data = b"layer bytes".to_vec();
+        let d = Digest::of_bytes(&data);
+        let mut out = Vec::new();
+        VerifyingReader::new(&data[..], d, data.len() as u64, "blob").read_to_end(&mut out).unwrap();
+        assert_eq!(out, data);
+        let mut flipped = data.clone();
+        flipped[3] ^= 1;
+        let e = VerifyingReader::new(&flipped[..], d, data.len() as u64, "layout `x`")
+            .read_to_end(&mut Vec::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("layout `x` is damaged") && e.to_string().contains(&d.to_string()), "{e}");
+        let e =
+            VerifyingReader::new(&data[..4], d, data.len() as u64, "blob").read_to_end(&mut Vec::new()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
 
     #[test]
     fn known_vector() {

@@ -14,23 +14,9 @@ use ocidir::{OciArchive, OciDir, OciRead};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, thiserror::Error)]
-pub enum LayoutError {
-    #[error("`{path}`: {what}: {err}")]
-    Io { path: String, what: String, err: io::Error },
-    #[error("`{path}`: {message}")]
-    Bad { path: String, message: String },
-}
-
-fn io_err(path: &Path, what: impl Into<String>) -> impl FnOnce(io::Error) -> LayoutError {
-    let path = path.display().to_string();
-    let what = what.into();
-    move |err| LayoutError::Io { path, what, err }
-}
-
-fn bad(path: &Path, message: impl std::fmt::Display) -> LayoutError {
-    LayoutError::Bad { path: path.display().to_string(), message: message.to_string() }
-}
+pub use super::layout_error::LayoutError;
+use super::layout_error::{bad, io_err};
+pub use super::output::{replace_output, stage_output};
 
 /// What `write_image` produced.
 #[derive(Debug, Clone)]
@@ -69,122 +55,20 @@ pub fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// Check that `out` may be replaced (absent, empty or an OCI layout) and
-/// make a staging directory beside it, on the same filesystem for the rename.
-pub fn stage_output(out: &Path, prefix: &str) -> Result<tempfile::TempDir, LayoutError> {
-    if out.exists() {
-        let is_layout = out.join("oci-layout").is_file();
-        let is_empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
-        if !is_layout && !is_empty {
-            return Err(bad(out, "exists and is not an OCI layout; choose another output with -o or remove it"));
-        }
-    }
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io_err(parent, "cannot create the output's parent"))?;
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in(parent)
-        .map_err(io_err(parent, "cannot create a staging directory"))
-}
-
-/// Move a finished staging directory over `out`; a previous layout is
-/// replaced only once the new one is in place. Two processes writing the
-/// same output at once (two `quarry run` of one definition) both succeed:
-/// whichever moves last wins, and the layouts are the same image. Where
-/// `out` exists the two directories are exchanged atomically
-/// (`renameat2(RENAME_EXCHANGE)`: never a moment without an output, and no
-/// race to lose), then the old one is removed; a file system without
-/// exchange moves the old one aside first.
-pub fn replace_output(staging: tempfile::TempDir, out: &Path) -> Result<(), LayoutError> {
-    let staged = staging.keep();
-    let fail = |what: &str, e: io::Error| {
-        let _ = std::fs::remove_dir_all(&staged);
-        io_err(out, what.to_string())(e)
-    };
-    // Each turn fails only when another writer changed `out` in between.
-    for _ in 0..64 {
-        match std::fs::rename(&staged, out) {
-            Ok(()) => return Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
-            Err(e) => return Err(fail("cannot move the new output in place", e)),
-        }
-        match exchange(&staged, out) {
-            // `staged` now holds the previous output.
-            Ok(()) => {
-                let _ = std::fs::remove_dir_all(&staged);
-                return Ok(());
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return move_aside_then_replace(&staged, out),
-            Err(e) => return Err(fail("cannot move the new output in place", e)),
-        }
-    }
-    Err(fail("cannot move the new output in place", io::Error::other("other writers keep replacing it")))
-}
-
-/// Swap two paths atomically (Linux `renameat2` with `RENAME_EXCHANGE`).
-fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
-    let (a, b) = (c(a)?, c(b)?);
-    // SAFETY: two valid NUL-terminated paths, relative to the working directory.
-    let r = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), libc::RENAME_EXCHANGE) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Without an atomic exchange: move `out` aside, then `staged` in place.
-fn move_aside_then_replace(staged: &Path, out: &Path) -> Result<(), LayoutError> {
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut moved_aside = Vec::new();
-    let mut result = Err(io::Error::other("other writers keep replacing it"));
-    for _ in 0..64 {
-        // Unique across processes (pid) and across threads of this one (counter).
-        static ASIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let old = parent.join(format!(".quarry-old-{}-{n}", std::process::id()));
-        match std::fs::rename(out, &old) {
-            Ok(()) => moved_aside.push(old),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-        match std::fs::rename(staged, out) {
-            Ok(()) => {
-                result = Ok(());
-                break;
-            }
-            // Another writer put its output in place meanwhile: move that aside too.
-            Err(e) if out.exists() => result = Err(e),
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    for old in moved_aside {
-        let _ = std::fs::remove_dir_all(old);
-    }
-    result.map_err(|e| {
-        let _ = std::fs::remove_dir_all(staged);
-        io_err(out, "cannot move the new output in place")(e)
-    })
-}
+/// The index annotation that names the image (its definition's `name`):
+/// what an engine calls it (`NAME:TAG`), whatever directory the layout is in.
+pub const NAME_ANNOTATION: &str = "io.quarry.image.name";
 
 /// Write an image (its blobs already in `blobs`, the cache's) as an OCI
-/// layout at `out`, atomically: built beside `out` and renamed over it.
-/// Refuses to replace a directory that is neither empty nor an OCI layout.
+/// layout at `out`, atomically: built beside `out` and renamed over it;
+/// the index names it `name` and tags it `tag`. Refuses to replace a
+/// directory that is neither empty nor an OCI layout.
 pub fn write_image(
     out: &Path,
     blobs: &BlobDir,
     layers: &[LayerBlob],
     config: &ImageConfiguration,
-    tag: &str,
+    (name, tag): (&str, &str),
     platform: Platform,
 ) -> Result<Written, LayoutError> {
     let staging = stage_output(out, ".quarry-out-")?;
@@ -214,10 +98,33 @@ pub fn write_image(
         .build()
         .map_err(|e| bad(out, e))?;
     let mdesc = oci.insert_manifest(manifest, Some(tag), platform).map_err(|e| bad(out, e))?;
+    annotate_index(staging.path(), &mdesc, NAME_ANNOTATION, name)?;
 
     replace_output(staging, out)?;
     let digest = |d: &Descriptor| Digest::try_from(d.digest()).map_err(|e| bad(out, e));
     Ok(Written { manifest_digest: digest(&mdesc)?, config_digest: digest(&config_desc)? })
+}
+
+/// Add an annotation to the index entry of `desc`, keeping index.json in
+/// the canonical form ocidir writes (sorted keys, no spaces: serde_json's
+/// maps are sorted).
+fn annotate_index(dir: &Path, desc: &Descriptor, key: &str, value: &str) -> Result<(), LayoutError> {
+    let path = dir.join("index.json");
+    let text = std::fs::read(&path).map_err(io_err(&path, "cannot read"))?;
+    let mut index: serde_json::Value = serde_json::from_slice(&text).map_err(|e| bad(&path, e))?;
+    let digest = desc.digest().to_string();
+    let entry = index["manifests"]
+        .as_array_mut()
+        .and_then(|m| m.iter_mut().find(|d| d["digest"].as_str() == Some(digest.as_str())))
+        .ok_or_else(|| bad(&path, format!("has no entry for {digest}")))?;
+    entry["annotations"][key] = value.into();
+    let bytes = serde_json::to_vec(&index).map_err(|e| bad(&path, e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir, "cannot create a temporary file"))?;
+    std::io::Write::write_all(&mut tmp, &bytes).map_err(io_err(&path, "cannot write"))?;
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io_err(&path, "cannot write"))?;
+    tmp.persist(&path).map_err(|e| io_err(&path, "cannot write")(e.error))?;
+    Ok(())
 }
 
 /// True for an index entry that is an artifact, not an image: it carries
@@ -241,6 +148,8 @@ pub struct OpenImage {
     pub config_digest: Digest,
     /// The tag annotation on the index entry, if any.
     pub tag: Option<String>,
+    /// The image's name ([`NAME_ANNOTATION`]), when quarry wrote the layout.
+    pub name: Option<String>,
 }
 
 impl ImageSource {
@@ -267,10 +176,21 @@ impl ImageSource {
 
     pub fn read_index(&self) -> Result<ImageIndex, LayoutError> {
         match self {
-            ImageSource::Dir(o, _) => o.read_index(),
-            ImageSource::Archive(a, _) => a.read_index(),
+            // Read here rather than by ocidir, whose error says only "i/o error".
+            ImageSource::Dir(_, p) => {
+                let file = p.join("index.json");
+                let bytes = std::fs::read(&file).map_err(io_err(&file, "cannot read"))?;
+                serde_json::from_slice(&bytes).map_err(|e| {
+                    bad(
+                        &file,
+                        format!("is not an OCI image index ({e}); the layout is damaged: build or pull it again"),
+                    )
+                })
+            }
+            ImageSource::Archive(a, _) => {
+                a.read_index().map_err(|e| bad(self.path(), format!("cannot read index.json: {e}")))
+            }
         }
-        .map_err(|e| bad(self.path(), format!("cannot read index.json: {e}")))
     }
 
     pub fn blob_reader(&self, desc: &Descriptor) -> Result<Box<dyn Read + Send>, LayoutError> {
@@ -339,6 +259,7 @@ pub fn open_image(
         many => many[0].clone(),
     };
     let tag = tag_of(&desc);
+    let name = desc.annotations().as_ref().and_then(|a| a.get(NAME_ANNOTATION)).cloned();
     let desc = if *desc.media_type() == MediaType::ImageIndex {
         let nested: ImageIndex = source.read_json(&desc)?;
         let (os, arch) = platform.unwrap_or(("linux", "amd64"));
@@ -368,49 +289,6 @@ pub fn open_image(
         manifest,
         config,
         tag,
+        name,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Several writers of one output at once all succeed and leave one whole
-    /// layout and nothing else behind (two `quarry run` of one definition).
-    #[test]
-    fn concurrent_writers_of_one_output_all_succeed() {
-        writers_all_succeed(|staging, out| replace_output(staging, out));
-    }
-
-    /// The same where the file system cannot exchange two directories.
-    #[test]
-    fn concurrent_writers_succeed_without_an_exchange() {
-        writers_all_succeed(|staging, out| {
-            let staged = staging.keep();
-            match std::fs::rename(&staged, out) {
-                Ok(()) => Ok(()),
-                Err(_) => move_aside_then_replace(&staged, out),
-            }
-        });
-    }
-
-    fn writers_all_succeed(replace: impl Fn(tempfile::TempDir, &Path) -> Result<(), LayoutError> + Sync) {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("image");
-        let ready = std::sync::Barrier::new(8);
-        std::thread::scope(|scope| {
-            for i in 0..8 {
-                let (out, ready, replace) = (out.clone(), &ready, &replace);
-                scope.spawn(move || {
-                    let staging = stage_output(&out, ".quarry-new-").unwrap();
-                    std::fs::write(staging.path().join("oci-layout"), format!("{i}")).unwrap();
-                    ready.wait();
-                    replace(staging, &out).unwrap();
-                });
-            }
-        });
-        assert!(out.join("oci-layout").is_file());
-        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(left, vec![std::ffi::OsString::from("image")], "{left:?}");
-    }
 }

@@ -7,6 +7,8 @@
 pub mod blob;
 pub mod digest;
 pub mod layout;
+mod layout_error;
+mod output;
 pub mod referrer;
 
 pub use blob::{BlobDir, BlobError, BlobWriter};

@@ -172,7 +172,7 @@ mod tests {
             &blobs,
             &[],
             &config,
-            "v1",
+            ("test", "v1"),
             crate::definition::Platform::parse("linux/amd64").unwrap().to_oci(),
         )
         .unwrap()

@@ -5,7 +5,7 @@
 //! wheelhouse artifact whatever failed. Each cell's step sets
 //! `QUARRY_MATRIX_CELL` from the matrix and runs `quarry matrix run`.
 
-use super::{groups, yaml_str, EmitOptions};
+use super::{groups, sh_quote, yaml_str, EmitOptions};
 use crate::matrix::definition::Matrix;
 use crate::matrix::plan::MatrixPlan;
 
@@ -35,11 +35,9 @@ pub(super) fn workflow(m: &Matrix, plan: &MatrixPlan, o: &EmitOptions) -> String
                 s.push_str(&format!("          - cell: {}\n", yaml_str(id)));
             }
             s.push_str(&format!(
-                "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v5\n      - name: quarry matrix run\n        env:\n          QUARRY_MATRIX_CELL: ${{{{ matrix.cell }}}}\n        run: {} matrix run {} -o {}\n",
+                "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v5\n      - name: quarry matrix run\n        env:\n          QUARRY_MATRIX_CELL: ${{{{ matrix.cell }}}}\n        run: {}\n",
                 yaml_str(&plan.registry),
-                o.quarry,
-                o.matrix_path,
-                o.out
+                yaml_str(&format!("{} matrix run {} -o {}", sh_quote(&o.quarry), sh_quote(&o.matrix_path), sh_quote(&o.out))),
             ));
             jobs.push(job);
         }
@@ -50,10 +48,9 @@ pub(super) fn workflow(m: &Matrix, plan: &MatrixPlan, o: &EmitOptions) -> String
         s.push_str(&format!("    needs: [{}]\n", needs.join(", ")));
     }
     s.push_str(&format!(
-        "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v5\n      - name: quarry matrix collect\n        run: {} matrix collect {} -o wheelhouse\n      - uses: actions/upload-artifact@v6\n        if: ${{{{ always() }}}}\n        with:\n          name: wheelhouse\n          path: wheelhouse\n",
+        "    env:\n      QUARRY_CACHE_REGISTRY: {}\n    steps:\n      - uses: actions/checkout@v5\n      - name: quarry matrix collect\n        run: {}\n      - uses: actions/upload-artifact@v6\n        if: ${{{{ always() }}}}\n        with:\n          name: wheelhouse\n          path: wheelhouse\n",
         yaml_str(&plan.registry),
-        o.quarry,
-        o.matrix_path
+        yaml_str(&format!("{} matrix collect {} -o wheelhouse", sh_quote(&o.quarry), sh_quote(&o.matrix_path))),
     ));
     s
 }

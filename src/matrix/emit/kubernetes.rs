@@ -12,12 +12,13 @@ use super::{groups, yaml_str, EmitOptions};
 use crate::matrix::definition::Matrix;
 use crate::matrix::plan::MatrixPlan;
 
-/// Slurm's memory spelling (`4G`: GiB) as a Kubernetes quantity (`4Gi`).
+/// Slurm's memory spelling (`4G`: GiB; no suffix: MiB) as a Kubernetes
+/// quantity (`4Gi`); the matrix definition checked the spelling.
 fn quantity(memory: &str) -> String {
     let m = memory.trim();
     match m.chars().last() {
         Some(c @ ('K' | 'M' | 'G' | 'T')) => format!("{}{c}i", &m[..m.len() - 1]),
-        _ => m.to_string(),
+        _ => format!("{m}Mi"),
     }
 }
 
@@ -47,13 +48,14 @@ pub(super) fn manifest(m: &Matrix, plan: &MatrixPlan, o: &EmitOptions) -> String
     for (i, (needs, ids)) in groups(plan).iter().enumerate() {
         let n = ids.len();
         let parallel = o.parallel.unwrap_or(n).min(n);
+        // Under `requests:` and `limits:` (14 spaces), not beside them.
         let mut limits = format!(
-            "            cpu: {}\n            memory: {}\n",
+            "              cpu: {}\n              memory: {}\n",
             yaml_str(&needs.cpus.to_string()),
             yaml_str(&quantity(&needs.memory))
         );
         if needs.gpus > 0 {
-            limits.push_str(&format!("            amd.com/gpu: {}\n", yaml_str(&needs.gpus.to_string())));
+            limits.push_str(&format!("              amd.com/gpu: {}\n", yaml_str(&needs.gpus.to_string())));
         }
         s.push_str(&format!(
             "---
@@ -125,7 +127,7 @@ mod tests {
     fn memory_and_names() {
         assert_eq!(quantity("4G"), "4Gi");
         assert_eq!(quantity("512M"), "512Mi");
-        assert_eq!(quantity("1000"), "1000");
+        assert_eq!(quantity("1000"), "1000Mi");
         assert_eq!(dns_name("Flash_Attention.2"), "flash-attention-2");
     }
 }

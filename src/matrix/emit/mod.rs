@@ -78,6 +78,26 @@ pub fn on_path(command: &str) -> Option<std::path::PathBuf> {
     std::env::split_paths(&path).map(|d| d.join(command)).find(|p| runnable(p))
 }
 
+/// The matrix file's path relative to the root of the git checkout that
+/// holds it: what a GitHub runner, which starts in its own checkout of the
+/// repository, can open.
+pub fn path_in_checkout(file: &std::path::Path) -> Result<String, EmitError> {
+    let abs = std::path::absolute(file)
+        .map_err(|e| EmitError::Path { file: file.display().to_string(), message: e.to_string() })?;
+    let root = abs.ancestors().skip(1).find(|d| d.join(".git").exists()).ok_or_else(|| EmitError::Path {
+        file: file.display().to_string(),
+        message: "is not in a git checkout, and a GitHub runner sees only its checkout of the repository: commit the matrix file to the repository, or give --matrix-path".into(),
+    })?;
+    Ok(abs.strip_prefix(root).expect("an ancestor").display().to_string())
+}
+
+/// Why a description cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    #[error("matrix file `{file}` {message}")]
+    Path { file: String, message: String },
+}
+
 /// A string as a single-quoted shell word.
 pub(crate) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))

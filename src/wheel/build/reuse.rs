@@ -131,7 +131,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
         Some(hit) => from_entry(&hit.value, &o.output, hit.tier)?,
         None => {
             let engine = crate::trace::time("wheel: engine", || connect(&mut engine))?;
-            let reference = o.image.in_engine(engine, &image, &crate::cache::scratch_dir(o.cache.root()))?;
+            let reference = o.image.in_engine(engine, &image, &o.cache.tmp_dir())?;
             let project = key::project_key(&image, &o.targets.targets, &key::project_name(&o.source)).hex();
             let restored = if o.compiler_cache == Mode::Off || o.no_cache {
                 None
@@ -167,7 +167,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
     };
     if let Some(cmd) = &o.test {
         let engine = connect(&mut engine)?;
-        let scratch = crate::cache::scratch_dir(o.cache.root());
+        let scratch = o.cache.tmp_dir();
         let reference = match &o.test_image {
             Some(t) => t.loaded(engine, &scratch)?,
             None => o.image.in_engine(engine, &image, &scratch)?,

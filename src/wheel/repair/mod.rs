@@ -121,8 +121,19 @@ pub struct RepairReport {
     pub copied_from_input: BTreeMap<String, u64>,
 }
 
-/// Repair `wheel` into `out_dir`.
+/// Repair `wheel` into `out_dir`. A failed repair leaves nothing: not even
+/// `out_dir`, when this made it.
 pub fn repair(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
+    let made = !out_dir.exists();
+    let r = repair_into(wheel, out_dir, options);
+    if r.is_err() && made {
+        // Removes only an empty directory: the scratch inside is gone by now.
+        let _ = std::fs::remove_dir(out_dir);
+    }
+    r
+}
+
+fn repair_into(wheel: &Path, out_dir: &Path, options: &RepairOptions) -> Result<RepairReport, WheelError> {
     let fail = |why: String| WheelError::Repair { wheel: wheel.to_path_buf(), why };
     let refuse =
         |source: RepairError| WheelError::CannotRepair { wheel: wheel.to_path_buf(), source: Box::new(source) };
