@@ -69,6 +69,7 @@ impl log::Log for Sink {
 pub fn install(mode: Mode) {
     let sink = SINK.get_or_init(|| Sink { mode: Mutex::new(mode), warnings: Mutex::new(Vec::new()) });
     *sink.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+    crate::progress::set_human(mode == Mode::Human);
     if log::set_logger(sink).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
     }

@@ -264,11 +264,11 @@ fn bytes_under(dir: &Path) -> u64 {
 fn builds_killed_at_random_points_leave_nothing_behind() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
-    // 24 MB in 48 files: packing takes long enough to be killed in the middle.
+    // 12 MB in 48 files: packing takes long enough to be killed in the middle.
     for i in 0..48u32 {
-        let mut data = Vec::with_capacity(512 * 1024);
+        let mut data = Vec::with_capacity(256 * 1024);
         let mut x = i.wrapping_mul(2654435761) | 1;
-        while data.len() < 512 * 1024 {
+        while data.len() < 256 * 1024 {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;

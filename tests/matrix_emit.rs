@@ -383,3 +383,29 @@ fn an_include_of_an_existing_cell_gives_it_its_needs_and_bad_needs_are_refused()
         assert!(e.contains(field) && e.contains(says), "{extra}: {e}");
     }
 }
+
+/// `matrix plan` of examples/matrix/matrix.toml built its 2.7 GB job image
+/// for minutes without a word. A plan builds nothing unasked: it says the
+/// image is not built, which layers it lacks and how to build it, and gives
+/// the cells without keys (with --build-image it builds, and says so first).
+#[test]
+fn a_plan_does_not_build_the_job_image_unasked() {
+    let cache = tempfile::tempdir().unwrap();
+    let example = repo().join("examples/matrix/matrix.toml");
+    let t = std::time::Instant::now();
+    let o = plan_here(&["--json"], &example, cache.path());
+    let plan = stdout_json(&o);
+    let warnings = plan["warnings"].to_string();
+    assert!(
+        warnings.contains("hip-builder-debian13.toml")
+            && warnings.contains("is not built")
+            && warnings.contains("--build-image"),
+        "{plan:#}"
+    );
+    assert_eq!(plan["done_in"], "not_looked_up", "{plan:#}");
+    assert!(plan["cells"].as_array().unwrap().iter().all(|c| c["key"].is_null()), "{plan:#}");
+    let built: Vec<_> =
+        std::fs::read_dir(cache.path().join("layers")).map(|r| r.flatten().collect()).unwrap_or_default();
+    assert!(built.is_empty(), "nothing built: {built:?}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(120), "it planned, it did not build");
+}

@@ -585,3 +585,41 @@ fn an_edited_pin_names_the_lock() {
     let e = stderr(&build(&img, &a.root.path().join("edited-cache"), &a.root.path().join("out-edited"), 1));
     assert!(e.contains("sha256 mismatch") && e.contains("IMAGE.lock") && e.contains("quarry lock"), "{e}");
 }
+
+/// A cold build printed nothing for most of its run, and nothing at all
+/// when its output was not a terminal. Each long phase now says what it
+/// does, a line each in a log (stdout piped here); `--quiet` and `--json`
+/// show none.
+#[test]
+fn a_build_says_what_it_does_in_a_log_and_nothing_when_quiet() {
+    let Some(a) = archive() else { return };
+    let img = a.image("phases", &["app"], &a.keyring);
+    let run = |cache: &str, extra: &[&str]| {
+        let o = run_expect(
+            quarry()
+                .arg("build")
+                .arg(&img)
+                .arg("--cache-dir")
+                .arg(a.root.path().join(cache))
+                .arg("-o")
+                .arg(a.root.path().join(format!("out-{cache}")))
+                .args(extra)
+                .env("no_proxy", "127.0.0.1")
+                .env("NO_PROXY", "127.0.0.1"),
+            0,
+        );
+        stderr(&o)
+    };
+    let log = run("log", &[]);
+    for line in [
+        "quarry: reading `test`",
+        "quarry: downloading 4 of 4 packages",
+        "quarry: unpacking 4 packages",
+        "quarry: packing layer `base`",
+    ] {
+        assert!(log.lines().any(|l| l.starts_with(line)), "no `{line}` in:\n{log}");
+    }
+    assert_eq!(run("quiet", &["--quiet"]), "", "--quiet prints nothing");
+    let json = run("json", &["--json"]);
+    assert!(!json.contains("quarry: "), "--json keeps stderr for errors: {json}");
+}

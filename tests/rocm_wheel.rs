@@ -105,7 +105,9 @@ fn build(build_image: &str, out: &Path, dist: &Path, extra: &[&str]) -> (PathBuf
     let mut c = quarry();
     c.args(["wheel", "build"]).arg(repo().join("examples/rocm-wheel"));
     c.args(["--image", build_image, "-o"]).arg(out).arg("--rocm-packages").arg(dist);
-    c.args(["--preload", "amdhip64", "--axis", "PYTORCH_ROCM_ARCH=gfx90a;gfx1100", "--gpu", "none", "--repair"]);
+    // No --preload: the default is every ROCm library the wheel's binaries
+    // need (libamdhip64.so.5, as hipcc links it), which `_rocm_init.py` loads first.
+    c.args(["--axis", "PYTORCH_ROCM_ARCH=gfx90a;gfx1100", "--gpu", "none", "--repair"]);
     c.args(["--json", "--no-cache", "--cache-dir"]).arg(packages_cache()).args(extra);
     let o = run_expect(&mut c, 0);
     let built = stdout_json(&o);

@@ -197,7 +197,7 @@ impl<'a> Executor<'a> {
         host_digests: Option<&mut crate::layer::write::HostDigests>,
     ) -> Result<LayerBlob, BuildError> {
         let n = &plan.layers[i];
-        let bar = self.opts.progress.bytes(tree.content_bytes(), n.name.clone());
+        let bar = crate::progress::phase_bytes(format!("packing layer `{}`", n.name), tree.content_bytes());
         let wopts = crate::layer::write::WriteOptions { source_date_epoch: self.opts.source_date_epoch };
         let packing = crate::trace::span("pack (wall)");
         let blob = crate::layer::pack::pack_tree(
@@ -211,7 +211,7 @@ impl<'a> Executor<'a> {
         )
         .map_err(|err| BuildError::Pack { layer: n.name.clone(), err })?;
         drop(packing);
-        bar.finish_and_clear();
+        drop(bar);
         Ok(blob)
     }
 

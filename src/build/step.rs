@@ -15,6 +15,11 @@ pub(super) fn run(
     run: &RunDef,
     inputs: &[StepInput],
 ) -> Result<(), BuildError> {
+    crate::progress::announce(format!(
+        "step `{}`: its script in a container ({})",
+        layer.name,
+        if run.network { "with the network" } else { "no network" }
+    ));
     let mut copies = Vec::new();
     for (j, input) in inputs.iter().enumerate() {
         let host = match &input.from {

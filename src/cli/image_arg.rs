@@ -131,6 +131,20 @@ pub fn build_image(
     })
 }
 
+/// When `arg` is an image definition whose image the cache cannot compose
+/// yet: the layers a build of it would make or fetch (nothing is built).
+pub fn layers_to_build(arg: &str, sets: &[String], cache: &Cache) -> anyhow::Result<Option<Vec<String>>> {
+    let ImageArg::Definition(f) = classify(arg)? else { return Ok(None) };
+    let sets = crate::definition::parse_sets(sets).map_err(|e| anyhow::anyhow!(e))?;
+    let opts = BuildOptions::defaults(sets, cache.clone(), Progress::hidden())?;
+    let image = crate::definition::load_image(&f, &opts.sets)?;
+    let mut plan = crate::plan::make(&image, &opts.plan_options(crate::plan::PinMode::Locked))?;
+    if crate::build::manifest_if_cached(&mut plan, &opts, cache)?.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(plan.layers.iter().filter(|n| !n.cached).map(|n| n.name.clone()).collect()))
+}
+
 /// The engine reference of an IMAGE argument: a layout or a definition is
 /// built if needed and loaded first.
 pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &CacheConfig) -> anyhow::Result<String> {

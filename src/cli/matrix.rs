@@ -44,6 +44,9 @@ pub struct PlanArgs {
     /// The cells only: no keys, nothing asked of the image, the source or the registry (every cell "to run")
     #[arg(long)]
     no_keys: bool,
+    /// Build the job's image when the cache lacks it (the cells' keys need its digest); without it, such a plan says so and computes no keys
+    #[arg(long)]
+    build_image: bool,
 }
 
 #[derive(clap::Args)]
@@ -158,8 +161,19 @@ fn build_image(
         // An image job builds its own; a templated image is one per cell.
         matrix::definition::JobKind::Image => None,
         _ if m.job.image_is_template() => None,
-        _ => Some(image_arg::build_image(&m.job.image, &c.sets, &open_cache(c, registry)?, Progress::new(json, true))?),
+        _ => {
+            Some(image_arg::build_image(&m.job.image, &c.sets, &open_cache(c, registry)?, Progress::new(json, false))?)
+        }
     })
+}
+
+/// The layers of the job's shared image the cache lacks (None: it has
+/// them all, or the job has no such image to build).
+fn image_layers_to_build(c: &Common, m: &Matrix, registry: Option<&str>) -> anyhow::Result<Option<Vec<String>>> {
+    if m.job.kind == matrix::definition::JobKind::Image || m.job.image_is_template() {
+        return Ok(None);
+    }
+    image_arg::layers_to_build(&m.job.image, &c.sets, &open_cache(c, registry)?)
 }
 
 /// The cache, with the registry tier the matrix uses (None: local only).
@@ -226,13 +240,33 @@ fn print_plan(p: &MatrixPlan) {
 
 fn plan(a: PlanArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let p = if a.no_keys {
-        let m = Matrix::load(&a.common.file)?;
+    let m = Matrix::load(&a.common.file)?;
+    let named = matrix::registry_named(&m, given(&a.common));
+    // A plan builds nothing it was not asked to: the job's image only with
+    // --build-image (cells' keys need its digest), and it says so first.
+    let unbuilt = if a.no_keys { None } else { image_layers_to_build(&a.common, &m, named.as_deref())? };
+    let keyless = a.no_keys || (unbuilt.is_some() && !a.build_image);
+    if let Some(layers) = &unbuilt {
+        let list = layers.join(", ");
+        if a.build_image {
+            log::info!(
+                "building the job's image `{}` first ({} layer(s): {list}): the cells' keys need its digest",
+                m.job.image,
+                layers.len()
+            );
+        } else {
+            log::warn!(
+                "the job's image `{}` is not built ({} layer(s) to make or fetch: {list}), and the cells' keys need its digest: no keys computed; build it (`quarry build {}`) or give --build-image",
+                m.job.image,
+                layers.len(),
+                m.job.image
+            );
+        }
+    }
+    let p = if keyless {
         // Nothing is asked of the registry; it is named when known.
-        matrix::plan::every_cell(&m, matrix::registry_named(&m, given(&a.common)).as_deref())?
+        matrix::plan::every_cell(&m, named.as_deref())?
     } else {
-        let m = Matrix::load(&a.common.file)?;
-        let named = matrix::registry_named(&m, given(&a.common));
         let image = build_image(&a.common, &m, a.json, named.as_deref())?;
         let s = shared(&m, &a.common, image, named.as_deref(), PathBuf::from("matrix-out"))?;
         matrix::plan::plan(&s, named.as_deref())?

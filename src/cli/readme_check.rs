@@ -20,6 +20,7 @@ const DOCS: &[(&str, &str)] = &[
     ("docs/images-and-locks.md", include_str!("../../docs/images-and-locks.md")),
     ("docs/kernels.md", include_str!("../../docs/kernels.md")),
     ("docs/performance.md", include_str!("../../docs/performance.md")),
+    ("docs/reliability.md", include_str!("../../docs/reliability.md")),
     ("docs/rocm-packaging.md", include_str!("../../docs/rocm-packaging.md")),
     ("docs/test-images.md", include_str!("../../docs/test-images.md")),
     ("docs/wheels.md", include_str!("../../docs/wheels.md")),

@@ -171,6 +171,10 @@ pub fn run_scripts(
     spool: &Path,
     epoch: u64,
 ) -> Result<Tree, DistroError> {
+    let _phase = crate::progress::phase(format!(
+        "running the maintainer scripts and triggers of {} packages (no network)",
+        u.packages.len()
+    ));
     let work = tempfile::Builder::new().prefix("scripts-").tempdir_in(spool).map_err(|e| DistroError::io(spool, e))?;
     let root = work.path().join("root");
     std::fs::create_dir(&root).map_err(|e| DistroError::io(&root, e))?;

@@ -1,7 +1,7 @@
 //! The archive a distribution's own installer would use: Debian's
 //! `debootstrap` package names each release's default mirror in its suite
-//! scripts (`/usr/share/debootstrap/scripts/noble`: `default_mirror
-//! http://archive.ubuntu.com/ubuntu` for amd64). `mirror = "host"` falls back
+//! scripts (`/usr/share/debootstrap/scripts/noble`: a `default_mirror`
+//! line for each architecture). `mirror = "host"` falls back
 //! to it when this machine's apt sources name no archive for the suite (an
 //! Ubuntu image built on a Debian machine), so no mirror is written into a
 //! definition and none is guessed by quarry.

@@ -234,6 +234,12 @@ pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Resul
             e => e,
         })
     };
+    let missing: Vec<&PinnedPackage> =
+        lock.packages.iter().filter(|p| cache.file(Bucket::Debs, &p.sha256).is_none()).collect();
+    let phase = crate::progress::phase_bytes(
+        format!("downloading {} of {} packages", missing.len(), lock.packages.len()),
+        missing.iter().map(|p| p.size).sum(),
+    );
     // A few downloads at a time: latency, not bandwidth, dominates small files.
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<std::sync::Mutex<Option<Result<PathBuf, DistroError>>>> =
@@ -243,7 +249,11 @@ pub fn fetch_debs(spec: &PackageSet, lock: &PackagePins, cache: &Cache) -> Resul
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(p) = lock.packages.get(i) else { break };
+                let cached = cache.file(Bucket::Debs, &p.sha256).is_some();
                 let r = fetch_one(p);
+                if !cached {
+                    phase.inc(p.size);
+                }
                 let failed = r.is_err();
                 *results[i].lock().expect("not poisoned") = Some(r);
                 if failed {

@@ -231,6 +231,7 @@ fn unpack_all(
     marks: impl Fn(&control::Paragraph) -> (bool, bool),
 ) -> Result<bool, DistroError> {
     let _span = crate::trace::span("packages: unpack");
+    let _phase = crate::progress::phase(format!("unpacking {} packages", opened.len()));
     for d in opened {
         let (named, essential) = marks(&d.control);
         u.unpack(d, named, essential)?;

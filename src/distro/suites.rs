@@ -62,6 +62,8 @@ pub(super) fn fetch_indexes(
     let mut all: Vec<archive::Package> = Vec::new();
     for suite in &spec.suites {
         let repo = repo(spec, suite, keyring.path.clone())?;
+        let _phase =
+            crate::progress::phase(format!("reading `{suite}` ({} {})", repo.mirror, spec.components.join(" ")));
         let release = repo.fetch_release(&fetcher, spool)?;
         let pkgs = repo.fetch_packages(&fetcher, cache, &release)?;
         releases.insert(suite.clone(), release.digest.to_string());

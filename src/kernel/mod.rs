@@ -266,6 +266,7 @@ fn run_in_container(
     let loading = crate::trace::span("kernel: image in the engine");
     let reference = o.image.in_engine(engine, image, &o.cache.tmp_dir())?;
     drop(loading);
+    crate::progress::announce(format!("building kernels in a container of {reference}"));
     let mut env = targets::env(&o.targets.targets);
     env.extend(o.env.iter().cloned());
     let mut copy_in = inputs::source_copies(&o.source, skip)?;

@@ -26,6 +26,7 @@ pub mod record;
 pub mod repair;
 pub mod rocm_init;
 pub mod rocm_packages;
+pub mod rocm_preload;
 pub mod source_epoch;
 pub mod split;
 pub mod unpack;

@@ -192,6 +192,8 @@ pub struct Injected {
     pub requirement: String,
     /// The packages given a `_rocm_init.py` (`hipscale`).
     pub packages: Vec<String>,
+    /// The short names `_rocm_init.py` preloads.
+    pub preload: Vec<String>,
 }
 
 fn is_elf(path: &Path) -> bool {
@@ -213,12 +215,21 @@ fn elf_files(root: &Path, dir: &Path) -> Vec<String> {
 
 /// Rewrite `wheel` into `out_dir`: the pin in METADATA, `_rocm_init.py`
 /// in every top-level package holding native code, its call at the top of
-/// that package's `__init__.py`. A wheel whose native code is outside any
-/// regular package (a top-level extension module) is an error that says
-/// what to change: nothing there would run before it.
-pub fn inject(wheel: &Path, pin: &RocmPin, out_dir: &Path) -> Result<Injected, WheelError> {
+/// that package's `__init__.py`. `_rocm_init.py` preloads `pin.preload`,
+/// or, when that is empty, every library of `provided` (the ROCm packages'
+/// sonames) the wheel's ELF files need (see `rocm_preload`). A wheel whose
+/// native code is outside any regular package (a top-level extension
+/// module) is an error that says what to change: nothing there would run before it.
+pub fn inject(
+    wheel: &Path,
+    pin: &RocmPin,
+    provided: &std::collections::BTreeSet<String>,
+    out_dir: &Path,
+) -> Result<Injected, WheelError> {
     let u = unpack(wheel, out_dir, "rocm-init")?;
     let root = &u.root;
+    let needed = super::rocm_preload::needed(root, provided);
+    let pin = &RocmPin { preload: super::rocm_preload::choose(&pin.preload, &needed), ..pin.clone() };
     let layout = |why: String| WheelError::Layout { wheel: wheel.to_path_buf(), why };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(root)
         .map_err(|source| WheelError::Io { path: root.clone(), source })?
@@ -271,7 +282,7 @@ pub fn inject(wheel: &Path, pin: &RocmPin, out_dir: &Path) -> Result<Injected, W
         .map_err(|source| WheelError::Io { path: metadata.clone(), source })?;
     let output = out_dir.join(wheel.file_name().unwrap_or_default());
     archive::pack_dir(root, &u.dist_info, &output, u.zip_time()?)?;
-    Ok(Injected { wheel: output, requirement: pin.requirement(), packages })
+    Ok(Injected { wheel: output, requirement: pin.requirement(), packages, preload: pin.preload.clone() })
 }
 
 #[cfg(test)]
@@ -334,8 +345,8 @@ mod tests {
             ],
         );
         let p = pin("5.7.dev0", VersionPolicy::Exact);
-        let a = inject(&wheel, &p, &d.path().join("a")).unwrap();
-        let b = inject(&wheel, &p, &d.path().join("b")).unwrap();
+        let a = inject(&wheel, &p, &Default::default(), &d.path().join("a")).unwrap();
+        let b = inject(&wheel, &p, &Default::default(), &d.path().join("b")).unwrap();
         assert_eq!(a.packages, ["demo"]);
         assert_eq!(std::fs::read(&a.wheel).unwrap(), std::fs::read(&b.wheel).unwrap());
         let mut z = archive::WheelZip::open(&a.wheel).unwrap();
@@ -353,7 +364,7 @@ mod tests {
                 ("demo-1.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nTag: cp313-cp313-linux_x86_64\n"),
             ],
         );
-        let e = inject(&top, &p, &d2.path().join("out")).unwrap_err().to_string();
+        let e = inject(&top, &p, &Default::default(), &d2.path().join("out")).unwrap_err().to_string();
         assert!(e.contains("`demo.cpython-313-x86_64-linux-gnu.so` is not inside a regular package"), "{e}");
     }
 

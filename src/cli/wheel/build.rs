@@ -88,7 +88,7 @@ pub struct Args {
     /// With --rocm-packages: the extras of `rocm` the build environment gets
     #[arg(long = "rocm-extras", value_name = "EXTRA,...", default_value = "libraries,devel", value_delimiter = ',')]
     rocm_extras: Vec<String>,
-    /// With --rocm-packages: libraries `_rocm_init.py` preloads by short name (`amdhip64,rocblas`)
+    /// With --rocm-packages: libraries `_rocm_init.py` preloads by short name (`amdhip64,hipblas`) [default: every ROCm library the wheel's binaries need]
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     preload: Vec<String>,
     /// With --rocm-packages: `exact` pins `rocm[libraries]==V`; `minor` pins

@@ -34,7 +34,7 @@ pub enum ResolveError {
 pub enum Unmet {
     #[error("`{name}` {version} is chosen already")]
     Chosen { name: String, version: String },
-    #[error("`{name}` {version} is installed in the layers below")]
+    #[error("`{name}` {version} is installed in the layers below (a layer resolves over the suites it names: give it the pockets the layers below came from)")]
     Installed { name: String, version: String },
     #[error("the index has `{name}` only as version {versions}")]
     OtherVersions { name: String, versions: String },

@@ -146,38 +146,8 @@ pub fn rpath_subdirs(kind: &str) -> &'static [&'static str] {
     }
 }
 
-/// `find_libraries` short names: (short name, package kind, file-name
-/// prefix, directory under the package).
-pub const SHORT_NAMES: &[(&str, &str, &str, &str)] = &[
-    ("amdhip64", "core", "libamdhip64.so", "lib"),
-    ("hipfile", "core", "libhipfile.so", "lib"),
-    ("hiprtc", "core", "libhiprtc.so", "lib"),
-    ("roctx64", "core", "libroctx64.so", "lib"),
-    ("rocprofiler-sdk", "core", "librocprofiler-sdk.so", "lib"),
-    ("rocprofiler-sdk-roctx", "core", "librocprofiler-sdk-roctx.so", "lib"),
-    ("roctracer64", "core", "libroctracer64.so", "lib"),
-    ("amd_comgr", "core", "libamd_comgr.so", "lib"),
-    ("rocm_kpack", "core", "librocm_kpack.so", "lib"),
-    ("rocm_smi64", "core", "librocm_smi64.so", "lib"),
-    ("rocdecode", "core", "librocdecode.so", "lib"),
-    ("rocjpeg", "core", "librocjpeg.so", "lib"),
-    ("amd_smi", "core", "libamd_smi.so", "lib"),
-    ("rocdxg", "core", "librocdxg.so", "lib"),
-    ("rocm_sysdeps_liblzma", "core", "librocm_sysdeps_liblzma.so", "lib/rocm_sysdeps/lib"),
-    ("rocm-openblas", "core", "librocm-openblas.so", "lib/host-math/lib"),
-    ("rpp", "libraries", "librpp.so", "lib"),
-    ("hipblas", "libraries", "libhipblas.so", "lib"),
-    ("hipblaslt", "libraries", "libhipblaslt.so", "lib"),
-    ("hipfft", "libraries", "libhipfft.so", "lib"),
-    ("hiprand", "libraries", "libhiprand.so", "lib"),
-    ("hipsparse", "libraries", "libhipsparse.so", "lib"),
-    ("hipsparselt", "libraries", "libhipsparselt.so", "lib"),
-    ("hipsolver", "libraries", "libhipsolver.so", "lib"),
-    ("rccl", "libraries", "librccl.so", "lib"),
-    ("miopen", "libraries", "libMIOpen.so", "lib"),
-    ("origami", "libraries", "liborigami.so", "lib"),
-    ("hipdnn", "libraries", "libhipdnn_backend.so", "lib"),
-];
+/// `find_libraries` short names (kept with the wheels that preload them).
+pub use crate::wheel::rocm_preload::SHORT_NAMES;
 
 /// `rocm-sdk-core`'s console scripts: (name, path under the package, the
 /// devel tree is expanded first).

@@ -60,10 +60,6 @@ pub(super) fn finish(
         }
         let pure = parse_name(&wheel)?.is_pure();
         let (mut rocm_requirement, mut rocm_init, mut rocm_excluded) = (None, Vec::new(), None);
-        if let Some(r) = &o.rocm {
-            let done = crate::wheel::rocm_init::inject(&wheel, &r.pin, &staging.join(format!("rocm-{n}")))?;
-            (wheel, rocm_requirement, rocm_init) = (done.wheel, Some(done.requirement), done.packages);
-        }
         let mut repaired = false;
         if o.repair && !pure {
             let mut exclude = o.exclude.clone();
@@ -83,6 +79,12 @@ pub(super) fn finish(
             }
             wheel = report.output;
             repaired = true;
+        }
+        // After repair: what it left to ROCm's packages is what they must load first.
+        if let Some(r) = &o.rocm {
+            let provided = &r.packages.libraries;
+            let done = crate::wheel::rocm_init::inject(&wheel, &r.pin, provided, &staging.join(format!("rocm-{n}")))?;
+            (wheel, rocm_requirement, rocm_init) = (done.wheel, Some(done.requirement), done.packages);
         }
         let mut device_wheels = Vec::new();
         if o.split && !pure {

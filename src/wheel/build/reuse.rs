@@ -142,6 +142,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
             };
             let staged_cc = cache.stage()?;
             let session = crate::trace::span("wheel: container session");
+            crate::progress::announce(format!("building wheels in a container of {reference}"));
             let ran = run_builds(
                 engine,
                 &reference,
@@ -172,6 +173,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
             Some(t) => t.loaded(engine, &scratch)?,
             None => o.image.in_engine(engine, &image, &scratch)?,
         };
+        crate::progress::announce(format!("testing the wheels in a container of {reference}"));
         // The tests pin what they install in the lock (`[[test]]`).
         let mut lock = lock::BuildLock::read(&parts.lock_path).map_err(BuildError::Lock)?;
         let mut cx = test::TestContext { cache, lock: &mut lock, lock_path: &parts.lock_path };
