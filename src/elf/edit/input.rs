@@ -205,7 +205,15 @@ impl Input {
             }
             _ => self.refs_complete &= symtab.is_none(),
         }
+        // The version chains end where an entry's `next` is 0: a count that
+        // claims more (found by fuzzing: a count of 2^32 over one entry
+        // read the same entry until memory ran out) ends there too, and a
+        // count the file could not hold is refused.
+        let file_len = data.len().map_err(|()| bad("the file"))?;
         if let (Some(addr), Some(num)) = verneed {
+            if num > file_len / 16 {
+                return Err(bad("DT_VERNEEDNUM (more entries than the file holds)"));
+            }
             let mut at = self.offset_of(addr, 16).ok_or_else(|| bad("DT_VERNEED"))?;
             for _ in 0..num {
                 let need: &elf::Verneed<Endianness> = data.read_at(at).map_err(|()| bad(".gnu.version_r"))?;
@@ -214,15 +222,24 @@ impl Input {
                 for _ in 0..need.vn_cnt.get(e) {
                     let aux: &elf::Vernaux<Endianness> = data.read_at(aux_at).map_err(|()| bad(".gnu.version_r"))?;
                     self.refs.push((Site::Other, u64::from(aux.vna_name.get(e))));
-                    aux_at += u64::from(aux.vna_next.get(e));
+                    match aux.vna_next.get(e) {
+                        0 => break,
+                        next => aux_at += u64::from(next),
+                    }
                 }
-                at += u64::from(need.vn_next.get(e));
+                match need.vn_next.get(e) {
+                    0 => break,
+                    next => at += u64::from(next),
+                }
             }
             if let Some(s) = self.sections.iter().find(|s| s.sh_type(e) == elf::SHT_GNU_VERNEED) {
                 self.verneed_linked = Some(s.sh_link(e) as usize) == self.dynstr_section;
             }
         }
         if let (Some(addr), Some(num)) = verdef {
+            if num > file_len / 20 {
+                return Err(bad("DT_VERDEFNUM (more entries than the file holds)"));
+            }
             let mut at = self.offset_of(addr, 20).ok_or_else(|| bad("DT_VERDEF"))?;
             for _ in 0..num {
                 let def: &elf::Verdef<Endianness> = data.read_at(at).map_err(|()| bad(".gnu.version_d"))?;
@@ -230,9 +247,15 @@ impl Input {
                 for _ in 0..def.vd_cnt.get(e) {
                     let aux: &elf::Verdaux<Endianness> = data.read_at(aux_at).map_err(|()| bad(".gnu.version_d"))?;
                     self.refs.push((Site::Other, u64::from(aux.vda_name.get(e))));
-                    aux_at += u64::from(aux.vda_next.get(e));
+                    match aux.vda_next.get(e) {
+                        0 => break,
+                        next => aux_at += u64::from(next),
+                    }
                 }
-                at += u64::from(def.vd_next.get(e));
+                match def.vd_next.get(e) {
+                    0 => break,
+                    next => at += u64::from(next),
+                }
             }
         }
         Ok(())

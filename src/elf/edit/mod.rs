@@ -136,7 +136,8 @@ pub fn edit(src: &Path, edits: &ElfEdits) -> Result<Edited, EditError> {
             if input.tag(d) == elf::DT_NULL {
                 break;
             }
-            let untouched = bytes_of(d) == bytes_of(&input.dynamic[i]);
+            // An entry past the input's (a new one, `.dynamic` grown) is not the input's.
+            let untouched = input.dynamic.get(i).is_some_and(|orig| bytes_of(d) == bytes_of(orig));
             if untouched && input.tag(d) == elf::DT_NEEDED && input.string_at(d.d_val.get(e))? == old.as_bytes() {
                 let to = *at.get_or_insert_with(|| strings.place(new, None));
                 d.d_val = U64::new(e, to);

@@ -297,3 +297,71 @@ fn several_needed_entries_are_renamed_into_a_grown_table() {
     assert_eq!(info.needed.len(), before.needed.len());
     assert_eq!(info.rpath.as_deref(), Some("$ORIGIN/../some.libs"));
 }
+
+/// Found by fuzzing (`fuzz/fuzz_targets/elf_edit.rs`): a `.dynamic` without
+/// its DT_NULL terminator, grown by a new RPATH, then walked for NEEDED
+/// entries past the input's end, panicked. It is an answer now, not a panic.
+#[test]
+fn a_dynamic_table_without_its_terminator_is_no_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = lib(dir.path(), &[]) else { return };
+    let mut data = std::fs::read(&lib).unwrap();
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
+    let phoff = u64_at(&data, 0x20) as usize;
+    let dynamic = (0..phnum(&data) as usize)
+        .map(|i| phoff + i * 56)
+        .find(|&o| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) == 2)
+        .unwrap();
+    let (start, len) = (u64_at(&data, dynamic + 8) as usize, u64_at(&data, dynamic + 32) as usize);
+    for o in (start..start + len).step_by(16) {
+        if u64_at(&data, o) == 0 {
+            data[o..o + 8].copy_from_slice(&21u64.to_le_bytes()); // DT_DEBUG: no DT_NULL is left
+        }
+    }
+    let broken = dir.path().join("noterm.so");
+    std::fs::write(&broken, &data).unwrap();
+    let edits = ElfEdits {
+        set_rpath: Some("$ORIGIN/../lib".into()),
+        replace_needed: vec![("libc.so.6".into(), "libc-x.so.6".into())],
+        ..Default::default()
+    };
+    let _ = edit(&broken, &edits);
+}
+
+/// Set the value of the dynamic entry `tag` of an ELF64 little-endian image.
+fn set_dynamic_value(data: &mut [u8], tag: u64, value: u64) {
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
+    let phoff = u64_at(data, 0x20) as usize;
+    let dynamic = (0..phnum(data) as usize)
+        .map(|i| phoff + i * 56)
+        .find(|&o| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) == 2)
+        .unwrap();
+    let (start, len) = (u64_at(data, dynamic + 8) as usize, u64_at(data, dynamic + 32) as usize);
+    let at = (start..start + len).step_by(16).find(|&o| u64_at(data, o) == tag).unwrap();
+    data[at + 8..at + 16].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Found by fuzzing: a DT_VERNEEDNUM of 2^32 over one version entry (whose
+/// `vn_next` is 0) read that entry again and again until memory ran out.
+/// A count the file cannot hold is refused; a count past the chain's end
+/// stops at its end.
+#[test]
+fn a_version_count_past_its_chain_is_no_endless_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    // A call into glibc: a version need (GLIBC_2.2.5) in .gnu.version_r.
+    let source = "#include <stdio.h>\nint hello(void) { return puts(\"hi\"); }\n";
+    let Some(lib) = cc(dir.path(), "libver.so", source, &["-shared", "-fPIC"]) else { return };
+    let data = std::fs::read(&lib).unwrap();
+    const DT_VERNEEDNUM: u64 = 0x6fff_ffff;
+    let mut huge = data.clone();
+    set_dynamic_value(&mut huge, DT_VERNEEDNUM, u32::MAX as u64);
+    let p = dir.path().join("huge.so");
+    std::fs::write(&p, &huge).unwrap();
+    let e = edit(&p, &rpath("$ORIGIN")).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("DT_VERNEEDNUM"), "{e}");
+    let mut more = data;
+    set_dynamic_value(&mut more, DT_VERNEEDNUM, 3);
+    let p = dir.path().join("more.so");
+    std::fs::write(&p, &more).unwrap();
+    assert!(edit(&p, &rpath("$ORIGIN")).is_ok(), "the chain ends at its last entry");
+}
