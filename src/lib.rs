@@ -21,6 +21,7 @@ pub mod matrix;
 pub mod oci;
 pub mod plan;
 pub mod progress;
+pub mod provenance;
 pub mod purl;
 pub mod pypi;
 pub mod read_once;

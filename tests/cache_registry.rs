@@ -178,7 +178,8 @@ fn the_debian12_test_image_comes_whole_from_the_registry() {
     let l = layers(&b);
     assert!(!l.is_empty() && l.iter().all(|(_, cached, tier)| *cached && tier == "remote"), "0 layers packed: {b:#}");
     // The layout is whole: an independent reader agrees.
-    let inspected = Command::new("skopeo").arg("inspect").arg(format!("oci:{}", w.join("out-b").display())).output();
+    let inspected =
+        Command::new("skopeo").arg("inspect").arg(format!("oci:{}:latest", w.join("out-b").display())).output();
     let inspected = inspected.expect("run skopeo");
     assert!(inspected.status.success(), "{}", String::from_utf8_lossy(&inspected.stderr));
 }

@@ -6,6 +6,7 @@
 //! Debian image (tests/shipped_images.rs builds and runs both families).
 mod common;
 
+use common::provenance::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,6 +75,13 @@ fn debian12_image_builds_locked_reproducibly_offline_and_runs() {
     };
     assert_eq!(a["manifest_digest"], b["manifest_digest"], "two builds from the lock differ");
     check_sbom(&work.path().join("a"), &a, &work.path().join("b"), &b, &lock);
+    // The provenance: the same bytes from both builds, a valid SLSA v1
+    // statement by the in-toto models, every pinned .deb in it by sha256.
+    let (pa, pb) = (provenance_of(&work.path().join("a"), &a), provenance_of(&work.path().join("b"), &b));
+    assert!(pa == pb, "two builds gave different provenance");
+    let counted = check_with_in_toto_models(&pa, work.path());
+    assert_eq!(counted["subjects"], 1, "{counted}");
+    assert_lists_every_locked_deb(&pa, &lock);
 
     // Offline: first show that nothing can be fetched in this environment...
     let mut probe = quarry();

@@ -110,11 +110,12 @@ fn push_then_build_on_it_by_digest() {
     let push_cache = w.join("push-cache");
     let reference = format!("{}/quarry-test/a:v1", reg.addr());
 
-    // First push: every blob (layers and config) is sent.
+    // First push: every blob is sent: the layers and the config, and the
+    // provenance artifact's two (its statement and the empty config).
     let p1 = push(&a.dir, &reference, &push_cache, &[]);
     assert_eq!(p1["digest"], a.manifest_digest.as_str());
     assert_eq!(p1["ref"], format!("{reference}@{}", a.manifest_digest).as_str());
-    assert_eq!(p1["blobs_pushed"], a.layer_digests.len() as u64 + 1, "{p1}");
+    assert_eq!(p1["blobs_pushed"], a.layer_digests.len() as u64 + 3, "{p1}");
     assert_eq!(p1["blobs_skipped"], 0);
 
     // An independent reader sees the image.
@@ -130,7 +131,7 @@ fn push_then_build_on_it_by_digest() {
     assert!(uploads_before > 0, "the registry log shows no uploads:\n{}", reg.log());
     let p2 = push(&a.dir, &reference, &push_cache, &[]);
     assert_eq!(p2["blobs_pushed"], 0, "{p2}");
-    assert_eq!(p2["blobs_skipped"], a.layer_digests.len() as u64 + 1);
+    assert_eq!(p2["blobs_skipped"], a.layer_digests.len() as u64 + 3);
     assert_eq!(reg.upload_requests(), uploads_before, "a second push started uploads:\n{}", reg.log());
 
     // An image on the pushed one, pulled by digest into an empty cache.
@@ -153,7 +154,7 @@ fn push_then_build_on_it_by_digest() {
     }
     // The config is inherited: skopeo reads B's layout with A's env and cmd.
     let sb = stdout_json(&run_expect(
-        Command::new("skopeo").arg("inspect").arg(format!("oci:{}", w.join("out/b").display())),
+        Command::new("skopeo").arg("inspect").arg(format!("oci:{}:latest", w.join("out/b").display())),
         0,
     ));
     assert!(sb["Env"].as_array().unwrap().iter().any(|e| e == "QUARRY_BASE=a"), "{sb}");
@@ -161,7 +162,7 @@ fn push_then_build_on_it_by_digest() {
     // Pushing B to another repository mounts A's layers instead of sending them.
     let pb = push(&b.dir, &format!("{}/quarry-test/b:v1", reg.addr()), &pull_cache, &[]);
     assert_eq!(pb["blobs_mounted"], a.layer_digests.len() as u64, "{pb}");
-    assert_eq!(pb["blobs_pushed"], 2, "the new layer and the config: {pb}");
+    assert_eq!(pb["blobs_pushed"], 4, "the new layer, the config, the provenance statement and its empty config: {pb}");
     assert_eq!(skopeo_inspect(&format!("{}/quarry-test/b:v1", reg.addr()))["Digest"], b.manifest_digest.as_str());
 
     // A base pulled once by digest rebuilds without the registry.
@@ -717,8 +718,9 @@ fn a_failed_chunk_is_sent_again_in_the_same_session() {
     assert_eq!(p["digest"], img.manifest_digest.as_str());
     let seen = seen.lock().unwrap().clone();
     let count = |m: &str| seen.iter().filter(|l| l.starts_with(m) && l.contains("/blobs/uploads/")).count();
-    // One session for the layer and one for the config; 4 chunks + the failed one.
-    assert_eq!(count("POST "), 2, "{seen:#?}");
+    // One session for the layer, one for the config and one for each of the
+    // provenance artifact's two blobs; 4 chunks + the failed one.
+    assert_eq!(count("POST "), 4, "{seen:#?}");
     assert_eq!(count("PATCH "), 5, "{seen:#?}");
     assert_eq!(count("GET "), 1, "one status query: {seen:#?}");
     // The registry holds the right bytes: pull them back as a base.
@@ -750,7 +752,7 @@ fn docker_schema2_base() {
     run_expect(
         Command::new("skopeo")
             .args(["copy", "-q", "--dest-tls-verify=false", "--format", "v2s2"])
-            .arg(format!("oci:{}", img.dir.display()))
+            .arg(format!("oci:{}:latest", img.dir.display()))
             .arg(format!("docker://{reference}")),
         0,
     );

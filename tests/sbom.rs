@@ -1,4 +1,4 @@
-//! SBOMs (issue 13, item 8): the SPDX document of a real Debian package set
+//! SBOMs and provenance: the SPDX document of a real Debian package set
 //! (pinned by `quarry lock` from the archive this machine's apt uses),
 //! validated by the SPDX project's own validator; stored in a built layout
 //! as an OCI 1.1 referrer that skopeo, umoci and quarry's own readers step
@@ -231,6 +231,8 @@ struct Attached {
     image: String,
     sbom: Vec<u8>,
     artifact: String,
+    /// The provenance every build attaches.
+    provenance: String,
 }
 
 fn attached_image(work: &Path, name: &str) -> Attached {
@@ -244,6 +246,7 @@ fn attached_image(work: &Path, name: &str) -> Attached {
     let dir = work.join("out").join(name);
     let built = build(&work.join(name).join("image.toml"), &dir, &work.join("cache"));
     let image = built["manifest_digest"].as_str().unwrap().to_string();
+    let provenance = built["provenance"].as_str().unwrap().to_string();
     let file_digest =
         format!("sha256:{}", quarry::oci::digest::sha256_file(&work.join(name).join("motd.txt")).unwrap());
     let inv = Inventory {
@@ -264,7 +267,7 @@ fn attached_image(work: &Path, name: &str) -> Attached {
     let sbom = sbom::spdx_json(&inv).unwrap();
     let artifact =
         quarry::sbom::attach(&dir, &quarry::oci::Digest::parse(&image).unwrap(), &sbom).unwrap().digest().to_string();
-    Attached { dir, image, sbom, artifact }
+    Attached { dir, image, sbom, artifact, provenance }
 }
 
 #[test]
@@ -279,19 +282,23 @@ fn attached_sbom_leaves_the_image_readable_by_every_reader() {
     validate_with_pyspdxtools(&w.join("sbom.json"));
     let index: Value = serde_json::from_slice(&std::fs::read(a.dir.join("index.json")).unwrap()).unwrap();
     let entries = index["manifests"].as_array().unwrap();
-    assert_eq!(entries.len(), 2, "{index}");
+    assert_eq!(entries.len(), 3, "the image, its provenance and its SBOM: {index}");
     // Built and attached again elsewhere: the same SBOM, artifact and index bytes.
     let again = tempfile::tempdir().unwrap();
     let b = attached_image(again.path(), "readers");
     assert_eq!((&b.image, &b.sbom, &b.artifact), (&a.image, &a.sbom, &a.artifact));
     assert_eq!(std::fs::read(b.dir.join("index.json")).unwrap(), std::fs::read(a.dir.join("index.json")).unwrap());
-    assert_eq!(entries[1]["artifactType"], "application/spdx+json");
-    assert!(entries[1].get("annotations").is_none(), "the artifact is untagged: {index}");
+    assert_eq!(entries[1]["artifactType"], "application/vnd.in-toto+json");
+    assert_eq!(entries[2]["artifactType"], "application/spdx+json");
+    assert!(entries[1..].iter().all(|e| e.get("annotations").is_none()), "the artifacts are untagged: {index}");
 
     // quarry's readers find the image, not the artifact.
     let i = stdout_json(&run_expect(quarry().arg("inspect").arg(&a.dir).arg("--json"), 0));
     assert_eq!(i["manifest_digest"], a.image.as_str());
-    let sbom_referrer = serde_json::json!([{ "artifact_type": "application/spdx+json", "digest": a.artifact }]);
+    let sbom_referrer = serde_json::json!([
+        { "artifact_type": "application/vnd.in-toto+json", "digest": a.provenance },
+        { "artifact_type": "application/spdx+json", "digest": a.artifact },
+    ]);
     assert_eq!(i["referrers"], sbom_referrer);
     let archive = w.join("img.tar");
     for (format, referrers) in [("oci-archive", sbom_referrer.clone()), ("docker-archive", serde_json::json!([]))] {
@@ -398,8 +405,9 @@ fn push_sends_the_sbom_along() {
     let (port, seen) = recording_proxy(reg.port, None);
     let p = push(&a.dir, &format!("127.0.0.1:{port}/quarry-test/sbom:v1"), &w.join("push-cache"));
     assert_eq!(p["digest"], a.image.as_str());
-    let r = &p["referrers"][0];
-    assert_eq!(r["artifact_type"], "application/spdx+json");
+    let referrers = p["referrers"].as_array().unwrap();
+    assert_eq!(referrers.len(), 2, "the provenance and the SBOM: {p}");
+    let r = referrers.iter().find(|r| r["artifact_type"] == "application/spdx+json").unwrap();
     assert_eq!(r["digest"], a.artifact.as_str());
     assert_eq!(r["found_by"], "tags", "{p}");
     assert_eq!(r["tags"], serde_json::json!([format!("sha256-{hex}.sbom"), format!("sha256-{hex}")]));
@@ -432,9 +440,12 @@ fn push_sends_the_sbom_along() {
     );
     assert_eq!(status, 200);
     let index: Value = serde_json::from_slice(&raw).unwrap();
-    assert_eq!(index["manifests"].as_array().unwrap().len(), 1, "{index}");
-    assert_eq!(index["manifests"][0]["digest"], a.artifact.as_str());
-    assert_eq!(index["manifests"][0]["artifactType"], "application/spdx+json");
+    let listed = index["manifests"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{index}");
+    assert_eq!(listed[0]["digest"], a.provenance.as_str());
+    assert_eq!(listed[0]["artifactType"], "application/vnd.in-toto+json");
+    assert_eq!(listed[1]["digest"], a.artifact.as_str());
+    assert_eq!(listed[1]["artifactType"], "application/spdx+json");
 
     // Pushed again: nothing new, the index still lists it once.
     let again = push(&a.dir, &format!("{}/quarry-test/sbom:v1", reg.addr()), &w.join("push-cache"));
@@ -444,23 +455,106 @@ fn push_sends_the_sbom_along() {
         &format!("/v2/quarry-test/sbom/manifests/sha256-{hex}"),
         "application/vnd.oci.image.index.v1+json",
     );
-    assert_eq!(serde_json::from_slice::<Value>(&raw).unwrap()["manifests"].as_array().unwrap().len(), 1);
+    assert_eq!(serde_json::from_slice::<Value>(&raw).unwrap()["manifests"].as_array().unwrap().len(), 2);
 
     // A registry that answers the referrers API with the artifact: no fallback tags.
     let listing = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{ "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": a.artifact, "size": 1, "artifactType": "application/spdx+json" }],
+        "manifests": [
+            { "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": a.provenance, "size": 1, "artifactType": "application/vnd.in-toto+json" },
+            { "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": a.artifact, "size": 1, "artifactType": "application/spdx+json" },
+        ],
     })
     .to_string();
     let (port, seen) = recording_proxy(reg.port, Some(listing));
     let p = push(&a.dir, &format!("127.0.0.1:{port}/quarry-test/with-api:v1"), &w.join("push-cache"));
-    assert_eq!(p["referrers"][0]["found_by"], "referrers-api", "{p}");
-    assert_eq!(p["referrers"][0]["tags"], serde_json::json!([]));
+    for r in p["referrers"].as_array().unwrap() {
+        assert_eq!(r["found_by"], "referrers-api", "{p}");
+        assert_eq!(r["tags"], serde_json::json!([]));
+    }
     let lines = seen.lock().unwrap().clone();
     assert!(
         lines.iter().any(|l| l.starts_with(&format!("PUT /v2/quarry-test/with-api/manifests/{}", a.artifact))),
         "{lines:#?}"
     );
     assert!(!lines.iter().any(|l| l.contains("sha256-")), "no fallback tags: {lines:#?}");
+}
+
+/// A copy of the repository's `hello` image (its definition, layer file and
+/// files) in a new git checkout at `root`.
+fn hello_checkout(root: &Path) -> PathBuf {
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    let copy = |rel: &str| {
+        let (from, to) = (repo().join(rel), root.join(rel));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        run_expect(Command::new("cp").arg("-a").arg(&from).arg(&to), 0);
+    };
+    for rel in ["images/hello.toml", "images/hello", "layers/hello-files.toml"] {
+        copy(rel);
+    }
+    root.join("images/hello.toml")
+}
+
+#[test]
+fn a_build_carries_provenance_the_same_on_any_machine_and_the_image_digest_stays() {
+    let work = tempfile::tempdir().unwrap();
+    // Two checkouts at different places, two caches, two working
+    // directories: what differs between two machines.
+    let builds: Vec<(PathBuf, Value)> = ["first/clone", "second"]
+        .iter()
+        .map(|at| {
+            let def = hello_checkout(&work.path().join(at));
+            let out = work.path().join(at).join("out");
+            let mut c = quarry();
+            c.arg("build").arg(&def).args(["--set", "GREETING=hi", "--json", "-o"]).arg(&out);
+            c.arg("--cache-dir").arg(work.path().join(at).join("cache")).current_dir(work.path().join(at));
+            c.env_remove("SOURCE_DATE_EPOCH");
+            (out, stdout_json(&run_expect(&mut c, 0)))
+        })
+        .collect();
+    let statements: Vec<Vec<u8>> = builds.iter().map(|(out, b)| common::provenance::provenance_of(out, b)).collect();
+    assert!(statements[0] == statements[1], "two machines gave different provenance");
+    let text = String::from_utf8_lossy(&statements[0]).to_string();
+    // (Each with its `/`: the fixture's own tree is named `.../root`.)
+    for machine in [work.path().to_string_lossy().to_string(), std::env::var("HOME").unwrap_or_default()] {
+        let named = format!("{machine}/");
+        assert!(machine.is_empty() || !text.contains(&named), "the provenance names this machine's {named}:\n{text}");
+    }
+    let counted = common::provenance::check_with_in_toto_models(&statements[0], work.path());
+    assert_eq!(counted["dependencies"], 2, "the tree and the file: {counted}");
+    let doc: Value = serde_json::from_slice(&statements[0]).unwrap();
+    let params = &doc["predicate"]["buildDefinition"]["externalParameters"];
+    assert_eq!(params["sets"], serde_json::json!({"GREETING": "hi"}), "{params}");
+    let def_sha = quarry::oci::digest::sha256_file(&work.path().join("second/images/hello.toml")).unwrap();
+    assert_eq!(
+        params["definitions"][0],
+        serde_json::json!({"name": "images/hello.toml", "digest": {"sha256": def_sha}})
+    );
+    assert!(doc["predicate"]["runDetails"].get("metadata").is_none(), "no clock without SOURCE_DATE_EPOCH: {text}");
+
+    // The image is what a layout without provenance holds: `plan` composes
+    // the manifest in a scratch layout with no referrer and predicts it.
+    let (out, built) = &builds[1];
+    let mut p = quarry();
+    p.arg("plan").arg(work.path().join("second/images/hello.toml")).args(["--set", "GREETING=hi", "--json"]);
+    p.arg("--cache-dir").arg(work.path().join("second/cache"));
+    let planned = stdout_json(&run_expect(&mut p, 0));
+    assert_eq!(planned["manifest_digest"], built["manifest_digest"], "{planned}");
+    let inspected = stdout_json(&run_expect(quarry().args(["inspect", "--json"]).arg(out), 0));
+    assert_eq!(inspected["manifest_digest"], built["manifest_digest"]);
+    assert!(
+        inspected["referrers"].as_array().unwrap().iter().any(|r| r["artifact_type"] == "application/vnd.in-toto+json"),
+        "{inspected}"
+    );
+
+    // With SOURCE_DATE_EPOCH the times are that epoch, and nothing else moves.
+    let mut c = quarry();
+    c.arg("build").arg(work.path().join("second/images/hello.toml")).args(["--set", "GREETING=hi", "--json", "-o"]);
+    c.arg(work.path().join("epoch-out")).arg("--cache-dir").arg(work.path().join("second/cache"));
+    c.env("SOURCE_DATE_EPOCH", "1700000000");
+    let dated = stdout_json(&run_expect(&mut c, 0));
+    let doc: Value =
+        serde_json::from_slice(&common::provenance::provenance_of(&work.path().join("epoch-out"), &dated)).unwrap();
+    assert_eq!(doc["predicate"]["runDetails"]["metadata"]["startedOn"], "2023-11-14T22:13:20Z", "{doc}");
 }

@@ -10,6 +10,7 @@
 //! no engine reachable, one digest.
 mod common;
 
+use common::provenance::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -119,7 +120,7 @@ fn ubuntu24_04_locks_and_builds_cold_twice_the_same_without_an_engine() {
     assert!(from("noble-security") > 0 && from("noble") > 0, "the pockets give packages: {text}");
     assert!(packages.iter().any(|p| p["name"].as_str() == Some("apt")), "apt is in the image");
 
-    let digests: Vec<String> = caches
+    let digests: Vec<(String, Vec<u8>)> = caches
         .iter()
         .enumerate()
         .map(|(i, cache)| {
@@ -128,8 +129,12 @@ fn ubuntu24_04_locks_and_builds_cold_twice_the_same_without_an_engine() {
             c.args(["--json"]).args(mirror_sets(&def)).env("DOCKER_HOST", "unix:///nonexistent/docker.sock");
             let built = stdout_json(&run_expect(&mut c, 0));
             assert_eq!(built["layers"][0]["cached"], false, "a cold build: {built}");
-            built["manifest_digest"].as_str().unwrap().to_string()
+            let statement = provenance_of(&work.path().join(format!("out-{i}")), &built);
+            (built["manifest_digest"].as_str().unwrap().to_string(), statement)
         })
         .collect();
-    assert_eq!(digests[0], digests[1], "two cold builds of one lock in two caches differ");
+    assert_eq!(digests[0].0, digests[1].0, "two cold builds of one lock in two caches differ");
+    assert!(digests[0].1 == digests[1].1, "two cold builds of one lock in two caches gave different provenance");
+    check_with_in_toto_models(&digests[0].1, work.path());
+    assert_lists_every_locked_deb(&digests[0].1, &text);
 }

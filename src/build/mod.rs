@@ -44,6 +44,8 @@ pub enum BuildError {
     Engine { layer: String, err: crate::engine::EngineError },
     #[error(transparent)]
     Sbom(#[from] crate::sbom::SbomError),
+    #[error(transparent)]
+    Provenance(#[from] crate::provenance::ProvenanceError),
 }
 
 impl From<crate::source::SourceError> for BuildError {
@@ -160,6 +162,9 @@ pub struct BuildResult {
     /// The SBOM artifact's manifest digest, with `--sbom`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sbom: Option<Digest>,
+    /// The provenance artifact's manifest digest (an in-toto statement
+    /// referring to the image).
+    pub provenance: Digest,
     /// What the registry tier did (with --cache-registry).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_registry: Option<crate::cache::RemoteReport>,
@@ -182,18 +187,25 @@ pub fn build_plan(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -> Result
     let n = plan.layers.len();
     exec.run(plan, n)?;
     let output = opts.output_for(&plan.name);
-    let written = write_layout(plan, &mut exec, cache, &output)?;
+    let staged = stage_layout(plan, &mut exec, cache, &output)?;
+    let image = staged.written.manifest_digest;
+    let artifact = |desc: ocidir::oci_spec::image::Descriptor| {
+        Digest::try_from(desc.digest())
+            .map_err(|e| LayoutError::Bad { path: output.display().to_string(), message: e.to_string() })
+    };
+    // Provenance (and the SBOM) go into the staged layout: the image and
+    // what describes it appear in one rename.
+    let params = crate::provenance::ImageBuildParams { sets: &opts.sets, source_date_epoch: opts.source_date_epoch };
+    let statement = crate::provenance::image_statement(plan, &image, &params)?;
+    let provenance = artifact(crate::provenance::attach(staged.path(), &image, &statement.to_bytes())?)?;
     let sbom = if opts.sbom {
-        let inv = crate::sbom::inventory(plan, Some(&written.manifest_digest), opts.source_date_epoch)?;
+        let inv = crate::sbom::inventory(plan, Some(&image), opts.source_date_epoch)?;
         let doc = crate::sbom::spdx_json(&inv)?;
-        let desc = crate::sbom::attach(&output, &written.manifest_digest, &doc)?;
-        Some(
-            Digest::try_from(desc.digest())
-                .map_err(|e| LayoutError::Bad { path: output.display().to_string(), message: e.to_string() })?,
-        )
+        Some(artifact(crate::sbom::attach(staged.path(), &image, &doc)?)?)
     } else {
         None
     };
+    let written = staged.commit()?;
     Ok(BuildResult {
         name: plan.name.clone(),
         tag: plan.tag.clone(),
@@ -202,6 +214,7 @@ pub fn build_plan(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -> Result
         config_digest: written.config_digest,
         layers: exec.layers,
         sbom,
+        provenance,
         cache_registry: cache.remote_report(),
     })
 }
@@ -218,12 +231,17 @@ pub fn manifest_if_cached(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -
         return Ok(None);
     }
     let scratch = exec.spool().join("compose");
-    Ok(Some(write_layout(plan, &mut exec, cache, &scratch)?.manifest_digest))
+    Ok(Some(stage_layout(plan, &mut exec, cache, &scratch)?.written.manifest_digest))
 }
 
 /// The image the executor made, as an OCI layout at `out`.
-fn write_layout(plan: &Plan, exec: &mut Executor, cache: &Cache, out: &Path) -> Result<layout::Written, BuildError> {
+fn stage_layout(
+    plan: &Plan,
+    exec: &mut Executor,
+    cache: &Cache,
+    out: &Path,
+) -> Result<layout::StagedImage, BuildError> {
     let config = exec.final_config(plan);
     let blobs: Vec<LayerBlob> = exec.layers.iter().map(BuiltLayer::blob).collect();
-    Ok(layout::write_image(out, cache.blobs(), &blobs, &config, (&plan.name, &plan.tag), plan.platform.to_oci())?)
+    Ok(layout::stage_image(out, cache.blobs(), &blobs, &config, (&plan.name, &plan.tag), plan.platform.to_oci())?)
 }

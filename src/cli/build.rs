@@ -106,6 +106,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if let Some(s) = &r.sbom {
             outln!("sbom     {s}");
         }
+        outln!("provenance {}", r.provenance);
     }
     Ok(0)
 }

@@ -68,9 +68,43 @@ pub fn write_image(
     blobs: &BlobDir,
     layers: &[LayerBlob],
     config: &ImageConfiguration,
-    (name, tag): (&str, &str),
+    name_tag: (&str, &str),
     platform: Platform,
 ) -> Result<Written, LayoutError> {
+    stage_image(out, blobs, layers, config, name_tag, platform)?.commit()
+}
+
+/// An image layout written beside its output, not yet in place: documents
+/// attached to it now (`oci::referrer::attach` on [`StagedImage::path`])
+/// appear with the image in one rename, never after it.
+pub struct StagedImage {
+    staging: tempfile::TempDir,
+    out: PathBuf,
+    pub written: Written,
+}
+
+impl StagedImage {
+    /// The staged layout's directory.
+    pub fn path(&self) -> &Path {
+        self.staging.path()
+    }
+
+    /// Put the layout in place at its output (replacing what was there).
+    pub fn commit(self) -> Result<Written, LayoutError> {
+        replace_output(self.staging, &self.out)?;
+        Ok(self.written)
+    }
+}
+
+/// [`write_image`] up to the rename: the layout staged beside `out`.
+pub fn stage_image(
+    out: &Path,
+    blobs: &BlobDir,
+    layers: &[LayerBlob],
+    config: &ImageConfiguration,
+    (name, tag): (&str, &str),
+    platform: Platform,
+) -> Result<StagedImage, LayoutError> {
     let staging = stage_output(out, ".quarry-out-")?;
     let dir =
         Dir::open_ambient_dir(staging.path(), ambient_authority()).map_err(io_err(staging.path(), "cannot open"))?;
@@ -100,9 +134,9 @@ pub fn write_image(
     let mdesc = oci.insert_manifest(manifest, Some(tag), platform).map_err(|e| bad(out, e))?;
     annotate_index(staging.path(), &mdesc, NAME_ANNOTATION, name)?;
 
-    replace_output(staging, out)?;
     let digest = |d: &Descriptor| Digest::try_from(d.digest()).map_err(|e| bad(out, e));
-    Ok(Written { manifest_digest: digest(&mdesc)?, config_digest: digest(&config_desc)? })
+    let written = Written { manifest_digest: digest(&mdesc)?, config_digest: digest(&config_desc)? };
+    Ok(StagedImage { staging, out: out.to_path_buf(), written })
 }
 
 /// Add an annotation to the index entry of `desc`, keeping index.json in

@@ -161,8 +161,21 @@ pub struct Node {
     /// The packages it installs, once pinned (packages nodes).
     #[serde(skip)]
     pub pins: Option<PackagePins>,
+    /// Where its packages come from (packages nodes): provenance names each
+    /// .deb by its URL.
+    #[serde(skip)]
+    pub archive: Option<Archive>,
     #[serde(skip)]
     pub work: Work,
+}
+
+/// The archive a packages node's pins are fetched from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archive {
+    /// Each suite and the mirror its files are under.
+    pub mirrors: Vec<(String, String)>,
+    /// The keyring package pinned by the definition: its URL and sha256.
+    pub keyring: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -61,7 +61,7 @@ pub fn inventory(plan: &Plan, image_digest: Option<&Digest>, created_epoch: u64)
                     version: p.version.clone(),
                     architecture: p.architecture.clone(),
                     sha256: p.sha256.clone(),
-                    distro: distro(image),
+                    distro: distro_of(image),
                     suite: Some(pins.suite().to_string()),
                     layer: n.name.clone(),
                 });
@@ -111,7 +111,7 @@ pub fn inventory(plan: &Plan, image_digest: Option<&Digest>, created_epoch: u64)
 }
 
 /// Ubuntu when the image's package sets are signed by Ubuntu's keyring.
-fn distro(image: &Image) -> Distro {
+pub fn distro_of(image: &Image) -> Distro {
     let ubuntu = image.first_package_set().is_some_and(|s| s.keyring.image_path().to_string_lossy().contains("ubuntu"));
     if ubuntu {
         Distro::Ubuntu

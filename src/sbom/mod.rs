@@ -15,7 +15,7 @@ mod from_plan;
 pub mod inventory;
 mod spdx;
 
-pub use from_plan::inventory;
+pub use from_plan::{distro_of, inventory};
 
 pub use inventory::{BaseImage, BaseKind, DebPackage, Distro, Inventory, LocalKind, LocalSource, PypiFile};
 

@@ -5,6 +5,7 @@
 
 pub mod deb_archive;
 pub mod engines;
+pub mod provenance;
 pub mod registry;
 pub mod remote;
 pub mod rocm_rules;

@@ -140,6 +140,7 @@ impl Planner<'_> {
             files_hashed: 0,
             network,
             pins: None,
+            archive: None,
             work,
         });
         self.nodes.last_mut().expect("just pushed")
@@ -237,6 +238,7 @@ impl Planner<'_> {
                 n.own = Some(own);
                 n.inputs = inputs;
                 n.note = note;
+                n.archive = Some(archive(b, mirror).map_err(derr)?);
                 if let Work::PackagesBase { pins, .. } = &n.work {
                     n.pins = Some(pins.clone());
                 }
@@ -303,6 +305,21 @@ fn configure_layer(name: &str, file: &Path, field_prefix: &str, script: String) 
             inputs: vec![],
         }),
     }
+}
+
+/// Where a package set's files come from, for provenance.
+fn archive(
+    set: &crate::definition::PackageSet,
+    mirrors: Vec<(String, String)>,
+) -> Result<crate::plan::Archive, crate::distro::DistroError> {
+    let keyring = match &set.keyring {
+        crate::definition::Keyring::Deb(k) => {
+            let mirror = crate::distro::mirrors::keyring_mirror(k, &set.architecture)?;
+            Some((format!("{}/{}", mirror.trim_end_matches('/'), k.deb), k.sha256.clone()))
+        }
+        crate::definition::Keyring::File(_) => None,
+    };
+    Ok(crate::plan::Archive { mirrors, keyring })
 }
 
 fn deb_inputs(pins: &crate::distro::pins::PackagePins) -> Vec<InputRef> {

@@ -38,9 +38,11 @@ impl Planner<'_> {
             .is_none()
             .then(|| "resolved over the layers below it once they are built (no pins in the lock)".to_string());
         let work = Work::Packages { layer: Box::new(layer.clone()), set: set.clone(), pins, from_lock };
+        let archive = super::archive(set, mirror).map_err(derr)?;
         let n = self.push(scope, layer.name.clone(), NodeKind::Packages, Some(history), work);
         n.own = own;
         n.inputs = inputs;
+        n.archive = Some(archive);
         if let Work::Packages { pins, .. } = &n.work {
             n.pins = pins.clone();
         }

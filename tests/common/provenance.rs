@@ -1,0 +1,52 @@
+//! Reading the provenance a build attached to its layout, and checking it
+//! with the in-toto attestation models (tests/tools/check_provenance.py).
+
+use super::{repo, run_expect};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// The bytes of the in-toto statement attached to the image `built` (a
+/// `build --json` result) in the layout `dir`, after checking the artifact
+/// refers to that image.
+pub fn provenance_of(dir: &Path, built: &Value) -> Vec<u8> {
+    let artifact = built["provenance"].as_str().expect("a build reports its provenance artifact");
+    let blob = |d: &str| dir.join("blobs/sha256").join(d.trim_start_matches("sha256:"));
+    let manifest: Value = serde_json::from_slice(&std::fs::read(blob(artifact)).unwrap()).unwrap();
+    assert_eq!(manifest["artifactType"], "application/vnd.in-toto+json", "{manifest}");
+    assert_eq!(manifest["subject"]["digest"], built["manifest_digest"], "{manifest}");
+    let bytes = std::fs::read(blob(manifest["layers"][0]["digest"].as_str().unwrap())).unwrap();
+    let statement: Value = serde_json::from_slice(&bytes).unwrap();
+    let subject = format!("sha256:{}", statement["subject"][0]["digest"]["sha256"].as_str().unwrap());
+    assert_eq!(subject, built["manifest_digest"].as_str().unwrap(), "the subject is the image");
+    bytes
+}
+
+/// Parse `bytes` with the in-toto attestation models (as SLSA Provenance v1);
+/// returns what the checker counted.
+pub fn check_with_in_toto_models(bytes: &[u8], scratch: &Path) -> Value {
+    let file = scratch.join("provenance.intoto.json");
+    std::fs::write(&file, bytes).unwrap();
+    let o = run_expect(Command::new("python3").arg(repo().join("tests/tools/check_provenance.py")).arg(&file), 0);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Every package of a lock's `[base]` table is a resolved dependency: by
+/// its sha256, at its archive URL ending in the lock's `file`.
+pub fn assert_lists_every_locked_deb(statement: &[u8], lock: &str) {
+    let doc: Value = serde_json::from_slice(statement).unwrap();
+    let deps = doc["predicate"]["buildDefinition"]["resolvedDependencies"].as_array().unwrap();
+    let pins: toml::Value = toml::from_str(lock).unwrap();
+    let pinned = pins["base"]["package"].as_array().unwrap();
+    assert!(pinned.len() > 100, "the image pins its packages");
+    for p in pinned {
+        let (name, sha, file) =
+            (p["name"].as_str().unwrap(), p["sha256"].as_str().unwrap(), p["file"].as_str().unwrap());
+        let found = deps.iter().any(|d| {
+            d["digest"]["sha256"] == sha
+                && d["uri"].as_str().is_some_and(|u| u.ends_with(&format!("/{file}")))
+                && d["name"].as_str().is_some_and(|n| n.starts_with("pkg:deb/") && n.contains(&format!("/{name}@")))
+        });
+        assert!(found, "the provenance lacks {name} ({sha}, {file})");
+    }
+}
