@@ -30,6 +30,7 @@ pub mod rocm;
 pub mod rocm_artifacts;
 pub mod sandbox;
 pub mod sbom;
+pub mod signing;
 pub mod source;
 pub mod splice;
 pub mod trace;

@@ -20,6 +20,11 @@ pub struct Args {
     /// Layer cache directory (remembers where blobs live, for cross-repository mounts)
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Sign the image and attest its provenance as `cosign sign --key` and
+    /// `cosign attest --key` do (tags sha256-<hex>.sig and .att): a cosign
+    /// key file (password from $COSIGN_PASSWORD) or a PKCS#8 PEM key (ECDSA P-256, Ed25519)
+    #[arg(long, value_name = "FILE", env = "QUARRY_SIGN_KEY")]
+    sign_key: Option<PathBuf>,
     /// Print one JSON object on stdout
     #[arg(long)]
     json: bool,
@@ -34,11 +39,22 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.chunk_size == 0 {
         anyhow::bail!("--chunk-size must be at least 1 (MiB)");
     }
+    let sign = match &a.sign_key {
+        Some(path) => {
+            let password = std::env::var(crate::signing::PASSWORD_ENV).ok();
+            Some(std::sync::Arc::new(crate::signing::SigningKey::from_file(
+                path,
+                password.as_deref().map(str::as_bytes),
+            )?))
+        }
+        None => None,
+    };
     let cache = crate::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::cache::default_dir))?;
     let opts = PushOptions {
         plain_http: a.plain_http,
         chunk_size: a.chunk_size << 20,
         progress: Progress::new(a.json, a.quiet),
+        sign,
     };
     let r = push_image(&a.oci_dir, &reference, cache.registry_store().notes, &opts)
         .with_context(|| format!("pushing `{}` to `{}`", a.oci_dir.display(), a.reference))?;
@@ -62,6 +78,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     outln!("  {} {}: tagged {}", a.artifact_type, a.digest, a.tags.join(", "))
                 }
             }
+        }
+        for s in &r.signatures {
+            outln!("  {} {}: tagged {}", s.kind, s.digest, s.tag);
         }
     }
     Ok(0)

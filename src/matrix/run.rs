@@ -128,6 +128,7 @@ fn attempt(
             plain_http: crate::registry::pull::plain_http_default(&reference),
             chunk_size: 64 << 20,
             progress: crate::progress::Progress::hidden(),
+            sign: None,
         };
         let pushed = crate::registry::push::push_image(layout, &reference, None, &opts)?;
         report.image = Some(format!("{registry}@{}", pushed.digest));

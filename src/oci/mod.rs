@@ -21,6 +21,14 @@ pub const BLOBS_DIR: &str = "blobs/sha256";
 /// artifact type and layer media type for SBOMs.
 pub const SPDX_JSON_MEDIA_TYPE: &str = "application/spdx+json";
 
+/// The media type of an in-toto statement, used as the artifact type and
+/// layer media type of an image's provenance.
+pub const IN_TOTO_MEDIA_TYPE: &str = "application/vnd.in-toto+json";
+
+/// The `predicateType` of SLSA Provenance v1 (what an image's provenance
+/// statement carries, and the annotation of its attestation layer).
+pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
+
 /// A layer blob as the manifest and config see it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LayerBlob {

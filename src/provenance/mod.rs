@@ -18,9 +18,7 @@ pub use image::{statement as image_statement, ImageBuildParams};
 pub use paths::portable;
 pub use statement::{ResourceDescriptor, Statement, SLSA_PROVENANCE_V1, STATEMENT_TYPE};
 
-/// The media type of an in-toto statement: the artifact type and layer
-/// media type of an attached provenance.
-pub const IN_TOTO_MEDIA_TYPE: &str = "application/vnd.in-toto+json";
+pub use crate::oci::IN_TOTO_MEDIA_TYPE;
 
 /// The file name a tool (oras) gives an attached provenance when it pulls it.
 const PROVENANCE_TITLE: &str = "provenance.intoto.json";

@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 
 /// `_type` of an in-toto Statement v1.
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
-/// `predicateType` of SLSA Provenance v1.
-pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
+pub use crate::oci::SLSA_PROVENANCE_V1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Statement {

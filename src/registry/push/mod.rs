@@ -9,6 +9,7 @@ use crate::registry::known::Known;
 use crate::registry::reference::Reference;
 use crate::registry::{DOCKER_MANIFEST, OCI_MANIFEST};
 pub mod referrers;
+pub mod signatures;
 
 use crate::oci::layout;
 use crate::oci::Digest;
@@ -25,6 +26,8 @@ pub struct PushOptions {
     /// Blobs larger than this go up in PATCH chunks of this size.
     pub chunk_size: u64,
     pub progress: Progress,
+    /// Sign the image (and attest its provenance) as cosign does, with this key.
+    pub sign: Option<std::sync::Arc<crate::signing::SigningKey>>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -42,6 +45,9 @@ pub struct PushResult {
     pub bytes_pushed: u64,
     /// Artifacts of the layout that refer to the image (its SBOM), pushed after it.
     pub referrers: Vec<PushedReferrer>,
+    /// The signature and attestation pushed with `sign`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<signatures::PushedSignature>,
 }
 
 /// A blob of the layout to send.
@@ -160,6 +166,7 @@ pub fn push_image(
         blobs_mounted: 0,
         bytes_pushed: 0,
         referrers: Vec::new(),
+        signatures: Vec::new(),
     };
     for b in &blobs {
         send_blob(&mut client, &mut known, repo, b, opts, &mut result)?;
@@ -199,8 +206,44 @@ pub fn push_image(
         )?;
         result.referrers.push(pushed);
     }
+    if let Some(key) = &opts.sign {
+        let provenance = provenance_of(oci_dir, &img.manifest_digest)?;
+        let repository = format!("{}/{}", reference.registry, repo);
+        let subject = img.manifest_digest;
+        result.signatures = signatures::push_signatures(
+            &mut client,
+            &mut known,
+            repo,
+            &repository,
+            &subject,
+            key,
+            provenance.as_deref(),
+            opts,
+            &mut result,
+        )?;
+    }
     known.save();
     Ok(result)
+}
+
+/// The provenance statement the layout attaches to the image, if any.
+fn provenance_of(oci_dir: &Path, image: &Digest) -> Result<Option<Vec<u8>>, RegistryError> {
+    let found = crate::oci::referrer::referrers(oci_dir, image)?
+        .into_iter()
+        .find(|r| r.artifact_type() == crate::oci::IN_TOTO_MEDIA_TYPE);
+    let Some(r) = found else { return Ok(None) };
+    let Some(layer) = r.manifest.layers().first() else { return Ok(None) };
+    let path = layout::blob_path_in(oci_dir, layer.digest());
+    let bytes = std::fs::read(&path).map_err(|err| RegistryError::Io {
+        path: path.display().to_string(),
+        what: "cannot read or write".into(),
+        err,
+    })?;
+    let expected = Digest::try_from(layer.digest()).map_err(|e| bad(oci_dir, e.to_string()))?;
+    if Digest::of_bytes(&bytes) != expected {
+        return Err(bad(oci_dir, format!("the provenance blob {expected} is damaged; build the image again")));
+    }
+    Ok(Some(bytes))
 }
 
 /// Send one blob unless the repository has it: mounted from another

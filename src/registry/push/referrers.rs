@@ -109,7 +109,7 @@ pub(crate) fn push_referrer(
 
 /// PUT a manifest under `reference` (a digest or a tag); returns the
 /// `OCI-Subject` header, which registries with the referrers API send.
-fn put_manifest(
+pub(crate) fn put_manifest(
     client: &mut Client,
     repo: &str,
     reference: &str,
