@@ -9,6 +9,7 @@ pub mod cli;
 pub mod code_objects;
 pub mod definition;
 pub mod diagnostics;
+pub mod diff;
 pub mod distro;
 pub mod dockerfile;
 pub mod elf;

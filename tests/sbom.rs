@@ -558,3 +558,60 @@ fn a_build_carries_provenance_the_same_on_any_machine_and_the_image_digest_stays
         serde_json::from_slice(&common::provenance::provenance_of(&work.path().join("epoch-out"), &dated)).unwrap();
     assert_eq!(doc["predicate"]["runDetails"]["metadata"]["startedOn"], "2023-11-14T22:13:20Z", "{doc}");
 }
+
+#[test]
+fn quarry_diff_names_the_package_file_and_config_that_moved() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    // Two locks where only ca-certificates moved: exactly that package.
+    let lock = std::fs::read_to_string(repo().join("images/no_rocm_image_debian12.lock")).unwrap();
+    let mut pins: toml::Value = toml::from_str(&lock).unwrap();
+    let packages = pins["base"]["package"].as_array_mut().unwrap();
+    let ca = packages.iter_mut().find(|p| p["name"].as_str() == Some("ca-certificates")).unwrap();
+    let locked = ca["version"].as_str().unwrap().to_string();
+    ca["version"] = toml::Value::String("20210119".into());
+    ca["sha256"] = toml::Value::String("0".repeat(64));
+    std::fs::write(w.join("old.lock"), toml::to_string(&pins).unwrap()).unwrap();
+    std::fs::write(w.join("new.lock"), &lock).unwrap();
+    let d =
+        stdout_json(&run_expect(quarry().arg("diff").arg(w.join("old.lock")).arg(w.join("new.lock")).arg("--json"), 0));
+    assert_eq!(
+        d["sets"],
+        serde_json::json!([{"set": "base", "packages": [{"name": "ca-certificates", "change": "upgraded", "from": "20210119", "to": locked}], "releases_changed": []}]),
+        "{d}"
+    );
+    let md = run_expect(
+        quarry().arg("diff").arg(w.join("old.lock")).arg(w.join("new.lock")).args(["--format", "markdown"]),
+        0,
+    );
+    assert!(String::from_utf8_lossy(&md.stdout).contains("- upgraded ca-certificates: 20210119 -> "), "{md:?}");
+
+    // Two images: one file and one label changed.
+    let def = hello_checkout(&w.join("checkout"));
+    let build = |out: &str, greeting: &str| {
+        let mut c = quarry();
+        c.arg("build").arg(&def).args(["--set", &format!("GREETING={greeting}"), "-q", "-o"]).arg(w.join(out));
+        c.arg("--cache-dir").arg(w.join("cache"));
+        run_expect(&mut c, 0);
+    };
+    build("a", "hi");
+    let motd_size = std::fs::metadata(w.join("checkout/images/hello/motd.txt")).unwrap().len();
+    std::fs::write(w.join("checkout/images/hello/motd.txt"), "a changed motd\n").unwrap();
+    build("b", "bye");
+    let d = stdout_json(&run_expect(quarry().arg("diff").arg(w.join("a")).arg(w.join("b")).arg("--json"), 0));
+    assert_eq!(d["identical"], false);
+    let states: Vec<&str> = d["layers"].as_array().unwrap().iter().map(|l| l["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["shared", "changed"], "{d}");
+    assert_eq!(
+        d["layers"][1]["files"],
+        serde_json::json!([{"path": "/etc/motd", "change": "changed", "what": ["size", "content"], "size_from": motd_size, "size_to": 15}]),
+        "{d}"
+    );
+    assert_eq!(d["config"][0]["field"], "Labels", "{d}");
+    assert_eq!(d["config"][0]["to"]["org.opencontainers.image.description"], "bye");
+    let same = stdout_json(&run_expect(quarry().arg("diff").arg(w.join("a")).arg(w.join("a")).arg("--json"), 0));
+    assert_eq!(same["identical"], true);
+    // Two kinds: a clear error.
+    let e = run_expect(quarry().arg("diff").arg(w.join("a")).arg(w.join("new.lock")), 1);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("is an OCI layout and"), "{e:?}");
+}

@@ -19,6 +19,7 @@ mod cache;
 mod cache_args;
 mod cdi;
 mod code_objects;
+mod diff;
 mod dockerfile;
 mod doctor;
 mod export;
@@ -84,6 +85,8 @@ enum Command {
     Cdi(cdi::Command),
     /// Push an OCI layout's image to a registry (OCI distribution API)
     Push(push::Args),
+    /// Compare two images (OCI layouts) or two lock files: packages, config, layers, files
+    Diff(diff::Args),
     /// Pull an image from a registry into an OCI layout
     Pull(pull::Args),
     /// Check and repair Python wheels
@@ -138,6 +141,7 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(a),
         Command::Cdi(c) => cdi::run(c),
         Command::Push(a) => push::run(a),
+        Command::Diff(a) => diff::run(a),
         Command::Pull(a) => pull::run(a),
         Command::Wheel(c) => wheel::run(c),
         Command::Lock(a) => lock::run(a),
