@@ -42,10 +42,12 @@ pub fn assert_lists_every_locked_deb(statement: &[u8], lock: &str) {
     for p in pinned {
         let (name, sha, file) =
             (p["name"].as_str().unwrap(), p["sha256"].as_str().unwrap(), p["file"].as_str().unwrap());
+        // A purl percent-encodes `+` (libstdc++-12-dev).
+        let purl_name = format!("/{}@", name.replace('+', "%2B"));
         let found = deps.iter().any(|d| {
             d["digest"]["sha256"] == sha
                 && d["uri"].as_str().is_some_and(|u| u.ends_with(&format!("/{file}")))
-                && d["name"].as_str().is_some_and(|n| n.starts_with("pkg:deb/") && n.contains(&format!("/{name}@")))
+                && d["name"].as_str().is_some_and(|n| n.starts_with("pkg:deb/") && n.contains(&purl_name))
         });
         assert!(found, "the provenance lacks {name} ({sha}, {file})");
     }
