@@ -35,5 +35,6 @@ pub mod signing;
 pub mod source;
 pub mod splice;
 pub mod trace;
+pub mod verify;
 pub mod wheel;
 pub mod zip;

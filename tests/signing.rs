@@ -227,3 +227,147 @@ fn an_ed25519_key_signs_and_bad_keys_are_clear_errors() {
         assert!(!probe.status.success(), "{key}: the image was pushed though its key was refused");
     }
 }
+
+/// A P-256 key pair made by openssl: (private PKCS#8 PEM, public PEM).
+fn openssl_p256(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (key, public) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.pub")));
+    let mut g = Command::new("openssl");
+    g.args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"]).arg(&key);
+    run_expect(&mut g, 0);
+    run_expect(Command::new("openssl").args(["pkey", "-pubout", "-in"]).arg(&key).arg("-out").arg(&public), 0);
+    (key, public)
+}
+
+fn verify(target: &str, extra: &[&str], cache: &Path, code: i32) -> Output {
+    let mut c = quarry();
+    c.arg("verify").arg(target).args(["--json", "--source"]).arg(repo()).arg("--cache-dir").arg(cache);
+    c.args(extra).current_dir(repo());
+    run_expect(&mut c, code)
+}
+
+/// `usr/bin/sudo` of the layout's only layer, written to `to`.
+fn extract_sudo(layout: &Path, to: &Path) {
+    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let image = index["manifests"].as_array().unwrap().iter().find(|m| m.get("artifactType").is_none()).unwrap();
+    let blob = |d: &Value| layout.join("blobs/sha256").join(d.as_str().unwrap().trim_start_matches("sha256:"));
+    let manifest: Value = serde_json::from_slice(&std::fs::read(blob(&image["digest"])).unwrap()).unwrap();
+    std::fs::create_dir_all(to).unwrap();
+    let mut t = Command::new("tar");
+    t.arg("-xzf").arg(blob(&manifest["layers"][0]["digest"])).arg("-C").arg(to).arg("usr/bin/sudo");
+    run_expect(&mut t, 0);
+}
+
+/// A copy sharing the files (the tamper script writes new files only).
+fn copy_dir(from: &Path, to: &Path) {
+    run_expect(Command::new("cp").arg("-al").arg(from).arg(to), 0);
+}
+
+/// The main job's image, pushed signed, is rebuilt from its provenance in a
+/// private cache: `reproduced`, from the registry (with the key; another
+/// key refused) and from a layout `quarry pull` wrote. A compromised copy
+/// (one byte of /usr/bin/sudo's .text changed, everything re-hashed so
+/// every digest checks) is named down to that file and section, where
+/// diffoscope puts it too. A provenance made for another image and a
+/// signature of another image are refused, nothing written.
+#[test]
+fn quarry_verify_reproduces_the_main_job_and_names_a_tampered_sudo_down_to_its_section() {
+    if !have_docker() || !have_registry() || !have_tool("openssl") || !have_tool("diffoscope") {
+        return;
+    }
+    let reg = Registry::start("");
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (key, public) = openssl_p256(w, "signer");
+    let (_, other) = openssl_p256(w, "other");
+    let main = w.join("main");
+    let mut b = quarry();
+    b.arg("build").arg(repo().join("images/no_rocm_image_debian12.toml")).arg("-o").arg(&main);
+    b.arg("--json").arg("--cache-dir").arg(packages_cache()).current_dir(repo());
+    let built = stdout_json(&run_expect(&mut b, 0));
+    let digest = built["manifest_digest"].as_str().unwrap().to_string();
+    let repo_ref = format!("{}/quarry-test/main-job", reg.addr());
+    push(&main, &format!("{repo_ref}:v1"), Some(&key), &w.join("push-cache"));
+
+    // From the registry, signatures checked: one cold rebuild, in a cache of its own.
+    let cache = w.join("verify-cache");
+    let by_digest = format!("{repo_ref}@{digest}");
+    let v = stdout_json(&verify(&by_digest, &["--key", public.to_str().unwrap()], &cache, 0));
+    assert_eq!(v["reproduced"], true, "{v}");
+    assert_eq!(v["rebuilt"], digest.as_str());
+    assert_eq!(v["provenance_reproduced"], true, "{v}");
+    assert_eq!(v["signatures"]["signature"], format!("sha256-{}.sig", digest.trim_start_matches("sha256:")));
+    let refused = verify(&by_digest, &["--key", other.to_str().unwrap()], &cache, 1);
+    let e = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(e.contains("signature") && e.contains("verifies with this key"), "{e}");
+
+    // From a layout pulled into a fresh directory (the provenance comes along).
+    let fresh = w.join("fresh");
+    let mut p = quarry();
+    p.arg("pull").arg(format!("{repo_ref}:v1")).arg("-o").arg(&fresh).arg("--plain-http");
+    p.arg("--cache-dir").arg(w.join("pull-cache"));
+    run_expect(&mut p, 0);
+    let v = stdout_json(&verify(fresh.to_str().unwrap(), &[], &cache, 0));
+    assert_eq!(v["reproduced"], true, "{v}");
+
+    // The compromised copy.
+    let tampered = w.join("tampered");
+    copy_dir(&fresh, &tampered);
+    let t = run_expect(
+        Command::new("python3").arg(repo().join("tests/tools/tamper_image.py")).arg(&tampered).arg("usr/bin/sudo"),
+        0,
+    );
+    let made: Value = serde_json::from_slice(&t.stdout).unwrap();
+    let v = stdout_json(&verify(tampered.to_str().unwrap(), &[], &cache, 1));
+    assert_eq!(v["reproduced"], false);
+    assert_eq!(v["given"], made["manifest"], "{v}");
+    assert_eq!(v["rebuilt"], digest.as_str(), "{v}");
+    let files = v["layer"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "only sudo differs: {v}");
+    assert_eq!(files[0]["path"], "/usr/bin/sudo");
+    assert_eq!(files[0]["what"], serde_json::json!(["content"]));
+    assert_eq!(files[0]["detail"]["kind"], "elf", "{v}");
+    assert_eq!(files[0]["detail"]["section"], ".text", "{v}");
+    assert!(v["inputs"].as_array().unwrap().is_empty(), "the inputs are the same: {v}");
+    let (a, b) = (w.join("sudo-given"), w.join("sudo-rebuilt"));
+    extract_sudo(&tampered, &a);
+    extract_sudo(&main, &b);
+    // diffoscope shows a set-uid file as bytes only: compare the files as plain ones.
+    for d in [&a, &b] {
+        std::fs::set_permissions(d.join("usr/bin/sudo"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let d = Command::new("diffoscope").arg(a.join("usr/bin/sudo")).arg(b.join("usr/bin/sudo")).output().unwrap();
+    let report = String::from_utf8_lossy(&d.stdout).to_string();
+    assert_eq!(d.status.code(), Some(1), "diffoscope finds a difference: {report}");
+    assert!(report.contains("--section=.text"), "diffoscope puts it elsewhere:\n{report}");
+
+    // A provenance made for another image: refused before any rebuild, nothing written.
+    let wrong = w.join("wrong-subject");
+    copy_dir(&fresh, &wrong);
+    run_expect(
+        Command::new("python3").arg(repo().join("tests/tools/tamper_image.py")).arg(&wrong).arg("--subject-only"),
+        0,
+    );
+    let before = std::fs::read(wrong.join("index.json")).unwrap();
+    let e =
+        String::from_utf8_lossy(&verify(wrong.to_str().unwrap(), &[], &w.join("unused-cache"), 1).stderr).to_string();
+    assert!(e.contains(&format!("sha256:{}", "0".repeat(64))) && e.contains("not this image"), "{e}");
+    assert_eq!(std::fs::read(wrong.join("index.json")).unwrap(), before);
+    assert!(!w.join("unused-cache").exists(), "a refused provenance made a cache");
+
+    // A signature made over another image: the tampered image pushed,
+    // the original's signature copied to its tag.
+    push(&tampered, &format!("{repo_ref}:tampered"), None, &w.join("push-cache"));
+    let sig_of = |d: &str| format!("sha256-{}.sig", d.trim_start_matches("sha256:"));
+    let (ok, bad) = (digest.clone(), made["manifest"].as_str().unwrap().to_string());
+    let url = |tag: &str| format!("http://{}/v2/quarry-test/main-job/manifests/{tag}", reg.addr());
+    let mt = "application/vnd.oci.image.manifest.v1+json";
+    let got = run_expect(Command::new("curl").args(["-sf", "-H", &format!("Accept: {mt}")]).arg(url(&sig_of(&ok))), 0);
+    std::fs::write(w.join("sig.json"), &got.stdout).unwrap();
+    let mut put = Command::new("curl");
+    put.args(["-sf", "-X", "PUT", "-H", &format!("Content-Type: {mt}"), "--data-binary"]);
+    put.arg(format!("@{}", w.join("sig.json").display())).arg(url(&sig_of(&bad)));
+    run_expect(&mut put, 0);
+    let e = verify(&format!("{repo_ref}@{bad}"), &["--key", public.to_str().unwrap()], &cache, 1);
+    let e = String::from_utf8_lossy(&e.stderr).to_string();
+    assert!(e.contains("signs another image") && e.contains(&ok), "{e}");
+}

@@ -38,8 +38,10 @@ mod push;
 mod readme_check;
 mod rocm;
 mod run;
+mod sign_args;
 mod table;
 mod values;
+mod verify;
 mod wheel;
 
 use clap::{Parser, Subcommand};
@@ -89,6 +91,8 @@ enum Command {
     Diff(diff::Args),
     /// Pull an image from a registry into an OCI layout
     Pull(pull::Args),
+    /// Rebuild an image from its provenance in a private cache: `reproduced`, or what differs
+    Verify(verify::Args),
     /// Check and repair Python wheels
     #[command(subcommand)]
     Wheel(wheel::Command),
@@ -143,6 +147,7 @@ pub fn main() -> i32 {
         Command::Push(a) => push::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Pull(a) => pull::run(a),
+        Command::Verify(a) => verify::run(a),
         Command::Wheel(c) => wheel::run(c),
         Command::Lock(a) => lock::run(a),
         Command::Plan(a) => plan::run(a),

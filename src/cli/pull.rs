@@ -37,6 +37,8 @@ struct Pulled {
     digest: String,
     output: PathBuf,
     layers: Vec<crate::oci::LayerBlob>,
+    /// The artifact types attached to the image in the layout (provenance, SBOM).
+    attached: Vec<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -53,11 +55,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         .with_context(|| format!("pulling `{}`", a.reference))?;
     let tag = reference.tag.clone().unwrap_or_else(|| "latest".into());
     write_layout(&img, cache.blobs(), &a.output, &tag).with_context(|| format!("writing `{}`", a.output.display()))?;
+    // What refers to the image (its provenance, its SBOM) comes along, so
+    // the layout can be verified (`quarry verify`) as the registry's copy.
+    let mut client = crate::registry::Client::new(&reference.registry, a.plain_http)?;
+    client.add_scope(&reference.repository, "pull");
+    let attached = crate::registry::attached::attach_referrers(
+        &mut client,
+        &reference.repository,
+        &img.manifest_digest,
+        &a.output,
+    )
+    .with_context(|| format!("fetching what refers to `{}`", a.reference))?;
     let r = Pulled {
         reference: img.reference.to_string(),
         digest: img.manifest_digest.to_string(),
         output: a.output.clone(),
         layers: img.layers.iter().map(|l| l.blob.clone()).collect(),
+        attached: attached.iter().map(|d| d.artifact_type.clone()).collect(),
     };
     if a.json {
         super::print_json(&r)?;
@@ -71,6 +85,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             );
         }
         outln!("{} -> {}", r.reference, r.output.display());
+        for d in &attached {
+            outln!("attached {} ({})", d.artifact_type, d.manifest_digest);
+        }
     }
     Ok(0)
 }

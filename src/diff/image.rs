@@ -147,13 +147,7 @@ fn entries(
 ) -> Result<BTreeMap<String, Entry>, DiffError> {
     let what = format!("{} layer {}", path.display(), desc.digest());
     let io = |e: std::io::Error| DiffError::Image { path: what.clone(), message: e.to_string() };
-    let reader =
-        img.source.blob_reader(desc).map_err(|e| DiffError::Image { path: what.clone(), message: e.to_string() })?;
-    let mut head = BufReader::new(reader);
-    let magic = std::io::BufRead::fill_buf(&mut head).map_err(io)?.to_vec();
-    let format = crate::layer::stream::Format::of_magic(&magic);
-    let decoded = crate::layer::stream::decoder(format, head, crate::layer::stream::Checks::Verify).map_err(io)?;
-    let mut archive = tar::Archive::new(decoded);
+    let mut archive = layer_archive(img, desc, &what)?;
     let mut out = BTreeMap::new();
     for e in archive.entries().map_err(io)? {
         let mut e = e.map_err(io)?;
@@ -181,6 +175,52 @@ fn entries(
             mtime: h.mtime().unwrap_or(0),
         };
         out.insert(name, entry);
+    }
+    Ok(out)
+}
+
+/// A layer's tar, decompressed whatever its compression.
+fn layer_archive(
+    img: &OpenImage,
+    desc: &ocidir::oci_spec::image::Descriptor,
+    what: &str,
+) -> Result<tar::Archive<Box<dyn Read>>, DiffError> {
+    let io = |e: std::io::Error| DiffError::Image { path: what.to_string(), message: e.to_string() };
+    let reader = img
+        .source
+        .blob_reader(desc)
+        .map_err(|e| DiffError::Image { path: what.to_string(), message: e.to_string() })?;
+    let mut head = BufReader::new(reader);
+    let magic = std::io::BufRead::fill_buf(&mut head).map_err(io)?.to_vec();
+    let format = crate::layer::stream::Format::of_magic(&magic);
+    let decoded = crate::layer::stream::decoder(format, head, crate::layer::stream::Checks::Verify).map_err(io)?;
+    Ok(tar::Archive::new(decoded))
+}
+
+/// The contents of the regular files `wanted` (`/`-rooted paths) in layer
+/// `index` of the image at `path`, each up to `limit` bytes (a larger file
+/// is left out).
+pub fn layer_files(
+    path: &Path,
+    index: usize,
+    wanted: &std::collections::BTreeSet<String>,
+    limit: u64,
+) -> Result<BTreeMap<String, Vec<u8>>, DiffError> {
+    let img = open(path)?;
+    let Some(desc) = img.manifest.layers().get(index).cloned() else { return Ok(BTreeMap::new()) };
+    let what = format!("{} layer {}", path.display(), desc.digest());
+    let io = |e: std::io::Error| DiffError::Image { path: what.clone(), message: e.to_string() };
+    let mut archive = layer_archive(&img, &desc, &what)?;
+    let mut out = BTreeMap::new();
+    for e in archive.entries().map_err(io)? {
+        let mut e = e.map_err(io)?;
+        let name = format!("/{}", e.path().map_err(io)?.to_string_lossy().trim_start_matches("./"));
+        if !e.header().entry_type().is_file() || !wanted.contains(&name) || e.header().size().unwrap_or(0) > limit {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        e.read_to_end(&mut bytes).map_err(io)?;
+        out.insert(name, bytes);
     }
     Ok(out)
 }

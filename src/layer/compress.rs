@@ -103,6 +103,24 @@ impl LayerCodec {
         self.compression.media_type()
     }
 
+    /// The codec a [`format_id`](Self::format_id) names (what a provenance
+    /// records), whatever library version wrote it: None for an id no
+    /// codec of this quarry writes.
+    pub fn from_format_id(id: &str) -> Option<LayerCodec> {
+        if id == "none" {
+            return Some(LayerCodec { compression: Compression::None, level: 0 });
+        }
+        let compression = if id.starts_with("gzip-") {
+            Compression::Gzip
+        } else if id.starts_with("zstd") {
+            Compression::Zstd
+        } else {
+            return None;
+        };
+        let level = id.split('-').find_map(|p| p.strip_prefix('l').and_then(|n| n.parse::<i32>().ok()))?;
+        LayerCodec::new(compression, Some(level)).ok()
+    }
+
     /// Identifies the exact byte format produced, for cache keys: the
     /// compressor library and its version, the level and the block size all
     /// change the bytes.
@@ -349,6 +367,16 @@ impl<W: Write> Write for GzipBlocks<W> {
 mod tests {
     use super::*;
     use std::io::Read;
+
+    #[test]
+    fn a_format_id_names_its_codec_again() {
+        for (c, l) in [(Compression::Gzip, Some(9)), (Compression::Zstd, None), (Compression::None, None)] {
+            let codec = LayerCodec::new(c, l).unwrap();
+            assert_eq!(LayerCodec::from_format_id(&codec.format_id()), Some(codec));
+        }
+        assert_eq!(LayerCodec::from_format_id("brotli-l3"), None);
+        assert_eq!(LayerCodec::from_format_id("gzip-libdeflate1.0-l99-b1"), None);
+    }
 
     fn sample() -> Vec<u8> {
         let mut v = Vec::new();

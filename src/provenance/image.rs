@@ -1,5 +1,6 @@
 //! The provenance of an image, read off its executed plan: the subject is
-//! the image manifest; the external parameters are the definition files
+//! the image manifest; the external parameters are the image's definition
+//! (`image`, what `quarry verify` rebuilds), the definition files
 //! (by portable path and sha256), the `--set` values, the platform, the
 //! layer format and `SOURCE_DATE_EPOCH`; the resolved dependencies are the
 //! base, each suite's signed InRelease, the keyring package, every .deb by
@@ -29,6 +30,7 @@ pub fn statement(plan: &Plan, manifest: &Digest, params: &ImageBuildParams) -> R
     let definition = BuildDefinition {
         build_type: IMAGE_BUILD_TYPE.to_string(),
         external_parameters: serde_json::json!({
+            "image": portable(&plan.file),
             "definitions": definition_files(plan)?,
             "sets": params.sets,
             "platform": plan.platform.to_string(),

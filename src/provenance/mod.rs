@@ -1,6 +1,7 @@
 //! Provenance: what a product was made from, as an in-toto Statement v1
 //! with the SLSA Provenance v1 predicate (`statement`), for images read off
-//! their executed plan (`image`).
+//! their executed plan (`image`), for files (wheels, packages) beside them
+//! (`files`: `NAME.intoto.json`, signed as `NAME.intoto.jsonl`).
 //!
 //! The statement holds no clock, host name, user or path of the build
 //! machine: files are named from the root of their checkout (`paths`),
@@ -10,12 +11,13 @@
 //! `application/vnd.in-toto+json`, [`attach`]), so the image digest is what
 //! it was without it; `quarry push` pushes it along.
 
+pub mod files;
 pub mod image;
 mod paths;
 pub mod statement;
 
 pub use image::{statement as image_statement, ImageBuildParams};
-pub use paths::portable;
+pub use paths::{checkout_root, portable};
 pub use statement::{ResourceDescriptor, Statement, SLSA_PROVENANCE_V1, STATEMENT_TYPE};
 
 pub use crate::oci::IN_TOTO_MEDIA_TYPE;
@@ -27,6 +29,12 @@ const PROVENANCE_TITLE: &str = "provenance.intoto.json";
 pub enum ProvenanceError {
     #[error("provenance: cannot read {path}")]
     Read {
+        path: String,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("provenance: cannot write {path}")]
+    Write {
         path: String,
         #[source]
         err: std::io::Error,

@@ -21,7 +21,8 @@ pub fn portable(file: &Path) -> String {
     rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
 }
 
-fn checkout_root(abs: &Path) -> Option<&Path> {
+/// The nearest directory above `abs` holding a `.git`.
+pub fn checkout_root(abs: &Path) -> Option<&Path> {
     abs.ancestors().skip(1).find(|d| d.join(".git").exists())
 }
 

@@ -10,9 +10,11 @@
 //! - `referrers`: the artifacts referring to it (its SBOM): referrers API or fallback tags
 //! - `known`: where blobs were seen, for cross-repository mounts
 //! - `save`: a pulled image as an OCI layout, byte for byte
+//! - `attached`: what the registry holds beside an image, read back (referrers, cosign's `.sig`/`.att`)
 //! - `artifact`: small artifacts by tag (the cache's registry tier), verified blob downloads
 
 pub mod artifact;
+pub mod attached;
 pub mod auth;
 pub mod client;
 mod known;

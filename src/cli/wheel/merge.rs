@@ -23,6 +23,8 @@ pub struct Args {
     /// The cache whose wheel builds name each shard's build key (default: quarry's cache)
     #[arg(long = "cache-dir", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    sign: crate::cli::sign_args::SignArgs,
     /// Print the report as JSON on stdout
     #[arg(long)]
     json: bool,
@@ -39,8 +41,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .and_then(|sha| crate::wheel::build::built_by(&cache_root, &sha));
         shards.push(Shard { wheel: wheel.clone(), build_key });
     }
+    let parameters = serde_json::json!({
+        "devicePrefix": a.device_prefix,
+        "families": match a.families { FamiliesArg::Auto => "auto", FamiliesArg::None => "none" },
+        "compression": match a.compression { CompressionArg::Zstd => "zstd", CompressionArg::None => "none" },
+    });
     let options =
         MergeOptions { device_prefix: a.device_prefix, families: a.families.into(), scheme: a.compression.into() };
+    let key = a.sign.load()?;
     let report = match merge(&shards, &a.out_dir, &options) {
         Ok(r) => r,
         Err(e) => {
@@ -51,6 +59,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             return Ok(1);
         }
     };
+    provenance(&report, &a.shards, parameters, key.as_ref())?;
     if a.json {
         super::super::print_json(&report)?;
         return Ok(0);
@@ -64,4 +73,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         outln!("   {} ({:?} {}): {}", d.wheel.display(), d.level, d.key, d.kpacks.len() + d.databases.len());
     }
     Ok(0)
+}
+
+/// `NAME.intoto.json` beside each wheel a merge wrote (signed with a key):
+/// the shards are its inputs.
+fn provenance(
+    r: &crate::wheel::merge::MergeReport,
+    shards: &[std::path::PathBuf],
+    parameters: serde_json::Value,
+    key: Option<&crate::signing::SigningKey>,
+) -> Result<Vec<crate::provenance::files::Written>, crate::provenance::ProvenanceError> {
+    use crate::provenance::files::{input_file, write_beside, FileBuild};
+    let build = FileBuild {
+        build_type: "urn:quarry:build-type:wheel-merge:v1".into(),
+        parameters,
+        inputs: shards.iter().map(|s| input_file(s)).collect::<Result<_, _>>()?,
+    };
+    let mut products = vec![r.host.clone()];
+    products.extend(r.device.iter().map(|d| d.wheel.clone()));
+    write_beside(&products, &build, key)
 }

@@ -54,9 +54,33 @@ pub struct Args {
     /// How kernels are stored in the .kpack archives
     #[arg(long, value_enum, default_value = "zstd")]
     compression: CompressionArg,
+    #[command(flatten)]
+    sign: crate::cli::sign_args::SignArgs,
     /// Print a JSON array, one object per input wheel, on stdout
     #[arg(long)]
     json: bool,
+}
+
+/// `NAME.intoto.json` beside each wheel a split wrote (signed with a key).
+fn provenance(
+    r: &crate::wheel::split::SplitReport,
+    a: &Args,
+    key: Option<&crate::signing::SigningKey>,
+) -> Result<Vec<crate::provenance::files::Written>, crate::provenance::ProvenanceError> {
+    use crate::provenance::files::{input_file, write_beside, FileBuild};
+    let build = FileBuild {
+        build_type: "urn:quarry:build-type:wheel-split:v1".into(),
+        parameters: serde_json::json!({
+            "devicePrefix": a.device_prefix,
+            "targets": a.targets,
+            "families": match a.families { FamiliesArg::Auto => "auto", FamiliesArg::None => "none" },
+            "compression": match a.compression { CompressionArg::Zstd => "zstd", CompressionArg::None => "none" },
+        }),
+        inputs: vec![input_file(&r.input)?],
+    };
+    let mut products = vec![r.host.clone()];
+    products.extend(r.device.iter().map(|d| d.wheel.clone()));
+    write_beside(&products, &build, key)
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -67,11 +91,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         families: a.families.into(),
         scheme: a.compression.into(),
     };
+    let key = a.sign.load()?;
     let mut reports = Vec::new();
     let mut failures = 0;
     for wheel in &a.wheels {
         match split(wheel, &a.out_dir, &options) {
             Ok(r) => {
+                provenance(&r, &a, key.as_ref())?;
                 if !a.json {
                     outln!("{} -> {}", wheel.display(), r.host.display());
                     for (bin, code) in &r.binaries {
