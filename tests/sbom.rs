@@ -615,3 +615,85 @@ fn quarry_diff_names_the_package_file_and_config_that_moved() {
     let e = run_expect(quarry().arg("diff").arg(w.join("a")).arg(w.join("new.lock")), 1);
     assert!(String::from_utf8_lossy(&e.stderr).contains("is an OCI layout and"), "{e:?}");
 }
+
+/// `quarry lock --update ca-certificates` on the main job's lock with
+/// ca-certificates pinned back to bookworm's release version (the pin a
+/// bookworm-only resolution gives, a real .deb): only it moves, the diff
+/// says so, and the rebuilt image differs from the old one in that
+/// package's files. A name the lock does not pin is refused, the lock kept.
+#[test]
+fn lock_update_moves_only_the_named_package() {
+    use quarry::plan::lockfile::LockFile;
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let def = std::fs::read_to_string(repo().join("images/no_rocm_image_debian12.toml")).unwrap();
+    // Bookworm's own ca-certificates, as quarry pins it from the release alone.
+    let release_only = w.join("release/no_rocm_image_debian12.toml");
+    write(
+        &release_only,
+        &def.replace(r#"suites = ["bookworm", "bookworm-updates", "bookworm-security"]"#, r#"suites = ["bookworm"]"#),
+    );
+    run_expect(quarry().arg("lock").arg(&release_only).arg("--cache-dir").arg(packages_cache()), 0);
+    let older = LockFile::read(&w.join("release/no_rocm_image_debian12.lock")).unwrap().unwrap();
+    let older_ca = older.base.unwrap().packages.into_iter().find(|p| p.name == "ca-certificates").unwrap();
+
+    let img = w.join("img/no_rocm_image_debian12.toml");
+    write(&img, &def);
+    let lock_path = w.join("img/no_rocm_image_debian12.lock");
+    let mut lock = LockFile::read(&repo().join("images/no_rocm_image_debian12.lock")).unwrap().unwrap();
+    let base = lock.base.as_mut().unwrap();
+    let ca = base.packages.iter_mut().find(|p| p.name == "ca-certificates").unwrap();
+    let current = ca.version.clone();
+    assert_ne!(older_ca.version, current, "the fixture needs an older ca-certificates");
+    *ca = older_ca.clone();
+    lock.write(&lock_path).unwrap();
+    let build = |out: &str| {
+        let mut c = quarry();
+        c.arg("build").arg(&img).arg("-o").arg(w.join(out)).arg("--json").arg("--cache-dir").arg(packages_cache());
+        stdout_json(&run_expect(&mut c, 0))
+    };
+    build("old");
+
+    // An unknown name: refused, nothing written.
+    let before = std::fs::read(&lock_path).unwrap();
+    let mut c = quarry();
+    c.arg("lock").arg(&img).args(["--update", "no-such-package", "--cache-dir"]).arg(packages_cache());
+    let e = String::from_utf8_lossy(&run_expect(&mut c, 1).stderr).to_string();
+    assert!(e.contains("no-such-package") && e.contains(&lock_path.display().to_string()), "{e}");
+    assert_eq!(std::fs::read(&lock_path).unwrap(), before);
+
+    let mut c = quarry();
+    c.arg("lock").arg(&img).args(["--update", "ca-certificates", "--json", "--cache-dir"]).arg(packages_cache());
+    let u = stdout_json(&run_expect(&mut c, 0));
+    let moved = &u["moved"]["base"];
+    assert_eq!(moved.as_array().unwrap().len(), 1, "only ca-certificates moves: {u}");
+    assert_eq!(moved[0]["name"], "ca-certificates");
+    assert_eq!(moved[0]["from"], older_ca.version.as_str());
+    let changes = &u["diff"]["sets"][0]["packages"];
+    assert_eq!(changes.as_array().unwrap().len(), 1, "{u}");
+    assert_eq!(changes[0]["change"], "upgraded", "{u}");
+    // Every other pin is the one it was.
+    let after = LockFile::read(&lock_path).unwrap().unwrap();
+    let others = |l: &LockFile| -> Vec<_> {
+        l.base.as_ref().unwrap().packages.iter().filter(|p| p.name != "ca-certificates").cloned().collect()
+    };
+    assert_eq!(others(&after), others(&lock));
+
+    // The rebuild differs from the old image in ca-certificates' files only
+    // (its certificates, its dpkg records) and says which package moved.
+    build("new");
+    let d = stdout_json(&run_expect(quarry().arg("diff").arg(w.join("old")).arg(w.join("new")).arg("--json"), 0));
+    let pk = d["packages"].as_array().unwrap();
+    assert_eq!(pk.len(), 1, "{}", d["packages"]);
+    assert_eq!(pk[0]["name"], "ca-certificates");
+    let files: Vec<&str> =
+        d["layers"][0]["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert!(files.iter().any(|f| f.starts_with("/usr/share/ca-certificates/")), "{files:?}");
+    // Its own files (named after it, its certificates under /etc/ssl) and
+    // the databases that record it (dpkg's, debconf's: its templates).
+    let its = |f: &str| {
+        f.contains("ca-certificates")
+            || ["/etc/ssl/", "/var/lib/dpkg/", "/var/cache/debconf/"].iter().any(|d| f.starts_with(d))
+    };
+    assert!(files.iter().all(|f| its(f)), "files of other packages changed: {files:?}");
+}

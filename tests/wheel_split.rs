@@ -153,8 +153,11 @@ fn a_fat_wheel_splits_into_host_and_device_wheels_the_runtime_can_use() {
     let out = tmp.path().join("out");
     let report = split(&wheel, &out, &[]);
 
-    let mut names: Vec<String> =
-        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".whl"))
+        .collect();
     names.sort();
     assert_eq!(
         names,
@@ -166,6 +169,18 @@ fn a_fat_wheel_splits_into_host_and_device_wheels_the_runtime_can_use() {
         ],
         "{report:#}"
     );
+    // Each wheel's provenance beside it: the wheel by sha256, the fat wheel
+    // as the input; the SLSA models take it.
+    let fat_sha = quarry::oci::digest::sha256_file(&wheel).unwrap();
+    for n in &names {
+        let statement = std::fs::read(out.join(format!("{n}.intoto.json"))).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&statement).unwrap();
+        assert_eq!(doc["subject"][0]["name"], n.as_str());
+        assert_eq!(doc["subject"][0]["digest"]["sha256"], quarry::oci::digest::sha256_file(&out.join(n)).unwrap());
+        let deps = &doc["predicate"]["buildDefinition"]["resolvedDependencies"];
+        assert_eq!(deps[0]["digest"]["sha256"], fat_sha.as_str(), "{doc}");
+        common::provenance::check_with_in_toto_models(&statement, tmp.path());
+    }
     // Every wheel has a right RECORD.
     let mut check = quarry();
     check.args(["wheel", "check"]);
@@ -552,4 +567,72 @@ fn damaged_binaries_are_named_and_nothing_is_written() {
         let left: Vec<_> = std::fs::read_dir(&out).map(|d| d.flatten().collect()).unwrap_or_default();
         assert!(left.is_empty(), "{case}: left behind {left:?}");
     }
+}
+
+/// Signed with `--sign-key`, each wheel's attestation is one cosign checks
+/// as a blob's (`verify-blob-attestation --type slsaprovenance1`, the
+/// wheel's sha256 against the statement's subject); another key, another
+/// wheel and a truncated envelope are refused. Splitting twice writes the
+/// same bytes.
+#[test]
+fn split_wheels_carry_attestations_cosign_verifies_as_blobs() {
+    if !have_docker() || !have_tool("openssl") {
+        return;
+    }
+    let tools = common::sigstore::tools_image();
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = fat_wheel(&tmp.path().join("in"));
+    let keys = tmp.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    for k in ["signer", "other"] {
+        let mut g = std::process::Command::new("openssl");
+        g.args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"])
+            .arg(keys.join(format!("{k}.pem")));
+        run_expect(&mut g, 0);
+        let mut p = std::process::Command::new("openssl");
+        p.args(["pkey", "-pubout", "-in"])
+            .arg(keys.join(format!("{k}.pem")))
+            .arg("-out")
+            .arg(keys.join(format!("{k}.pub")));
+        run_expect(&mut p, 0);
+    }
+    let signed = |out: &Path| {
+        let mut c = quarry();
+        c.args(["wheel", "split", "--json", "-o"]).arg(out).arg(&wheel).arg("--sign-key").arg(keys.join("signer.pem"));
+        run_expect(&mut c, 0);
+    };
+    let out = keys.join("out");
+    signed(&out);
+    signed(&keys.join("again"));
+    let host = "hipsplit-1.0-cp311-cp311-linux_x86_64.whl";
+    let device = "hipsplit_device_gfx942-1.0-cp311-cp311-linux_x86_64.whl";
+    for n in [host, device] {
+        let a = std::fs::read(out.join(format!("{n}.intoto.jsonl"))).unwrap();
+        assert_eq!(
+            a,
+            std::fs::read(keys.join("again").join(format!("{n}.intoto.jsonl"))).unwrap(),
+            "{n}: signed differently"
+        );
+    }
+    let cosign = |key: &str, sig: &str, blob: &str| {
+        let args = ["cosign", "verify-blob-attestation", "--key", key, "--signature", sig, "--type", "slsaprovenance1"];
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--insecure-ignore-tlog", blob]);
+        common::sigstore::tool(&tools, &keys, &a)
+    };
+    let text = |o: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    };
+    for n in [host, device] {
+        let o = cosign("signer.pub", &format!("out/{n}.intoto.jsonl"), &format!("out/{n}"));
+        assert!(o.status.success(), "cosign verify-blob-attestation {n}: {}", text(&o));
+    }
+    let o = cosign("other.pub", &format!("out/{host}.intoto.jsonl"), &format!("out/{host}"));
+    assert!(!o.status.success(), "cosign took another key: {}", text(&o));
+    let o = cosign("signer.pub", &format!("out/{host}.intoto.jsonl"), &format!("out/{device}"));
+    assert!(!o.status.success(), "cosign took the host's attestation for another wheel: {}", text(&o));
+    let full = std::fs::read(out.join(format!("{host}.intoto.jsonl"))).unwrap();
+    std::fs::write(keys.join("truncated.jsonl"), &full[..full.len() / 2]).unwrap();
+    let o = cosign("signer.pub", "truncated.jsonl", &format!("out/{host}"));
+    assert!(!o.status.success(), "cosign took a truncated envelope: {}", text(&o));
 }

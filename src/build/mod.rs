@@ -14,7 +14,7 @@ mod packages;
 mod step;
 
 pub use execute::Executor;
-pub use lock::{lock_image, Locked};
+pub use lock::{lock_image, update_image, Locked, Updated};
 
 use crate::cache::{Cache, CacheError};
 use crate::definition::{DefinitionError, Image};

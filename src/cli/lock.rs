@@ -14,6 +14,10 @@ pub struct Args {
     /// Cache directory for indexes [default: $QUARRY_CACHE, else ~/.cache/quarry]
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Move only these packages (and what their new versions need) to the
+    /// archive's current versions; every other pin stays. Prints what moved
+    #[arg(long, value_name = "PKG[,PKG...]", value_delimiter = ',')]
+    update: Vec<String>,
     /// Print what would be read (Release and index URLs, keyring, lock path) without network access
     #[arg(long)]
     dry_run: bool,
@@ -81,6 +85,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let cache_dir = a.cache_dir.unwrap_or_else(crate::cache::default_dir);
     let opts = BuildOptions::defaults(sets, crate::cache::Cache::open(&cache_dir)?, Progress::new(a.json, false))
         .map_err(|e| anyhow!(e))?;
+    if !a.update.is_empty() {
+        return update(image, &opts, &a.update, a.json);
+    }
     let locked =
         crate::build::lock_image(image, &opts).with_context(|| format!("locking `{}`", image.file.display()))?;
     let lock = &locked.lock;
@@ -105,6 +112,28 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for (layer, built) in &out.built_to_resolve {
             outln!("built {} to resolve `{layer}` over", built.join(", "));
         }
+    }
+    Ok(0)
+}
+
+/// `--update`: the targeted re-lock, and its diff (as `quarry diff OLD NEW`).
+fn update(image: &crate::definition::Image, opts: &BuildOptions, names: &[String], json: bool) -> anyhow::Result<i32> {
+    let u = crate::build::update_image(image, opts, names)
+        .with_context(|| format!("updating {} in the lock of `{}`", names.join(", "), image.file.display()))?;
+    let report = crate::diff::Report::Locks(crate::diff::locks::diff(&u.old, &u.lock));
+    if json {
+        super::print_json(
+            &serde_json::json!({ "lock": u.path, "moved": u.moved.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(), "diff": report }),
+        )?;
+    } else {
+        if u.moved.is_empty() {
+            outln!(
+                "{}: {} already at the archive's current version(s); nothing moved",
+                u.path.display(),
+                names.join(", ")
+            );
+        }
+        out!("{}", crate::diff::text(&report));
     }
     Ok(0)
 }

@@ -31,6 +31,7 @@ pub mod sources;
 pub mod suites;
 pub use suites::{sources, Sources};
 pub mod unpack;
+pub mod update;
 pub mod usrmerge;
 pub mod version;
 
@@ -136,6 +137,12 @@ pub fn resolve_now(
             })
             .collect(),
     })
+}
+
+/// The index of a package set as the archive has it now (every suite's
+/// `Packages`, checked against its signed InRelease).
+pub fn index_now(spec: &PackageSet, cache: &Cache, spool: &Path) -> Result<Vec<archive::Package>, DistroError> {
+    Ok(suites::fetch_indexes(spec, cache, spool)?.1)
 }
 
 /// Resolve a packages layer's set over the layers below it: only what

@@ -9,6 +9,7 @@ pub mod provenance;
 pub mod registry;
 pub mod remote;
 pub mod rocm_rules;
+pub mod sigstore;
 pub mod slurm;
 pub mod venv;
 
