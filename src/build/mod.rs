@@ -196,8 +196,10 @@ pub fn build_plan(plan: &mut Plan, opts: &BuildOptions, cache: &Cache) -> Result
     // Provenance (and the SBOM) go into the staged layout: the image and
     // what describes it appear in one rename.
     let params = crate::provenance::ImageBuildParams { sets: &opts.sets, source_date_epoch: opts.source_date_epoch };
-    let statement = crate::provenance::image_statement(plan, &image, &params)?;
-    let provenance = artifact(crate::provenance::attach(staged.path(), &image, &statement.to_bytes())?)?;
+    let provenance = crate::trace::time("provenance", || -> Result<Digest, BuildError> {
+        let statement = crate::provenance::image_statement(plan, &image, &params)?;
+        Ok(artifact(crate::provenance::attach(staged.path(), &image, &statement.to_bytes())?)?)
+    })?;
     let sbom = if opts.sbom {
         let inv = crate::sbom::inventory(plan, Some(&image), opts.source_date_epoch)?;
         let doc = crate::sbom::spdx_json(&inv)?;
