@@ -587,9 +587,13 @@ fn index_is_resolved_to_the_image_platform() {
             .arg(&cache),
         0,
     );
-    assert_eq!(stdout_json(&o)["digest"], arm.manifest_digest.as_str());
+    let pulled = stdout_json(&o);
+    assert_eq!(pulled["digest"], arm.manifest_digest.as_str());
+    // The image's provenance comes along (the layout then holds two
+    // manifests: skopeo is given the tag).
+    assert_eq!(pulled["attached"], serde_json::json!(["application/vnd.in-toto+json"]), "{pulled}");
     let s = stdout_json(&run_expect(
-        Command::new("skopeo").arg("inspect").arg(format!("oci:{}", w.join("out/pulled").display())),
+        Command::new("skopeo").arg("inspect").arg(format!("oci:{}:multi", w.join("out/pulled").display())),
         0,
     ));
     assert_eq!(s["Digest"], arm.manifest_digest.as_str());
