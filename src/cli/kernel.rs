@@ -63,6 +63,8 @@ pub struct BuildArgs {
     no_cache: bool,
     #[command(flatten)]
     def: super::DefinitionArgs,
+    #[command(flatten)]
+    sign: super::sign_args::SignArgs,
     /// Print a JSON report: per output file its targets and size, the time, whether cached
     #[arg(long)]
     json: bool,
@@ -74,6 +76,8 @@ pub struct BuildArgs {
 pub fn run(c: Command) -> anyhow::Result<i32> {
     let Command::Build(a) = c;
     super::set_output_mode(a.json, false);
+    // A key that cannot be opened (a wrong password) fails before anything is built.
+    let sign_key = a.sign.load()?;
     let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
     let arg = targets::parse(&a.targets)?;
     let detected = match (&arg, a.gpu) {
@@ -108,7 +112,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     for line in crate::trace::summary() {
         eprintln!("quarry trace: {line}");
     }
-    let report = match built {
+    let mut report = match built {
         Ok(r) => r,
         Err(e @ KernelError::Failed { .. })
         | Err(e @ KernelError::Engine(crate::engine::EngineError::Interrupted(_))) => {
@@ -117,6 +121,8 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         }
         Err(e) => return Err(e.into()),
     };
+    let image_name = crate::provenance::image_argument(&a.image);
+    report.provenance = Some(kernel::provenance::write(&opts, &image_name, &report, sign_key.as_ref())?.provenance);
     if a.json {
         super::print_json(&report)?;
         return Ok(0);

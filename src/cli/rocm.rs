@@ -45,6 +45,8 @@ struct PackageArgs {
     /// Split device code into per-target packages
     #[arg(long, value_enum, default_value = "auto")]
     split: Split,
+    #[command(flatten)]
+    sign: super::sign_args::SignArgs,
     /// Print a JSON report (packages and their files) on stdout
     #[arg(long)]
     json: bool,
@@ -105,6 +107,8 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
 fn package(a: PackageArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     use crate::rocm::package::{self, Options, SplitMode};
+    // A key that cannot be opened (a wrong password) fails before anything is written.
+    let sign_key = a.sign.load()?;
     std::fs::create_dir_all(&a.dest_dir).with_context(|| format!("--dest-dir `{}`", a.dest_dir.display()))?;
     let opts = Options {
         artifact_dir: a.artifact_dir,
@@ -119,6 +123,8 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
         cache: crate::cache::Cache::open(&crate::cache::default_dir())?,
     };
     let report = package::package(&opts).with_context(|| format!("packaging `{}`", opts.artifact_dir.display()))?;
+    package::provenance::write(&opts, &report, sign_key.as_ref())
+        .with_context(|| format!("the provenance of `{}`'s packages", opts.artifact_dir.display()))?;
     if a.json {
         super::print_json(&report)?;
     } else {

@@ -19,6 +19,7 @@ pub mod container;
 pub mod inputs;
 pub mod jobs;
 pub mod key;
+pub mod provenance;
 pub mod targets;
 
 use crate::cache::{Bucket, Cache, RemoteReport, Sharing, Tier};
@@ -71,6 +72,8 @@ pub struct Report {
     pub seconds: f64,
     pub key: String,
     pub image: String,
+    /// quarry's fingerprint of the source tree (what the key and the provenance name).
+    pub source_tree: String,
     pub targets: Vec<String>,
     pub targets_source: String,
     /// The job count the command ran with (absent on a cache hit).
@@ -93,6 +96,9 @@ pub struct Report {
     /// What the registry tier did (with --cache-registry).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_registry: Option<RemoteReport>,
+    /// The outputs' provenance statement, once written ([`provenance`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<PathBuf>,
 }
 
 /// The compiler cache of one build.
@@ -123,6 +129,8 @@ pub enum KernelError {
     Output { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Inspect(#[from] crate::code_objects::InspectError),
+    #[error(transparent)]
+    Provenance(#[from] crate::provenance::ProvenanceError),
     #[error("--targets: `{target}` is not an AMD GPU target; expected `auto` or a list like gfx90a,gfx942,gfx1100 (features as gfx942:xnack-)")]
     BadTarget { target: String },
     #[error("--targets: empty list; give `auto` or targets like gfx90a,gfx942")]
@@ -237,6 +245,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
         seconds: started.elapsed().as_secs_f64(),
         key: key.hex(),
         image: image.to_string(),
+        source_tree: read.source.hex(),
         targets: o.targets.targets.clone(),
         targets_source: o.targets.source.clone(),
         jobs,
@@ -246,6 +255,7 @@ pub fn build(o: &KernelOptions) -> Result<Report, KernelError> {
         missing,
         compiler_cache: project_cc,
         cache_registry: cache.remote_report(),
+        provenance: None,
     })
 }
 

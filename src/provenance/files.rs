@@ -4,6 +4,8 @@
 //! signed DSSE envelope as `NAME.intoto.jsonl` (the name SLSA's generators
 //! give a signed attestation), which `cosign verify-blob-attestation --key
 //! K --signature NAME.intoto.jsonl --type slsaprovenance1 NAME` accepts.
+//! A product that is a directory of files (a kernel build's outputs) gets
+//! one statement with every file as a subject ([`write_statement`]).
 //! Each file is written whole to a temporary name and renamed.
 
 use super::statement::{BuildDefinition, ResourceDescriptor, Statement};
@@ -48,6 +50,36 @@ fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), ProvenanceError> {
     Ok(())
 }
 
+/// One statement about `subjects` at `path` (`X.intoto.json`), and with
+/// `key` its signed envelope beside it (`X.intoto.jsonl`).
+pub fn write_statement(
+    path: &Path,
+    subjects: Vec<ResourceDescriptor>,
+    build: &FileBuild,
+    key: Option<&SigningKey>,
+) -> Result<Written, ProvenanceError> {
+    let definition = BuildDefinition {
+        build_type: build.build_type.clone(),
+        external_parameters: build.parameters.clone(),
+        resolved_dependencies: build.inputs.clone(),
+    };
+    let bytes = Statement::new(subjects, definition, None).to_bytes();
+    write_whole(path, &bytes)?;
+    let attestation = match key {
+        Some(k) => {
+            let mut envelope = dsse::sign(crate::oci::IN_TOTO_MEDIA_TYPE, &bytes, k).to_bytes();
+            envelope.push(b'\n');
+            let mut signed = path.as_os_str().to_owned();
+            signed.push("l");
+            let signed = PathBuf::from(signed);
+            write_whole(&signed, &envelope)?;
+            Some(signed)
+        }
+        None => None,
+    };
+    Ok(Written { provenance: path.to_path_buf(), attestation })
+}
+
 /// `NAME.intoto.json` (and with `key`, `NAME.intoto.jsonl`) beside each product.
 pub fn write_beside(
     products: &[PathBuf],
@@ -56,27 +88,9 @@ pub fn write_beside(
 ) -> Result<Vec<Written>, ProvenanceError> {
     let mut out = Vec::new();
     for p in products {
-        let subject = input_file(p)?;
-        let definition = BuildDefinition {
-            build_type: build.build_type.clone(),
-            external_parameters: build.parameters.clone(),
-            resolved_dependencies: build.inputs.clone(),
-        };
-        let bytes = Statement::new(vec![subject], definition, None).to_bytes();
         let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        let provenance = p.with_file_name(format!("{name}.intoto.json"));
-        write_whole(&provenance, &bytes)?;
-        let attestation = match key {
-            Some(k) => {
-                let mut envelope = dsse::sign(crate::oci::IN_TOTO_MEDIA_TYPE, &bytes, k).to_bytes();
-                envelope.push(b'\n');
-                let path = p.with_file_name(format!("{name}.intoto.jsonl"));
-                write_whole(&path, &envelope)?;
-                Some(path)
-            }
-            None => None,
-        };
-        out.push(Written { provenance, attestation });
+        let path = p.with_file_name(format!("{name}.intoto.json"));
+        out.push(write_statement(&path, vec![input_file(p)?], build, key)?);
     }
     Ok(out)
 }

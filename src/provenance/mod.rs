@@ -17,7 +17,7 @@ mod paths;
 pub mod statement;
 
 pub use image::{statement as image_statement, ImageBuildParams};
-pub use paths::{checkout_root, portable};
+pub use paths::{checkout_root, image_argument, portable};
 pub use statement::{ResourceDescriptor, Statement, SLSA_PROVENANCE_V1, STATEMENT_TYPE};
 
 pub use crate::oci::IN_TOTO_MEDIA_TYPE;

@@ -21,6 +21,17 @@ pub fn portable(file: &Path) -> String {
     rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
 }
 
+/// How provenance names an `--image` argument: a file or layout by its
+/// portable path (no machine path), an engine image by its reference.
+pub fn image_argument(arg: &str) -> String {
+    let p = Path::new(arg);
+    if p.exists() {
+        portable(p)
+    } else {
+        arg.to_string()
+    }
+}
+
 /// The nearest directory above `abs` holding a `.git`.
 pub fn checkout_root(abs: &Path) -> Option<&Path> {
     abs.ancestors().skip(1).find(|d| d.join(".git").exists())

@@ -52,3 +52,36 @@ pub fn assert_lists_every_locked_deb(statement: &[u8], lock: &str) {
         assert!(found, "the provenance lacks {name} ({sha}, {file})");
     }
 }
+
+/// The statement `quarry` wrote beside the product file `path`
+/// (`NAME.intoto.json`), after checking its subject is that file by sha256
+/// and that the in-toto models take it; returns its bytes.
+pub fn beside(path: &Path, scratch: &Path) -> Vec<u8> {
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let file = path.with_file_name(format!("{name}.intoto.json"));
+    let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let doc: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(doc["subject"].as_array().map(Vec::len), Some(1), "{doc}");
+    assert_eq!(doc["subject"][0]["name"], name.as_str(), "{doc}");
+    let sha = quarry::oci::digest::sha256_file(path).unwrap();
+    assert_eq!(doc["subject"][0]["digest"]["sha256"], sha.as_str(), "{doc}");
+    check_with_in_toto_models(&bytes, scratch);
+    bytes
+}
+
+/// The resolved dependencies of a statement, as (name, algorithm, digest).
+pub fn inputs(statement: &[u8]) -> Vec<(String, String, String)> {
+    let doc: Value = serde_json::from_slice(statement).unwrap();
+    let deps = doc["predicate"]["buildDefinition"]["resolvedDependencies"].as_array().unwrap().clone();
+    deps.iter()
+        .flat_map(|d| {
+            let name = d["name"].as_str().unwrap_or_default().to_string();
+            d["digest"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(move |(a, v)| (name.clone(), a.clone(), v.as_str().unwrap().to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}

@@ -1,3 +1,4 @@
+use super::build_provenance as provenance;
 use crate::cli::image_arg;
 use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::GpuMode;
@@ -101,6 +102,8 @@ pub struct Args {
     rocm_fail_on_version_mismatch: bool,
     #[command(flatten)]
     def: crate::cli::DefinitionArgs,
+    #[command(flatten)]
+    sign: crate::cli::sign_args::SignArgs,
     /// Print a JSON list of the wheels on stdout
     #[arg(long)]
     json: bool,
@@ -116,6 +119,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             "--preload and --rocm-fail-on-version-mismatch apply to --rocm-packages DIR; give the ROCm packages too"
         )
     }
+    // A key that cannot be opened (a wrong password) fails before anything is built.
+    let sign_key = a.sign.load()?;
     let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
     let request = BuildRequest {
         pythons: match a.python.as_str() {
@@ -164,10 +169,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         None => None,
     };
     let opts = prepared.with_image(image, test_image);
-    let built = match build(&opts) {
+    let mut built = match build(&opts) {
         Ok(b) => b,
         Err(e) => return Ok(failed(e)),
     };
+    let image_name = crate::provenance::image_argument(&a.image);
+    let written = provenance::write(&opts, &image_name, &built, sign_key.as_ref())?;
+    // One statement per wheel, in `products` order: each wheel, then its device wheels.
+    let mut written = written.into_iter();
+    for b in &mut built {
+        b.provenance = written.next().map(|w| w.provenance);
+        written.by_ref().take(b.device_wheels.len()).for_each(drop);
+    }
     // Notes go through the diagnostics sink: shown to a person, not in --json.
     for b in built.iter().filter(|b| b.pure) {
         log::info!(

@@ -1,6 +1,7 @@
 //! `quarry wheel ...`: build wheels in containers, check and repair them.
 
 mod build;
+mod build_provenance;
 mod check;
 mod merge;
 mod repair;

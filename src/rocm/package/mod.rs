@@ -19,6 +19,7 @@ pub mod devel;
 pub mod edits;
 pub mod launcher;
 pub mod plan;
+pub mod provenance;
 pub mod roles;
 pub mod rpath;
 pub mod runtime;
@@ -52,6 +53,8 @@ pub enum PackageError {
     Elf(#[from] ElfError),
     #[error(transparent)]
     Patchelf(#[from] PatchelfError),
+    #[error(transparent)]
+    Provenance(#[from] crate::provenance::ProvenanceError),
     #[error("`{src}`: {why}")]
     Patch { member: String, src: PathBuf, why: String },
     #[error("`{file}`: after patching, the RPATH is {found}, not DT_RPATH `{expected}`")]

@@ -140,6 +140,11 @@ impl BuildLock {
         (!self.targets.is_empty()).then(|| serde_json::to_vec(&self.targets).expect("pins serialize"))
     }
 
+    /// The build requirements pinned per interpreter and platform.
+    pub fn targets(&self) -> &[LockTarget] {
+        &self.targets
+    }
+
     pub fn read(path: &Path) -> Result<BuildLock, LockError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,

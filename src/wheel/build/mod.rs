@@ -42,7 +42,7 @@ use crate::engine::EngineError;
 use crate::wheel::WheelError;
 pub use axes::{combinations, parse_axis};
 pub use pythons::Python;
-pub use reuse::{build, built_by, cache_key};
+pub use reuse::{build, built_by, cache_key, output_inside};
 pub use rocm::RocmBuild;
 use session::FIND_LINKS_DIR;
 use session::{run_builds, Job};
@@ -211,6 +211,9 @@ pub struct Built {
     /// With --split: the device wheels beside `wheel` (now the host wheel).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_wheels: Vec<PathBuf>,
+    /// `NAME.intoto.json` beside the wheel, once the command wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<PathBuf>,
 }
 
 fn is_sdist(p: &Path) -> bool {

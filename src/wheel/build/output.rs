@@ -125,6 +125,7 @@ pub(super) fn finish(
             rocm_init,
             rocm_excluded,
             device_wheels,
+            provenance: None,
         });
     }
     Ok(built)

@@ -183,7 +183,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
 }
 
 /// The top-level name of `output` when it sits directly in the project directory `source`.
-fn output_inside(source: &Path, output: &Path) -> Option<String> {
+pub fn output_inside(source: &Path, output: &Path) -> Option<String> {
     let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let (src, out) = (abs(source), abs(output));
     out.parent().filter(|p| *p == src).and(out.file_name()).map(|n| n.to_string_lossy().into_owned())
