@@ -623,3 +623,43 @@ fn a_build_says_what_it_does_in_a_log_and_nothing_when_quiet() {
     let json = run("json", &["--json"]);
     assert!(!json.contains("quarry: "), "--json keeps stderr for errors: {json}");
 }
+
+/// `quarry verify` of an image built from this archive: reproduced while
+/// the archive serves its pins; once a pinned .deb is gone, the error names
+/// the package, its sha256 and the URI the provenance records, exit 1;
+/// with the build's own cache (which holds the .deb) it is reproduced again.
+#[test]
+fn verify_names_a_pinned_deb_the_archive_dropped() {
+    let Some(a) = archive() else { return };
+    let img = a.image("verified", &["app"], &a.keyring);
+    let checkout = img.parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(checkout.join(".git")).unwrap();
+    lock(&img, &a.cache(), 0);
+    let out = a.root.path().join("verified-out");
+    build(&img, &a.cache(), &out, 0);
+    let verify = |cache: &Path, code: i32| {
+        let mut c = quarry();
+        c.arg("verify").arg(&out).arg("--json").arg("--source").arg(&checkout).arg("--cache-dir").arg(cache);
+        run_expect(c.env("no_proxy", "127.0.0.1").env("NO_PROXY", "127.0.0.1"), code)
+    };
+    let v = stdout_json(&verify(&a.root.path().join("fresh-1"), 0));
+    assert_eq!(v["reproduced"], true, "{v:#}");
+
+    let lock: toml::Value = toml::from_str(&std::fs::read_to_string(img.with_extension("lock")).unwrap()).unwrap();
+    let app = lock["base"]["package"].as_array().unwrap().iter().find(|p| p["name"].as_str() == Some("app")).unwrap();
+    std::fs::remove_file(a.www().join("pool/main/app_1.0_amd64.deb")).unwrap();
+    let fresh = a.root.path().join("fresh-2");
+    let e = stderr(&verify(&fresh, 1));
+    let uri = format!("{}/pool/main/app_1.0_amd64.deb", a.url.trim_end_matches('/'));
+    assert!(
+        e.contains("its input app 1.0")
+            && e.contains(&format!("sha256:{}", app["sha256"].as_str().unwrap()))
+            && e.contains(&format!("came from {uri}"))
+            && e.contains("HTTP 404")
+            && !e.contains("quarry lock"),
+        "{e}"
+    );
+    // The cache the image was built with still holds the .deb.
+    let v = stdout_json(&verify(&a.cache(), 0));
+    assert_eq!(v["reproduced"], true, "{v:#}");
+}

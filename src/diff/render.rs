@@ -52,6 +52,7 @@ fn lines(r: &Report, bullet: &str, code: bool) -> Vec<String> {
                 }
             }
         }
+        Report::Wheels(d) => wheel_lines(d, bullet, &q, &mut out),
         Report::Images(d) => {
             let shared = d.layers.iter().filter(|l| l.state == "shared").count();
             out.push(format!("layers: {shared} shared, {} differ", d.layers.len() - shared));
@@ -107,4 +108,50 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     s
+}
+
+fn list(v: &[String]) -> String {
+    if v.is_empty() {
+        "(none)".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn wheel_lines(d: &super::wheel::WheelDiff, bullet: &str, q: &dyn Fn(&str) -> String, out: &mut Vec<String>) {
+    for f in &d.fields {
+        out.push(format!("{}: {} -> {}", f.field, f.from, f.to));
+    }
+    if !d.requirements.is_empty() {
+        out.push("metadata:".into());
+        for r in &d.requirements {
+            out.push(format!("{bullet}{} {}: {}", r.change, r.field, q(&r.value)));
+        }
+    }
+    if !d.members.is_empty() {
+        out.push(format!("members: {} differ", d.members.len()));
+        for m in &d.members {
+            let what = if m.what.is_empty() { String::new() } else { format!(" ({})", m.what.join(", ")) };
+            let detail = m.detail.as_deref().map(|x| format!("; {x}")).unwrap_or_default();
+            out.push(format!(
+                "{bullet}{} {}{what} {} -> {}{detail}",
+                m.change,
+                q(&m.path),
+                size(m.size_from),
+                size(m.size_to)
+            ));
+        }
+    }
+    if !d.elf.is_empty() {
+        out.push("ELF dynamic entries:".into());
+        for e in &d.elf {
+            out.push(format!("{bullet}{} {}: {} -> {}", q(&e.member), e.field, list(&e.from), list(&e.to)));
+        }
+    }
+    if !d.gpu_targets.is_empty() {
+        out.push("GPU targets:".into());
+        for t in &d.gpu_targets {
+            out.push(format!("{bullet}{}: {} -> {}", q(&t.member), list(&t.from), list(&t.to)));
+        }
+    }
 }

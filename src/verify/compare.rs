@@ -1,11 +1,11 @@
 //! The given image beside its rebuild: the first layer that differs and,
 //! in it, each differing path and what about it (type, mode, owner, size,
-//! content, link, mtime; for content, where: [`super::explain`]); the
+//! content, link, mtime; for content, where: [`crate::diff::explain`]); the
 //! config fields that differ; and the inputs where the two provenances
 //! disagree (a dependency with another digest, one only one side has).
 
-use super::explain::{explain, Detail};
 use super::VerifyError;
+use crate::diff::explain::{explain, Detail};
 use crate::diff::image::{diff, layer_files, ConfigChange};
 use crate::provenance::{ResourceDescriptor, Statement};
 use serde::Serialize;

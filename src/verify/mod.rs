@@ -13,7 +13,6 @@
 
 mod claim;
 pub mod compare;
-pub mod explain;
 mod rebuild;
 pub mod signatures;
 
@@ -48,6 +47,8 @@ pub enum VerifyError {
         #[source]
         source: Box<crate::build::BuildError>,
     },
+    #[error("`{image}` cannot be rebuilt: its input {input} ({sha256}) can no longer be fetched; the provenance says it came from {uri}, {answer}: the archive has dropped that version. A cache that still holds the file (`--cache-dir`, e.g. the one the image was built with) lets the rebuild use it, checked by its sha256")]
+    InputGone { image: String, input: String, uri: String, sha256: String, answer: String },
     #[error("{image}: the signature check with {key} failed: {message}")]
     Signature { image: String, key: String, message: String },
     #[error("{path}: {what}")]

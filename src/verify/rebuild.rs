@@ -61,6 +61,38 @@ pub fn rebuild(
         sbom: false,
     };
     let definition: PathBuf = root.join(&claim.definition);
-    build(&definition, &opts)
-        .map_err(|source| VerifyError::Rebuild { image: claim.image_name.clone(), source: Box::new(source) })
+    build(&definition, &opts).map_err(|source| match input_gone(claim, &source) {
+        Some(gone) => gone,
+        None => VerifyError::Rebuild { image: claim.image_name.clone(), source: Box::new(source) },
+    })
+}
+
+/// A pinned .deb the archive no longer serves, named as the provenance
+/// records it (its URI and sha256), not as the lock's advice to re-lock:
+/// re-locking would verify another image.
+fn input_gone(claim: &Claim, e: &crate::build::BuildError) -> Option<VerifyError> {
+    use crate::distro::DistroError;
+    use crate::plan::PlanError;
+    let crate::build::BuildError::Plan(PlanError::Distro { err, .. } | PlanError::DistroLayer { err, .. }) = e else {
+        return None;
+    };
+    let DistroError::PinGone { package, version, file, url, status, .. } = &**err else { return None };
+    let recorded = claim.statement.predicate.build_definition.resolved_dependencies.iter().find(|d| {
+        d.uri.as_deref().is_some_and(|u| u.strip_suffix(file.as_str()).is_some_and(|rest| rest.ends_with('/')))
+    });
+    let uri = recorded.and_then(|d| d.uri.clone()).unwrap_or_else(|| url.clone());
+    let answer = if uri == *url {
+        format!("which answers HTTP {status}")
+    } else {
+        format!("and {url} (where the rebuild looked) answers HTTP {status}")
+    };
+    let sha256 =
+        recorded.and_then(|d| d.sha256_hex()).map_or_else(|| "(not recorded)".into(), |h| format!("sha256:{h}"));
+    Some(VerifyError::InputGone {
+        image: claim.image_name.clone(),
+        input: format!("{package} {version}"),
+        uri,
+        sha256,
+        answer,
+    })
 }
