@@ -611,6 +611,32 @@ fn quarry_diff_names_the_package_file_and_config_that_moved() {
     assert_eq!(d["config"][0]["to"]["org.opencontainers.image.description"], "bye");
     let same = stdout_json(&run_expect(quarry().arg("diff").arg(w.join("a")).arg(w.join("a")).arg("--json"), 0));
     assert_eq!(same["identical"], true);
+    // An image definition is built first (here from the cache): with
+    // GREETING=hi against b only the label differs, every layer shared.
+    let mut c = quarry();
+    c.arg("diff")
+        .arg(&def)
+        .arg(w.join("b"))
+        .args(["--set", "GREETING=hi", "--json", "--cache-dir"])
+        .arg(w.join("cache"));
+    let d = stdout_json(&run_expect(&mut c, 0));
+    let states: Vec<&str> = d["layers"].as_array().unwrap().iter().map(|l| l["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["shared", "shared"], "{d}");
+    assert_eq!(d["config"][0]["to"]["org.opencontainers.image.description"], "bye", "{d}");
+    // A registry reference is pulled first: the same report as the layout's.
+    if have_registry() {
+        let reg = Registry::start("");
+        let reference = format!("{}/hello:a", reg.addr());
+        push(&w.join("a"), &reference, &w.join("cache"));
+        let mut c = quarry();
+        c.arg("diff").arg(&reference).arg(w.join("b")).args(["--json", "--cache-dir"]).arg(w.join("cache"));
+        let pulled = stdout_json(&run_expect(&mut c, 0));
+        let layout = stdout_json(&run_expect(quarry().arg("diff").arg(w.join("a")).arg(w.join("b")).arg("--json"), 0));
+        assert_eq!(pulled["layers"], layout["layers"], "{pulled}");
+        assert_eq!(pulled["config"], layout["config"], "{pulled}");
+    }
+    let e = run_expect(quarry().arg("diff").arg(w.join("a")).arg("no/such/thing:x"), 1);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("no/such/thing:x"), "{e:?}");
     // Two kinds: a clear error.
     let e = run_expect(quarry().arg("diff").arg(w.join("a")).arg(w.join("new.lock")), 1);
     assert!(String::from_utf8_lossy(&e.stderr).contains("are not of one kind"), "{e:?}");

@@ -108,6 +108,20 @@ fn merged_shards_are_the_split_of_the_fat_build_byte_for_byte() {
     merge(&reordered, &again, 0);
     assert_eq!(wheels_in(&again), got);
 
+    // `quarry verify` merges the shards the provenance names (found by
+    // sha256: all three have one file name) again and compares.
+    let mut c = quarry();
+    c.arg("verify").arg(merged_out.join("hipmerge-1.0-cp311-cp311-linux_x86_64.whl")).arg("--json");
+    for x in TARGETS {
+        c.arg("--inputs").arg(t.join(x));
+    }
+    let v = stdout_json(&run_expect(&mut c, 0));
+    assert_eq!(v["reproduced"], true, "{v:#}");
+    assert_eq!(v["build_type"], "urn:quarry:build-type:wheel-merge:v1", "{v:#}");
+    let found: Vec<&str> = v["inputs"].as_array().unwrap().iter().map(|i| i["path"].as_str().unwrap()).collect();
+    assert_eq!(found.len(), 3, "{v:#}");
+    assert!(found.iter().zip(&shards).all(|(f, s)| Path::new(f) == s.as_path()), "{v:#}");
+
     // The merged set is a complete install for every target, and its host
     // libraries load in Debian 13 beside their archives.
     let set: Vec<PathBuf> = std::fs::read_dir(&merged_out)

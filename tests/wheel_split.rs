@@ -635,6 +635,66 @@ fn split_wheels_carry_attestations_cosign_verifies_as_blobs() {
     std::fs::write(keys.join("truncated.jsonl"), &full[..full.len() / 2]).unwrap();
     let o = cosign("signer.pub", "truncated.jsonl", &format!("out/{host}"));
     assert!(!o.status.success(), "cosign took a truncated envelope: {}", text(&o));
+
+    // `quarry verify` runs the split again from the fat wheel the
+    // provenance names (found by sha256 in --inputs) and compares.
+    let verify = |target: &Path, extra: &[&str], code: i32| {
+        let mut c = quarry();
+        c.arg("verify").arg(target).arg("--json").arg("--inputs").arg(wheel.parent().unwrap()).args(extra);
+        run_expect(&mut c, code)
+    };
+    let signer = keys.join("signer.pub");
+    for n in [host, device] {
+        let v = stdout_json(&verify(&out.join(n), &["--key", signer.to_str().unwrap()], 0));
+        assert_eq!(v["reproduced"], true, "{v:#}");
+        assert_eq!(v["build_type"], "urn:quarry:build-type:wheel-split:v1");
+        assert!(v["signed_by"].is_string(), "{v:#}");
+    }
+    let e = verify(&out.join(host), &["--key", keys.join("other.pub").to_str().unwrap()], 1);
+    assert!(String::from_utf8_lossy(&e.stderr).contains(&format!("{host}")), "{e:?}");
+    // A compromised wheel that carries a statement about itself: the
+    // rebuild names the member that differs.
+    let bad = keys.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    rewrite_member(&out.join(host), &bad.join(host), "hipsplit/__init__.py", b"import os\n");
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join(format!("{host}.intoto.json"))).unwrap()).unwrap();
+    doc["subject"][0]["digest"]["sha256"] = quarry::oci::digest::sha256_file(&bad.join(host)).unwrap().into();
+    std::fs::write(bad.join(format!("{host}.intoto.json")), serde_json::to_vec(&doc).unwrap()).unwrap();
+    let v = stdout_json(&verify(&bad.join(host), &[], 1));
+    assert_eq!(v["reproduced"], false, "{v:#}");
+    assert!(v["difference"].as_str().unwrap().contains("zip member hipsplit/__init__.py"), "{v:#}");
+    // The same wheel beside the original statement: the subject does not match.
+    std::fs::copy(out.join(format!("{host}.intoto.json")), bad.join(format!("{host}.intoto.json"))).unwrap();
+    let e = String::from_utf8_lossy(&verify(&bad.join(host), &[], 1).stderr).to_string();
+    assert!(e.contains("the provenance is about sha256:") && e.contains(host), "{e}");
+    // An input nowhere to be found: named, with where it was looked for.
+    let empty = keys.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut c = quarry();
+    c.arg("verify").arg(out.join(host)).arg("--inputs").arg(&empty);
+    let e = String::from_utf8_lossy(&run_expect(&mut c, 1).stderr).to_string();
+    assert!(e.contains("its input `hipsplit-1.0-cp311-cp311-linux_x86_64.whl`") && e.contains("--inputs"), "{e}");
+}
+
+/// A copy of the zip `from` at `to` with `member`'s content replaced.
+fn rewrite_member(from: &Path, to: &Path, member: &str, content: &[u8]) {
+    use std::io::Write;
+    let mut z = zip::ZipArchive::new(std::fs::File::open(from).unwrap()).unwrap();
+    let mut w = zip::ZipWriter::new(std::fs::File::create(to).unwrap());
+    for i in 0..z.len() {
+        let mut m = z.by_index(i).unwrap();
+        let name = m.name().unwrap().to_string();
+        let mut data = Vec::new();
+        m.read_to_end(&mut data).unwrap();
+        let o = zip::write::SimpleFileOptions::default()
+            .compression_method(m.compression())
+            .last_modified_time(m.last_modified().unwrap_or_default())
+            .unix_permissions(m.unix_mode().unwrap_or(0o644));
+        w.start_file(name.as_str(), o).unwrap();
+        w.write_all(if name == member { content } else { &data }).unwrap();
+    }
+    w.finish().unwrap();
 }
 
 /// `quarry diff` of two wheels. The fat wheel against its split host wheel:
@@ -642,7 +702,7 @@ fn split_wheels_carry_attestations_cosign_verifies_as_blobs() {
 /// none, its content changes (the first differing ELF section named), the
 /// device extras appear in METADATA, the Tensile database leaves. Two
 /// cc-built wheels whose library links another library and moves its
-/// RPATH: the NEEDED and RPATH change is named.
+/// search path from DT_RPATH to DT_RUNPATH: each change is named.
 #[test]
 fn diff_of_two_wheels_names_members_requirements_elf_entries_and_gpu_targets() {
     let tmp = tempfile::tempdir().unwrap();
@@ -673,7 +733,8 @@ fn diff_of_two_wheels_names_members_requirements_elf_entries_and_gpu_targets() {
         assert!(members[lib]["what"].as_array().unwrap().contains(&"content".into()), "{d:#}");
         assert!(members[lib]["detail"].as_str().unwrap().starts_with("ELF section "), "{d:#}");
     }
-    assert!(!members.contains_key("hipsplit/__init__.py"), "an unchanged member is not listed: {d:#}");
+    // The empty __init__.py: the fixture deflates it, the split stores it.
+    assert_eq!(members["hipsplit/__init__.py"]["what"], serde_json::json!(["compression"]), "{d:#}");
     let added: Vec<String> = d["requirements"]
         .as_array()
         .unwrap()
@@ -695,13 +756,13 @@ fn diff_of_two_wheels_names_members_requirements_elf_entries_and_gpu_targets() {
     let lib = w.join("libdep.so");
     wheel_fixtures::cc_shared(&lib, "int dep(void) { return 1; }", &["-Wl,-soname,libdep.so"]);
     let one = w.join("one/libmod.so");
-    wheel_fixtures::cc_shared(&one, "int f(void) { return 2; }", &["-Wl,-rpath,$ORIGIN/one"]);
+    wheel_fixtures::cc_shared(&one, "int f(void) { return 2; }", &["-Wl,--disable-new-dtags,-rpath,$ORIGIN/one"]);
     let two = w.join("two/libmod.so");
     let dir = format!("-L{}", w.display());
     wheel_fixtures::cc_shared(
         &two,
         "int dep(void); int f(void) { return dep(); }",
-        &[&dir, "-ldep", "-Wl,-rpath,$ORIGIN/two"],
+        &[&dir, "-ldep", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/two"],
     );
     let a =
         wheel_fixtures::make_wheel(&w.join("a"), "mod-1.0-cp311-cp311-linux_x86_64.whl", &[("mod/libmod.so", &one)]);
@@ -722,7 +783,9 @@ fn diff_of_two_wheels_names_members_requirements_elf_entries_and_gpu_targets() {
         })
         .collect();
     assert!(elf.iter().any(|e| e.starts_with("mod/libmod.so NEEDED: ") && e.contains("\"libdep.so\"]")), "{elf:#?}");
-    assert!(elf.contains(&r#"mod/libmod.so RPATH: ["$ORIGIN/one"] -> ["$ORIGIN/two"]"#.to_string()), "{elf:#?}");
+    // DT_RPATH in the first, DT_RUNPATH in the second: each named as what it is.
+    assert!(elf.contains(&r#"mod/libmod.so RPATH: ["$ORIGIN/one"] -> []"#.to_string()), "{elf:#?}");
+    assert!(elf.contains(&r#"mod/libmod.so RUNPATH: [] -> ["$ORIGIN/two"]"#.to_string()), "{elf:#?}");
     assert_eq!(
         d["requirements"],
         serde_json::json!([{"field": "Requires-Dist", "change": "added", "value": "numpy>=1.24"}]),

@@ -4,8 +4,13 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// An OCI layout directory, or a registry reference HOST[:PORT]/REPO[:TAG][@sha256:...]
+    /// An OCI layout directory, a registry reference HOST[:PORT]/REPO[:TAG][@sha256:...],
+    /// or a wheel written by `wheel split` or `wheel merge` (its NAME.intoto.json beside it)
     target: String,
+    /// Where a wheel's inputs are looked for, by sha256 (repeatable) [default:
+    /// the wheel's directory and the working directory]
+    #[arg(long = "inputs", value_name = "DIR")]
+    inputs: Vec<PathBuf>,
     /// The checkout holding the definitions the provenance names [default: the working directory's git checkout]
     #[arg(long, value_name = "DIR")]
     source: Option<PathBuf>,
@@ -13,7 +18,8 @@ pub struct Args {
     /// cache given here is trusted for what it holds
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
-    /// Check the registry's cosign signature and attestation with this public key (PEM)
+    /// Check the registry's cosign signature and attestation (for a wheel: its
+    /// signed NAME.intoto.jsonl) with this public key (PEM)
     #[arg(long, value_name = "PUB")]
     key: Option<PathBuf>,
     /// Speak plain HTTP to the registry (default for 127.0.0.1 and localhost)
@@ -31,6 +37,17 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, a.quiet);
     let key = a.key.as_deref().map(crate::signing::PublicKey::from_file).transpose()?;
+    let as_path = std::path::Path::new(&a.target);
+    if as_path.is_file() {
+        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key };
+        let v = crate::verify::files::verify_file(as_path, &opts)?;
+        if a.json {
+            super::print_json(&v)?;
+        } else {
+            out!("{}", file_text(&v));
+        }
+        return Ok(if v.reproduced { 0 } else { 1 });
+    }
     let opts = VerifyOptions {
         source: a.source.clone().unwrap_or_else(default_source),
         cache_dir: a.cache_dir.clone(),
@@ -93,6 +110,25 @@ fn text(v: &Verification) -> String {
             v.builder,
             crate::provenance::statement::quarry_builder().id
         );
+    }
+    s
+}
+
+fn file_text(v: &crate::verify::files::FileVerification) -> String {
+    let mut s = String::new();
+    if let Some(k) = &v.signed_by {
+        s += &format!("signed     the provenance verifies with {k}\n");
+    }
+    for i in &v.inputs {
+        s += &format!("input      {} {} at {}\n", i.name, i.sha256, i.path.display());
+    }
+    if v.reproduced {
+        s += &format!("reproduced {} {}\n", v.target, v.given);
+    } else {
+        s += &format!("differs    {}: given {}, rebuilt {}\n", v.target, v.given, v.rebuilt);
+        if let Some(d) = &v.difference {
+            s += &format!("  {d}\n");
+        }
     }
     s
 }

@@ -87,6 +87,7 @@ pub fn read(layout: &Path) -> Result<Claim, VerifyError> {
     let subject = statement.subject.iter().find_map(|s| s.sha256_hex()).unwrap_or("");
     if subject != img.manifest_digest.hex() {
         return Err(VerifyError::SubjectMismatch {
+            kind: "image",
             target: layout.display().to_string(),
             subject: format!("sha256:{subject}"),
             image: img.manifest_digest.to_string(),

@@ -9,10 +9,12 @@
 //! path in it and what differs, down to the ELF section, zip member or
 //! text line (`compare`, `explain`), and the inputs whose digests moved.
 //! With a key, the registry's cosign signature and attestation are checked
-//! first (`signatures`).
+//! first (`signatures`). Wheels from `wheel split` and `wheel merge` are
+//! verified the same way from the provenance beside them (`files`).
 
 mod claim;
 pub mod compare;
+pub mod files;
 mod rebuild;
 pub mod signatures;
 
@@ -37,8 +39,8 @@ pub enum VerifyError {
     NoProvenance { target: String },
     #[error("{target}: provenance: {message}")]
     Provenance { target: String, message: String },
-    #[error("{target}: the provenance is about {subject}, not this image ({image}): it was made for another image, or the image was changed after it; nothing was rebuilt")]
-    SubjectMismatch { target: String, subject: String, image: String },
+    #[error("{target}: the provenance is about {subject}, not this {kind} ({image}): it was made for another {kind}, or the {kind} was changed after it; nothing was rebuilt")]
+    SubjectMismatch { target: String, kind: &'static str, subject: String, image: String },
     #[error("{path}: the provenance records {recorded}, the checkout has {found}; check out the commit the image was built from (or name that checkout with --source DIR)")]
     Checkout { path: String, recorded: String, found: String },
     #[error("rebuilding `{image}` from its provenance failed")]
