@@ -424,6 +424,25 @@ fn two_runs_give_identical_bytes() {
     // No scratch left in the destination.
     let left: Vec<_> = std::fs::read_dir(&d1).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["dist"]);
+
+    // `quarry verify` of the set packages the second artifact directory
+    // (the same trees, touched at another time) again: every package the same.
+    let verify = |target: &Path, arts: &Path, code: i32| {
+        let mut c = quarry();
+        c.env("PATH", path_without_patchelf()).arg("verify").arg(target).arg("--json");
+        c.arg("--inputs").arg(arts).arg("--cache-dir").arg(packages_cache());
+        run_expect(&mut c, code)
+    };
+    let v = stdout_json(&verify(&d1.join("dist"), &a2, 0));
+    assert_eq!(v["reproduced"], true, "{v:#}");
+    assert_eq!(v["files"].as_array().unwrap().len(), 7, "{v:#}");
+    assert!(v["files"].as_array().unwrap().iter().all(|f| f["build_type"] == "urn:quarry:build-type:rocm-package:v1"));
+    // An artifact changed since: its input is named, nothing is said reproduced.
+    let changed = std::fs::read_dir(&a2).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_dir()).unwrap();
+    std::fs::write(changed.join("added-later.txt"), "x").unwrap();
+    let e = String::from_utf8_lossy(&verify(&f1[0], &a2, 1).stderr).to_string();
+    let name = changed.file_name().unwrap().to_string_lossy().to_string();
+    assert!(e.contains(&format!("its input `{name}` (quarryTreeSha256:")) && e.contains("--inputs"), "{e}");
 }
 
 #[test]

@@ -5,17 +5,20 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// An OCI layout directory, a registry reference HOST[:PORT]/REPO[:TAG][@sha256:...],
-    /// or a wheel written by `wheel split` or `wheel merge` (its NAME.intoto.json beside it)
+    /// a wheel written by `wheel split` or `wheel merge` or a package of `rocm package`
+    /// (its NAME.intoto.json beside it), or a directory of such files (a `dist/`)
     target: String,
-    /// Where a wheel's inputs are looked for, by sha256 (repeatable) [default:
-    /// the wheel's directory and the working directory]
+    /// Where a file's inputs are looked for (repeatable): wheels by sha256, ROCm
+    /// artifacts as the subdirectories of an artifact directory [default: the
+    /// file's directory and the working directory]
     #[arg(long = "inputs", value_name = "DIR")]
     inputs: Vec<PathBuf>,
     /// The checkout holding the definitions the provenance names [default: the working directory's git checkout]
     #[arg(long, value_name = "DIR")]
     source: Option<PathBuf>,
     /// The rebuild's cache [default: a fresh one, removed afterwards]; a
-    /// cache given here is trusted for what it holds
+    /// cache given here is trusted for what it holds (for files: where
+    /// quarry's pinned patchelf comes from [default: quarry's cache])
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
     /// Check the registry's cosign signature and attestation (for a wheel: its
@@ -39,12 +42,24 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let key = a.key.as_deref().map(crate::signing::PublicKey::from_file).transpose()?;
     let as_path = std::path::Path::new(&a.target);
     if as_path.is_file() {
-        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key };
+        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache_dir: a.cache_dir.clone() };
         let v = crate::verify::files::verify_file(as_path, &opts)?;
         if a.json {
             super::print_json(&v)?;
         } else {
             out!("{}", file_text(&v));
+        }
+        return Ok(if v.reproduced { 0 } else { 1 });
+    }
+    if as_path.is_dir() && !as_path.join("index.json").exists() {
+        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache_dir: a.cache_dir.clone() };
+        let v = crate::verify::files::verify_set(as_path, &opts)?;
+        if a.json {
+            super::print_json(&v)?;
+        } else {
+            let lines: String = v.files.iter().map(file_text).collect();
+            let verdict = if v.reproduced { "reproduced" } else { "differs   " };
+            out!("{lines}{verdict} {} ({} files)\n", v.target, v.files.len());
         }
         return Ok(if v.reproduced { 0 } else { 1 });
     }
@@ -120,7 +135,7 @@ fn file_text(v: &crate::verify::files::FileVerification) -> String {
         s += &format!("signed     the provenance verifies with {k}\n");
     }
     for i in &v.inputs {
-        s += &format!("input      {} {} at {}\n", i.name, i.sha256, i.path.display());
+        s += &format!("input      {} {} at {}\n", i.name, i.digest, i.path.display());
     }
     if v.reproduced {
         s += &format!("reproduced {} {}\n", v.target, v.given);

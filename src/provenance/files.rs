@@ -13,6 +13,11 @@ use super::ProvenanceError;
 use crate::signing::{dsse, SigningKey};
 use std::path::{Path, PathBuf};
 
+/// `buildType` of `wheel split` (parameters: devicePrefix, targets, families, compression).
+pub const SPLIT_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-split:v1";
+/// `buildType` of `wheel merge` (parameters: devicePrefix, families, compression).
+pub const MERGE_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-merge:v1";
+
 /// What a command that writes files was asked and read.
 pub struct FileBuild {
     /// `urn:quarry:build-type:...:v1`: what the parameters mean.

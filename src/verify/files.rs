@@ -1,25 +1,26 @@
 //! `quarry verify FILE` for products that are files: a wheel written by
-//! `wheel split` or `wheel merge`. The provenance beside it
+//! `wheel split` or `wheel merge`, a package of `rocm package`. The
+//! provenance beside it
 //! (`FILE.intoto.json`; with a key, the signed `FILE.intoto.jsonl`, whose
 //! payload must be that statement) must name the file with its sha256; the
-//! inputs it records are found by sha256 among the files of the input
-//! directories (the wheel's own directory and the working directory unless
-//! given), the command is run again with the recorded parameters into a
-//! private directory, and the file of the same name compared byte for byte:
+//! inputs it records are found in the input directories (the file's own
+//! directory and the working directory unless given; see `rerun`), the
+//! command is run again with the recorded parameters into a private
+//! directory, and the file of the same name compared byte for byte:
 //! `reproduced`, or the first zip member and header field that differ.
+//! A directory of such files (a `dist/` of `rocm package`) is verified
+//! file by file, the command run once per distinct statement build.
 //!
-//! Products of container builds (`wheel build`, `kernel build`) and
-//! `rocm package` sets are not rebuilt here: they are refused with a
-//! clear error rather than said to be reproduced.
+//! Products of container builds (`wheel build`, `kernel build`) are not
+//! rebuilt here: they are refused with a clear error rather than said to
+//! be reproduced.
 
-use super::VerifyError;
+pub use super::rerun::FoundInput;
+use super::{bad, VerifyError};
 use crate::diff::explain::explain;
-use crate::provenance::{ResourceDescriptor, Statement, SLSA_PROVENANCE_V1, STATEMENT_TYPE};
+use crate::provenance::{Statement, SLSA_PROVENANCE_V1, STATEMENT_TYPE};
 use crate::signing::{dsse, PublicKey};
 use std::path::{Path, PathBuf};
-
-pub const SPLIT_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-split:v1";
-pub const MERGE_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-merge:v1";
 
 /// Largest statement or envelope read.
 const STATEMENT_LIMIT: u64 = 64 << 20;
@@ -44,21 +45,12 @@ pub struct FileVerification {
     pub difference: Option<String>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct FoundInput {
-    pub name: String,
-    pub sha256: String,
-    pub path: PathBuf,
-}
-
 pub struct FileOptions {
     /// Where inputs are looked for (empty: the file's directory and the working directory).
     pub inputs: Vec<PathBuf>,
     pub key: Option<PublicKey>,
-}
-
-fn bad(path: &Path, message: impl Into<String>) -> VerifyError {
-    VerifyError::Provenance { target: path.display().to_string(), message: message.into() }
+    /// Where quarry's own tools (the pinned patchelf) come from [default: quarry's cache].
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn read_limited(path: &Path) -> Result<Option<Vec<u8>>, VerifyError> {
@@ -106,8 +98,58 @@ fn statement_of(path: &Path, key: Option<&PublicKey>) -> Result<(Vec<u8>, Option
     Ok((payload, Some(key.describe())))
 }
 
-/// Verify the wheel at `path` by running its command again.
+/// Re-runs done so far, by what they were asked: the packages of one
+/// `rocm package` share one statement build, so it runs once for them all.
+struct Reruns {
+    work: tempfile::TempDir,
+    done: std::collections::BTreeMap<String, super::rerun::Rerun>,
+}
+
+impl Reruns {
+    fn new() -> Result<Reruns, VerifyError> {
+        let work = tempfile::Builder::new().prefix("quarry-verify-").tempdir().map_err(|err| VerifyError::Io {
+            path: std::env::temp_dir().display().to_string(),
+            what: "cannot make a directory".into(),
+            err,
+        })?;
+        Ok(Reruns { work, done: Default::default() })
+    }
+}
+
+/// Verify the file at `path` by running its command again.
 pub fn verify_file(path: &Path, opts: &FileOptions) -> Result<FileVerification, VerifyError> {
+    verify_one(path, opts, &mut Reruns::new()?)
+}
+
+/// What `quarry verify DIR` found for a directory of products.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SetVerification {
+    pub target: String,
+    pub reproduced: bool,
+    pub files: Vec<FileVerification>,
+}
+
+/// Verify every file of `dir` that has a statement beside it.
+pub fn verify_set(dir: &Path, opts: &FileOptions) -> Result<SetVerification, VerifyError> {
+    let entries = std::fs::read_dir(dir).map_err(|err| VerifyError::Io {
+        path: dir.display().to_string(),
+        what: "cannot list".into(),
+        err,
+    })?;
+    let mut products: Vec<PathBuf> =
+        entries.flatten().map(|e| e.path()).filter(|p| p.is_file() && beside(p, ".intoto.json").is_file()).collect();
+    products.sort();
+    if products.is_empty() {
+        return Err(VerifyError::NoProvenance {
+            target: format!("{} (no file in it has a NAME.intoto.json beside it)", dir.display()),
+        });
+    }
+    let mut reruns = Reruns::new()?;
+    let files = products.iter().map(|p| verify_one(p, opts, &mut reruns)).collect::<Result<Vec<_>, _>>()?;
+    Ok(SetVerification { target: dir.display().to_string(), reproduced: files.iter().all(|f| f.reproduced), files })
+}
+
+fn verify_one(path: &Path, opts: &FileOptions, reruns: &mut Reruns) -> Result<FileVerification, VerifyError> {
     let (bytes, signed_by) = statement_of(path, opts.key.as_ref())?;
     let statement: Statement = serde_json::from_slice(&bytes)
         .map_err(|e| bad(path, format!("the provenance is not an in-toto statement: {e}")))?;
@@ -127,7 +169,7 @@ pub fn verify_file(path: &Path, opts: &FileOptions) -> Result<FileVerification, 
     let recorded = subject.and_then(|s| s.sha256_hex()).unwrap_or("");
     if recorded != given {
         return Err(VerifyError::SubjectMismatch {
-            kind: "wheel",
+            kind: "file",
             target: path.display().to_string(),
             subject: if subject.is_some() { format!("sha256:{recorded}") } else { "another file".into() },
             image: format!("sha256:{given}"),
@@ -141,52 +183,13 @@ pub fn verify_file(path: &Path, opts: &FileOptions) -> Result<FileVerification, 
     } else {
         opts.inputs.clone()
     };
-    let inputs = def.resolved_dependencies.iter().map(|d| find_input(path, d, &dirs)).collect::<Result<Vec<_>, _>>()?;
-    let work = tempfile::tempdir().map_err(|err| VerifyError::Io {
-        path: std::env::temp_dir().display().to_string(),
-        what: "cannot make a directory".into(),
-        err,
-    })?;
-    let out = work.path().join("rebuilt");
-    let p = &def.external_parameters;
-    let families = match p["families"].as_str() {
-        Some("none") => crate::wheel::split::Families::None,
-        _ => crate::wheel::split::Families::Auto,
-    };
-    let scheme = match p["compression"].as_str() {
-        Some("none") => crate::code_objects::kpack_writer::Scheme::None,
-        _ => crate::code_objects::kpack_writer::Scheme::ZstdPerKernel,
-    };
-    let device_prefix = p["devicePrefix"].as_str().map(str::to_string);
-    let rebuild_failed =
-        |message: String| bad(path, format!("running the recorded `{}` again failed: {message}", def.build_type));
-    match def.build_type.as_str() {
-        SPLIT_BUILD_TYPE => {
-            let [input] = inputs.as_slice() else {
-                return Err(bad(path, format!("a split has one input; the provenance records {}", inputs.len())));
-            };
-            let targets = serde_json::from_value(p["targets"].clone()).unwrap_or(None);
-            let options = crate::wheel::split::SplitOptions { device_prefix, targets, families, scheme };
-            crate::wheel::split::split(&input.path, &out, &options).map_err(|e| rebuild_failed(e.to_string()))?;
-        }
-        MERGE_BUILD_TYPE => {
-            let shards: Vec<_> = inputs
-                .iter()
-                .map(|i| crate::wheel::merge::Shard { wheel: i.path.clone(), build_key: None })
-                .collect();
-            let options = crate::wheel::merge::MergeOptions { device_prefix, families, scheme };
-            crate::wheel::merge::merge(&shards, &out, &options).map_err(|e| rebuild_failed(e.to_string()))?;
-        }
-        other => {
-            return Err(bad(
-                path,
-                format!(
-                    "its provenance is of a `{other}`; `quarry verify` rebuilds images and the wheels of `wheel split` and `wheel merge`, not this kind yet (its subject digest{} checked)",
-                    if signed_by.is_some() { " and signature were" } else { " was" }
-                ),
-            ))
-        }
+    let asked = serde_json::to_string(def).unwrap_or_default();
+    if !reruns.done.contains_key(&asked) {
+        let into = reruns.work.path().join(reruns.done.len().to_string());
+        let r = super::rerun::rerun(path, def, &dirs, &into, signed_by.is_some(), opts.cache_dir.as_deref())?;
+        reruns.done.insert(asked.clone(), r);
     }
+    let (out, inputs) = (&reruns.done[&asked].products, reruns.done[&asked].inputs.clone());
     let rebuilt_path = out.join(&name);
     let rebuilt_bytes = std::fs::read(&rebuilt_path)
         .map_err(|_| bad(path, format!("running the recorded `{}` again wrote no `{name}`", def.build_type)))?;
@@ -207,36 +210,4 @@ pub fn verify_file(path: &Path, opts: &FileOptions) -> Result<FileVerification, 
         inputs,
         difference: explain(&given_bytes, &rebuilt_bytes).map(|d| d.to_string()),
     })
-}
-
-/// The file in `dirs` whose sha256 is the input's.
-fn find_input(target: &Path, d: &ResourceDescriptor, dirs: &[PathBuf]) -> Result<FoundInput, VerifyError> {
-    let name = d.name.clone().unwrap_or_default();
-    let Some(want) = d.sha256_hex() else {
-        return Err(bad(target, format!("the input `{name}` has no sha256 in the provenance")));
-    };
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    for dir in dirs {
-        // The recorded name first: most inputs are where they were.
-        candidates.push(dir.join(&name));
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            let mut more: Vec<PathBuf> =
-                entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "whl")).collect();
-            more.sort();
-            candidates.extend(more);
-        }
-    }
-    for c in candidates {
-        if c.is_file() && crate::oci::digest::sha256_file(&c).is_ok_and(|h| h == want) {
-            return Ok(FoundInput { name, sha256: format!("sha256:{want}"), path: c });
-        }
-    }
-    let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    Err(bad(
-        target,
-        format!(
-            "its input `{name}` (sha256:{want}) is in none of {}; give the directory that holds it with --inputs DIR",
-            looked.join(", ")
-        ),
-    ))
 }

@@ -16,6 +16,7 @@ mod claim;
 pub mod compare;
 pub mod files;
 mod rebuild;
+mod rerun;
 pub mod signatures;
 
 use crate::progress::Progress;
@@ -98,6 +99,11 @@ pub struct Verification {
 pub fn default_source() -> PathBuf {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     crate::provenance::checkout_root(&cwd.join("-")).map(Path::to_path_buf).unwrap_or(cwd)
+}
+
+/// The provenance of `path` says something this quarry cannot use.
+fn bad(path: &Path, message: impl Into<String>) -> VerifyError {
+    VerifyError::Provenance { target: path.display().to_string(), message: message.into() }
 }
 
 fn io(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> VerifyError {

@@ -85,7 +85,7 @@ fn provenance(
 ) -> Result<Vec<crate::provenance::files::Written>, crate::provenance::ProvenanceError> {
     use crate::provenance::files::{input_file, write_beside, FileBuild};
     let build = FileBuild {
-        build_type: "urn:quarry:build-type:wheel-merge:v1".into(),
+        build_type: crate::provenance::files::MERGE_BUILD_TYPE.into(),
         parameters,
         inputs: shards.iter().map(|s| input_file(s)).collect::<Result<_, _>>()?,
     };

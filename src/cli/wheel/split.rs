@@ -69,7 +69,7 @@ fn provenance(
 ) -> Result<Vec<crate::provenance::files::Written>, crate::provenance::ProvenanceError> {
     use crate::provenance::files::{input_file, write_beside, FileBuild};
     let build = FileBuild {
-        build_type: "urn:quarry:build-type:wheel-split:v1".into(),
+        build_type: crate::provenance::files::SPLIT_BUILD_TYPE.into(),
         parameters: serde_json::json!({
             "devicePrefix": a.device_prefix,
             "targets": a.targets,
