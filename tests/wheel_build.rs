@@ -284,6 +284,63 @@ fn msgpack_builds_repairs_and_imports() {
     build_repair_and_import(&fx, &sdist(&fx.dir.join("sdists"), "msgpack-"), "msgpack");
 }
 
+/// `quarry verify` of a built wheel: the sdist and the lock found by
+/// sha256, the build image by its config digest in the engine, the build
+/// run again in a private cache; the same bytes. A wheel changed after the
+/// build and given a statement about itself is named down to its member.
+#[test]
+fn a_built_wheel_is_verified_by_building_it_again() {
+    let Some(fx) = ready() else { return };
+    let src = sdist(&fx.dir.join("sdists"), "msgpack-");
+    let out = tempfile::tempdir().unwrap();
+    let built = wheel_build(&fx, &src, out.path(), &[]);
+    let wheel = path_of(&built[0]);
+    let verify = |target: &Path, code: i32| {
+        let mut c = quarry();
+        c.arg("verify").arg(target).arg("--json").env("PATH", path_without_patchelf());
+        c.arg("--inputs").arg(src.parent().unwrap()).arg("--inputs").arg(shared_lock(&src).parent().unwrap());
+        run_expect(&mut c, code)
+    };
+    let v = stdout_json(&verify(&wheel, 0));
+    assert_eq!(v["reproduced"], true, "{v:#}");
+    assert_eq!(v["build_type"], "urn:quarry:build-type:wheel-build:v1", "{v:#}");
+    let found: Vec<&str> = v["inputs"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert!(found.contains(&src.file_name().unwrap().to_str().unwrap()), "{v:#}");
+    assert!(found.iter().any(|n| n.ends_with(".lock")), "{v:#}");
+
+    // A changed copy with a statement naming it: rebuilt, and the member named.
+    let bad = tempfile::tempdir().unwrap();
+    let name = wheel.file_name().unwrap().to_string_lossy().to_string();
+    let copy = bad.path().join(&name);
+    {
+        use std::io::{Read, Write};
+        let mut z = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+        let mut w = zip::ZipWriter::new(std::fs::File::create(&copy).unwrap());
+        for i in 0..z.len() {
+            let mut m = z.by_index(i).unwrap();
+            let member = m.name().unwrap().to_string();
+            let mut data = Vec::new();
+            m.read_to_end(&mut data).unwrap();
+            if member.ends_with("/__init__.py") {
+                data.extend_from_slice(b"\nimport os\n");
+            }
+            let o = zip::write::SimpleFileOptions::default()
+                .compression_method(m.compression())
+                .last_modified_time(m.last_modified().unwrap_or_default());
+            w.start_file(member.as_str(), o).unwrap();
+            w.write_all(&data).unwrap();
+        }
+        w.finish().unwrap();
+    }
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{}.intoto.json", wheel.display())).unwrap()).unwrap();
+    doc["subject"][0]["digest"]["sha256"] = quarry::oci::digest::sha256_file(&copy).unwrap().into();
+    std::fs::write(bad.path().join(format!("{name}.intoto.json")), serde_json::to_vec(&doc).unwrap()).unwrap();
+    let v = stdout_json(&verify(&copy, 1));
+    assert_eq!(v["reproduced"], false, "{v:#}");
+    assert!(v["difference"].as_str().unwrap().contains("msgpack/__init__.py"), "{v:#}");
+}
+
 #[test]
 fn markupsafe_builds_repairs_and_imports() {
     let Some(fx) = ready() else { return };

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 /// `buildType` of `wheel split` (parameters: devicePrefix, targets, families, compression).
 pub const SPLIT_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-split:v1";
+/// `buildType` of `wheel build` (parameters: what changes the wheels; see `quarry wheel build`).
+pub const WHEEL_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-build:v1";
 /// `buildType` of `wheel merge` (parameters: devicePrefix, families, compression).
 pub const MERGE_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-merge:v1";
 

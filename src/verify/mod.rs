@@ -18,6 +18,7 @@ pub mod files;
 mod rebuild;
 mod rerun;
 pub mod signatures;
+mod wheel_build;
 
 use crate::progress::Progress;
 use crate::registry::{Reference, RegistryError};

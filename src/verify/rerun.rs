@@ -1,13 +1,13 @@
 //! Running a file product's command again from its provenance: the inputs
-//! it records are found (files by sha256 among the files of the input
-//! directories; `rocm package` artifacts as the subdirectories of an
-//! artifact directory, by quarry's tree digest), and `wheel split`,
-//! `wheel merge` or `rocm package` runs with the recorded parameters into
-//! a private directory. Each input missing is named with where it was
+//! it records are found (files by sha256 among the wheels and sdists of the
+//! input directories; directories by quarry's tree digest: `rocm package`
+//! artifacts as the subdirectories of an artifact directory), and `wheel
+//! split`, `wheel merge` or `rocm package` runs with the recorded
+//! parameters into a private directory (`wheel build`: `wheel_build`). Each input missing is named with where it was
 //! looked for.
 
 use super::{bad, VerifyError};
-use crate::provenance::files::{MERGE_BUILD_TYPE, SPLIT_BUILD_TYPE};
+use crate::provenance::files::{MERGE_BUILD_TYPE, SPLIT_BUILD_TYPE, WHEEL_BUILD_TYPE};
 use crate::provenance::image::TREE_DIGEST;
 use crate::provenance::statement::BuildDefinition;
 use crate::provenance::ResourceDescriptor;
@@ -92,18 +92,49 @@ pub fn rerun(
             crate::rocm::package::package(&opts).map_err(|e| failed(e.to_string()))?;
             Ok(Rerun { products: into.join("dist"), inputs })
         }
+        WHEEL_BUILD_TYPE => super::wheel_build::rerun(target, def, dirs, into),
         other => Err(bad(
             target,
             format!(
-                "its provenance is of a `{other}`; `quarry verify` rebuilds images and the products of `wheel split`, `wheel merge` and `rocm package`, not this kind yet (its subject digest{} checked)",
+                "its provenance is of a `{other}`; `quarry verify` rebuilds images and the products of `wheel build`, `wheel split`, `wheel merge` and `rocm package`, not this kind yet (its subject digest{} checked)",
                 if signed { " and signature were" } else { " was" }
             ),
         )),
     }
 }
 
+/// Files hashed when looking for an input by sha256 (wheels, sdists, locks).
+fn may_be_input(p: &Path) -> bool {
+    let n = p.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    [".whl", ".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".lock"].iter().any(|e| n.ends_with(e))
+}
+
+/// The directory in `dirs` (one of them, or a subdirectory of one named as
+/// the input) whose tree digest of `kind` is the input's.
+pub(super) fn find_tree(
+    target: &Path,
+    d: &ResourceDescriptor,
+    dirs: &[PathBuf],
+    kind: &str,
+) -> Result<FoundInput, VerifyError> {
+    let name = d.name.clone().unwrap_or_default();
+    let want = d.digest.get(TREE_DIGEST).cloned().unwrap_or_default();
+    let key = |dir: &Path| match kind {
+        "wheel-source" => crate::wheel::build::key::source_key(dir, &[]).ok(),
+        _ => crate::cache::key::tree_key(kind, dir, &[]).ok(),
+    };
+    for dir in dirs {
+        for c in [dir.clone(), dir.join(&name)] {
+            if c.is_dir() && key(&c).is_some_and(|k| k.hex() == want) {
+                return Ok(FoundInput { name, digest: format!("{TREE_DIGEST}:{want}"), path: c });
+            }
+        }
+    }
+    Err(missing(target, &name, &format!("{TREE_DIGEST}:{want}"), dirs))
+}
+
 /// The file in `dirs` whose sha256 is the input's.
-fn find_file(target: &Path, d: &ResourceDescriptor, dirs: &[PathBuf]) -> Result<FoundInput, VerifyError> {
+pub(super) fn find_file(target: &Path, d: &ResourceDescriptor, dirs: &[PathBuf]) -> Result<FoundInput, VerifyError> {
     let name = d.name.clone().unwrap_or_default();
     let Some(want) = d.sha256_hex() else {
         return Err(bad(target, format!("the input `{name}` has no sha256 in the provenance")));
@@ -113,8 +144,7 @@ fn find_file(target: &Path, d: &ResourceDescriptor, dirs: &[PathBuf]) -> Result<
         // The recorded name first: most inputs are where they were.
         candidates.push(dir.join(&name));
         if let Ok(entries) = std::fs::read_dir(dir) {
-            let mut more: Vec<PathBuf> =
-                entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "whl")).collect();
+            let mut more: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| may_be_input(p)).collect();
             more.sort();
             candidates.extend(more);
         }

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// `buildType` of a wheel build: what the parameters mean.
-pub const WHEEL_BUILD_TYPE: &str = "urn:quarry:build-type:wheel-build:v1";
+pub use crate::provenance::files::WHEEL_BUILD_TYPE;
 
 /// A directory as an input: quarry's fingerprint of its tree (names,
 /// modes, contents), under its own algorithm name.
@@ -67,6 +67,8 @@ pub fn file_build(o: &BuildOptions, image_name: &str, built: &[Built]) -> anyhow
     if o.isolation {
         let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(lock::DEFAULT_NAME));
         if let Ok(l) = lock::BuildLock::read(&lock_path) {
+            // The lock itself (what `quarry verify` builds with again), then each pin.
+            inputs.push(input_file(&lock_path)?);
             for w in l.targets().iter().flat_map(|t| &t.wheels) {
                 let purl = crate::purl::format("pypi", None, &w.name, Some(&w.version), &[])
                     .map_err(|e| anyhow::anyhow!("lock `{}`: {}: {e}", lock_path.display(), w.name))?;
