@@ -15,6 +15,7 @@
 mod claim;
 pub mod compare;
 pub mod files;
+mod inputs;
 mod rebuild;
 mod rerun;
 pub mod signatures;

@@ -8,7 +8,7 @@
 //! is reused and every pinned requirement is fetched and checked again. Builds on `--rocm-packages` are refused (their packages are not
 //! looked for yet).
 
-use super::rerun::{find_file, find_tree, FoundInput, Rerun};
+use super::inputs::{find_file, find_tree, FoundInput};
 use super::{bad, VerifyError};
 use crate::engine::build_image::BuildImage;
 use crate::provenance::statement::BuildDefinition;
@@ -18,7 +18,13 @@ fn strings(v: &serde_json::Value) -> Option<Vec<String>> {
     serde_json::from_value(v.clone()).ok()
 }
 
-pub fn rerun(target: &Path, def: &BuildDefinition, dirs: &[PathBuf], into: &Path) -> Result<Rerun, VerifyError> {
+/// The products' directory and the inputs found.
+pub fn rerun(
+    target: &Path,
+    def: &BuildDefinition,
+    dirs: &[PathBuf],
+    into: &Path,
+) -> Result<(PathBuf, Vec<FoundInput>), VerifyError> {
     let p = &def.external_parameters;
     if !p["rocm"].is_null() {
         return Err(bad(
@@ -95,5 +101,5 @@ pub fn rerun(target: &Path, def: &BuildDefinition, dirs: &[PathBuf], into: &Path
         digest: format!("sha256:{config}"),
         path: PathBuf::from("(the engine)"),
     });
-    Ok(Rerun { products: output.join("out"), inputs })
+    Ok((output.join("out"), inputs))
 }
