@@ -312,26 +312,7 @@ fn a_built_wheel_is_verified_by_building_it_again() {
     let bad = tempfile::tempdir().unwrap();
     let name = wheel.file_name().unwrap().to_string_lossy().to_string();
     let copy = bad.path().join(&name);
-    {
-        use std::io::{Read, Write};
-        let mut z = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
-        let mut w = zip::ZipWriter::new(std::fs::File::create(&copy).unwrap());
-        for i in 0..z.len() {
-            let mut m = z.by_index(i).unwrap();
-            let member = m.name().unwrap().to_string();
-            let mut data = Vec::new();
-            m.read_to_end(&mut data).unwrap();
-            if member.ends_with("/__init__.py") {
-                data.extend_from_slice(b"\nimport os\n");
-            }
-            let o = zip::write::SimpleFileOptions::default()
-                .compression_method(m.compression())
-                .last_modified_time(m.last_modified().unwrap_or_default());
-            w.start_file(member.as_str(), o).unwrap();
-            w.write_all(&data).unwrap();
-        }
-        w.finish().unwrap();
-    }
+    wheel_fixtures::rewrite_member(&wheel, &copy, "msgpack/__init__.py", |old| [old, b"\nimport os\n"].concat());
     let mut doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(format!("{}.intoto.json", wheel.display())).unwrap()).unwrap();
     doc["subject"][0]["digest"]["sha256"] = quarry::oci::digest::sha256_file(&copy).unwrap().into();

@@ -167,3 +167,24 @@ pub fn make_wheel_with(dir: &Path, file_name: &str, files: &[(&str, &Path)], met
     z.finish().unwrap();
     path
 }
+
+/// A copy of the zip `from` at `to` with `member`'s content replaced by
+/// `edit(old content)`; every other member and header field kept.
+pub fn rewrite_member(from: &Path, to: &Path, member: &str, edit: impl Fn(&[u8]) -> Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut z = zip::ZipArchive::new(std::fs::File::open(from).unwrap()).unwrap();
+    let mut w = zip::ZipWriter::new(std::fs::File::create(to).unwrap());
+    for i in 0..z.len() {
+        let mut m = z.by_index(i).unwrap();
+        let name = m.name().unwrap().to_string();
+        let mut data = Vec::new();
+        m.read_to_end(&mut data).unwrap();
+        let o = zip::write::SimpleFileOptions::default()
+            .compression_method(m.compression())
+            .last_modified_time(m.last_modified().unwrap_or_default())
+            .unix_permissions(m.unix_mode().unwrap_or(0o644));
+        w.start_file(name.as_str(), o).unwrap();
+        w.write_all(&if name == member { edit(&data) } else { data }).unwrap();
+    }
+    w.finish().unwrap();
+}
