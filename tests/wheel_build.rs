@@ -411,6 +411,51 @@ fn axes_and_local_versions_give_one_installable_wheel_each() {
     assert_eq!(labels, ["0.1+rocm6.2torch2.5", "0.1+rocm6.2torch2.6"]);
 }
 
+/// Two cells of an axis that make one file name: the second is refused
+/// before it overwrites the first (which stays, its own bytes). Shards
+/// over an axis into one output are refused before anything is built.
+#[test]
+fn cells_that_make_one_file_name_are_refused_not_overwritten() {
+    let Some(fx) = ready() else { return };
+    let src = tempfile::tempdir().unwrap();
+    axis_project(src.path());
+    let out = tempfile::tempdir().unwrap();
+    let mut c = quarry();
+    c.args(["wheel", "build", "--json", "--gpu", "none", "--no-build-isolation", "--python", "cp311", "--image"]);
+    c.arg(build_image(&fx)).arg("--output").arg(out.path()).arg(src.path());
+    c.args(["--axis", "TORCH_VERSION=2.5,2.6", "--axis", "ROCM_VERSION=6.2"]).env("PATH", path_without_patchelf());
+    let o = c.output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("with ROCM_VERSION=6.2 TORCH_VERSION=2.5 and with ROCM_VERSION=6.2 TORCH_VERSION=2.6 both made `axisext-0.1-")
+            && e.contains("--local-version"),
+        "{e}"
+    );
+    let wheels: Vec<PathBuf> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    assert_eq!(wheels.len(), 1, "{wheels:?}");
+    let mut z = zip::ZipArchive::new(std::fs::File::open(&wheels[0]).unwrap()).unwrap();
+    let mut axes = String::new();
+    std::io::Read::read_to_string(&mut z.by_name("axisext/_axes.py").unwrap(), &mut axes).unwrap();
+    assert!(axes.contains("TORCH_VERSION = '2.5'"), "the first cell's wheel is kept: {axes}");
+
+    // Shards: refused before any container runs, nothing written.
+    let shards = out.path().join("shards");
+    let mut c = quarry();
+    c.args(["wheel", "build", "--gpu", "none", "--image", "no-such-image:here", "--shard", "-o"]).arg(&shards);
+    c.arg(src.path()).args(["--axis", "PYTORCH_ROCM_ARCH=gfx90a,gfx942,gfx1100"]);
+    let o = c.output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "{e}");
+    assert!(e.contains("3 shards in") && e.contains("overwrite each other") && e.contains("wheel merge"), "{e}");
+    assert!(!e.contains("no-such-image"), "refused before the image was looked at: {e}");
+    assert!(!shards.exists() || std::fs::read_dir(&shards).unwrap().next().is_none(), "nothing written");
+}
+
 #[test]
 fn failing_build_shows_output_and_leaves_no_container() {
     let Some(fx) = ready() else { return };

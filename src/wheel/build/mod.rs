@@ -89,6 +89,8 @@ pub enum BuildError {
     Failed { python: String, axes: BTreeMap<String, String>, what: &'static str, code: i64 },
     #[error("the build for {python}{} left {count} wheels in its output instead of one: {names}", axes_suffix(axes))]
     WheelCount { python: String, axes: BTreeMap<String, String>, count: usize, names: String },
+    #[error("the builds for {python}{} and{} both made `{name}`: one would overwrite the other in the output directory, so nothing more was written; give a --local-version that names the axis (e.g. `{{{}}}`), or build each into its own -o", axes_suffix(first), axes_suffix(second), second.keys().next().map_or("KEY", String::as_str))]
+    SameName { name: String, python: String, first: BTreeMap<String, String>, second: BTreeMap<String, String> },
     #[error("testing `{wheel}` failed (exit code {code}); its output is above")]
     TestFailed { wheel: String, code: i32 },
     #[error("`{path}`: {err}")]

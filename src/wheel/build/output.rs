@@ -16,6 +16,34 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
     move |err| BuildError::Io { path: path.to_path_buf(), err }
 }
 
+/// Claim `wheel`'s file name in `output` for job `n`, unless an earlier
+/// job of this build put another wheel of that name there (the same bytes,
+/// as a pure wheel built for two Pythons, are one product).
+fn place(
+    placed: &mut std::collections::BTreeMap<std::ffi::OsString, usize>,
+    jobs: &[Job],
+    n: usize,
+    wheel: &Path,
+    output: &Path,
+) -> Result<(), BuildError> {
+    let name = wheel.file_name().unwrap_or_default().to_os_string();
+    if let Some(&first) = placed.get(&name) {
+        let there = output.join(&name);
+        let same = |p: &Path| crate::oci::digest::sha256_file(p).map_err(io(p));
+        if same(&there)? == same(wheel)? {
+            return Ok(());
+        }
+        return Err(BuildError::SameName {
+            name: name.to_string_lossy().into_owned(),
+            python: jobs[n].python.tag.clone(),
+            first: jobs[first].axes.clone(),
+            second: jobs[n].axes.clone(),
+        });
+    }
+    placed.insert(name, n);
+    Ok(())
+}
+
 pub(super) fn parse_name(wheel: &Path) -> Result<WheelName, BuildError> {
     Ok(WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())?)
 }
@@ -34,6 +62,9 @@ pub(super) fn finish(
     epoch: u64,
 ) -> Result<Vec<Built>, BuildError> {
     let mut built = Vec::new();
+    // Each product's file name, by the job that made it: a second job
+    // making the same name is refused before it overwrites the first's.
+    let mut placed: std::collections::BTreeMap<std::ffi::OsString, usize> = Default::default();
     for (n, job) in jobs.iter().enumerate() {
         let dir = raw.join(n.to_string());
         let wheels: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -96,12 +127,14 @@ pub(super) fn finish(
             };
             let report = crate::wheel::split::split(&wheel, &staging.join(format!("split-{n}")), &options)?;
             for d in report.device {
+                place(&mut placed, jobs, n, &d.wheel, &o.output)?;
                 let dest = o.output.join(d.wheel.file_name().unwrap());
                 std::fs::rename(&d.wheel, &dest).map_err(io(&dest))?;
                 device_wheels.push(dest);
             }
             wheel = report.host;
         }
+        place(&mut placed, jobs, n, &wheel, &o.output)?;
         let dest = o.output.join(wheel.file_name().unwrap());
         std::fs::rename(&wheel, &dest).map_err(io(&dest))?;
         let name = parse_name(&dest)?;

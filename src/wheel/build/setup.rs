@@ -108,6 +108,7 @@ pub fn prepare(r: BuildRequest) -> Result<Prepared, BuildError> {
                 .into(),
         ));
     }
+    check_shard_axes(&r)?;
     let epoch = crate::epoch::from_env_or_zero()?;
     let patchelf = patchelf_for(&r)?;
     let gpu = gpu::plan(r.gpu, &r.gpu_devices)?;
@@ -154,6 +155,31 @@ impl Prepared {
     pub fn with_image(self, image: BuildImage, test_image: Option<BuildImage>) -> BuildOptions {
         BuildOptions { image, test_image, ..self.options }
     }
+}
+
+/// Shards of one build share one file name (`wheel merge` needs that): an
+/// axis of several values would make several shards of that name in one
+/// output directory, each overwriting the last. Refused before anything
+/// is built, unless the local version tells the cells apart.
+fn check_shard_axes(r: &BuildRequest) -> Result<(), BuildError> {
+    if !r.shard {
+        return Ok(());
+    }
+    let template = r.local_version.as_deref().unwrap_or("");
+    let Some((key, values)) = r.axes.iter().find(|(k, v)| v.len() > 1 && !template.contains(&format!("{{{k}}}")))
+    else {
+        return Ok(());
+    };
+    let out = r.output.display();
+    Err(BuildError::Input(format!(
+        "--shard with --axis {key}={}: each shard has the wheel's one file name, so {} shards in `{out}` would overwrite each other; \
+         build each value into its own output (`--axis {key}={} --shard -o {out}/{}`), then `quarry wheel merge {out}/*/*.whl -o DIR`, \
+         or run them as a matrix with `merge = true`",
+        values.join(","),
+        values.len(),
+        values[0],
+        values[0],
+    )))
 }
 
 /// The project must be a directory or an sdist; the rest of the inputs must agree.
