@@ -678,3 +678,136 @@ fn split_wheels_carry_attestations_cosign_verifies_as_blobs() {
     let e = String::from_utf8_lossy(&run_expect(&mut c, 1).stderr).to_string();
     assert!(e.contains("its input `hipsplit-1.0-cp311-cp311-linux_x86_64.whl`") && e.contains("--inputs"), "{e}");
 }
+
+/// A separated debug file (`objcopy --only-keep-debug`: `.hip_fatbin`'s
+/// header kept, its bytes not) is no fat binary: the split leaves it as it
+/// is. A host wheel given to `split` again is refused, naming the marked
+/// binary, and nothing is written.
+#[test]
+fn debug_files_are_left_and_a_split_wheel_is_not_split_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = built();
+    let dbg = tmp.path().join("libvec.so.dbg");
+    run_expect(std::process::Command::new("objcopy").arg("--only-keep-debug").arg(b.join("libvec.so")).arg(&dbg), 0);
+    let init = tmp.path().join("__init__.py");
+    std::fs::write(&init, "").unwrap();
+    let lib = b.join("libvec.so");
+    let files: Vec<(&str, &Path)> =
+        vec![("hipsplit/__init__.py", &init), (LIBS[0], &lib), ("hipsplit/lib/libvec.so.dbg", &dbg)];
+    let wheel = wheel_fixtures::make_wheel(&tmp.path().join("in"), "hipsplit-1.0-cp311-cp311-linux_x86_64.whl", &files);
+    let out = tmp.path().join("out");
+    let report = split(&wheel, &out, &[]);
+    assert_eq!(report["binaries"].as_object().unwrap().keys().collect::<Vec<_>>(), [LIBS[0]], "{report:#}");
+    let host = out.join("hipsplit-1.0-cp311-cp311-linux_x86_64.whl");
+    let mut z = zip::ZipArchive::new(std::fs::File::open(&host).unwrap()).unwrap();
+    let mut kept = Vec::new();
+    z.by_name("hipsplit/lib/libvec.so.dbg").unwrap().read_to_end(&mut kept).unwrap();
+    assert!(kept == std::fs::read(&dbg).unwrap(), "the debug file is kept byte for byte");
+
+    let again = tmp.path().join("again");
+    let mut c = quarry();
+    c.args(["wheel", "split", "-o"]).arg(&again).arg(&host);
+    let e = String::from_utf8_lossy(&run_expect(&mut c, 1).stderr).to_string();
+    assert!(e.contains("it was split already") && e.contains(LIBS[0]), "{e}");
+    let left: Vec<_> = std::fs::read_dir(&again).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "nothing written: {left:?}");
+}
+
+/// `quarry diff` of two wheels. The fat wheel against its split host wheel:
+/// each library's GPU targets go from its code objects' processors to
+/// none, its content changes (the first differing ELF section named), the
+/// device extras appear in METADATA, the Tensile database leaves. Two
+/// cc-built wheels whose library links another library and moves its
+/// search path from DT_RPATH to DT_RUNPATH: each change is named.
+#[test]
+fn diff_of_two_wheels_names_members_requirements_elf_entries_and_gpu_targets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = fat_wheel(&tmp.path().join("in"));
+    let out = tmp.path().join("out");
+    split(&wheel, &out, &[]);
+    let host = out.join("hipsplit-1.0-cp311-cp311-linux_x86_64.whl");
+    let d = stdout_json(&run_expect(quarry().arg("diff").arg(&wheel).arg(&host).arg("--json"), 0));
+    assert_eq!(d["kind"], "wheels", "{d:#}");
+    assert_eq!(d["identical"], false);
+    assert_eq!(d["fields"], serde_json::json!([]), "same name, version, tags: {d:#}");
+    let targets: BTreeMap<String, serde_json::Value> = d["gpu_targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["member"].as_str().unwrap().to_string(), t.clone()))
+        .collect();
+    let want = |from: &[&str]| serde_json::json!(from);
+    assert_eq!(targets[LIBS[0]]["from"], want(&["gfx1100", "gfx90a", "gfx942"]), "{d:#}");
+    assert_eq!(targets[LIBS[0]]["to"], want(&[]), "{d:#}");
+    assert_eq!(targets[LIBS[1]]["from"], want(&["gfx1100", "gfx942"]), "{d:#}");
+    assert_eq!(targets[TENSILE]["from"], want(&["gfx90a"]), "{d:#}");
+    let members: BTreeMap<&str, &serde_json::Value> =
+        d["members"].as_array().unwrap().iter().map(|m| (m["path"].as_str().unwrap(), m)).collect();
+    assert_eq!(members[TENSILE]["change"], "removed", "{d:#}");
+    for lib in LIBS {
+        assert_eq!(members[lib]["change"], "changed", "{d:#}");
+        assert!(members[lib]["what"].as_array().unwrap().contains(&"content".into()), "{d:#}");
+        assert!(members[lib]["detail"].as_str().unwrap().starts_with("ELF section "), "{d:#}");
+    }
+    // The empty __init__.py: the fixture deflates it, the split stores it.
+    assert_eq!(members["hipsplit/__init__.py"]["what"], serde_json::json!(["compression"]), "{d:#}");
+    let added: Vec<String> = d["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["change"] == "added")
+        .map(|r| format!("{}: {}", r["field"].as_str().unwrap(), r["value"].as_str().unwrap()))
+        .collect();
+    assert!(added.contains(&"Provides-Extra: device-gfx942".to_string()), "{added:#?}");
+    assert!(added.iter().any(|r| r.starts_with("Requires-Dist: hipsplit-device-gfx942")), "{added:#?}");
+    let md = run_expect(quarry().arg("diff").arg(&wheel).arg(&host).args(["--format", "markdown"]), 0);
+    let md = String::from_utf8_lossy(&md.stdout);
+    assert!(md.contains(&format!("- `{}`: gfx1100, gfx90a, gfx942 -> (none)", LIBS[0])), "{md}");
+    assert!(md.contains(&format!("- removed `{TENSILE}`")), "{md}");
+    let same = stdout_json(&run_expect(quarry().arg("diff").arg(&host).arg(&host).arg("--json"), 0));
+    assert_eq!(same["identical"], true, "{same:#}");
+
+    // Dynamic entries, on libraries cc builds.
+    let w = tmp.path().join("cc");
+    let lib = w.join("libdep.so");
+    wheel_fixtures::cc_shared(&lib, "int dep(void) { return 1; }", &["-Wl,-soname,libdep.so"]);
+    let one = w.join("one/libmod.so");
+    wheel_fixtures::cc_shared(&one, "int f(void) { return 2; }", &["-Wl,--disable-new-dtags,-rpath,$ORIGIN/one"]);
+    let two = w.join("two/libmod.so");
+    let dir = format!("-L{}", w.display());
+    wheel_fixtures::cc_shared(
+        &two,
+        "int dep(void); int f(void) { return dep(); }",
+        &[&dir, "-ldep", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/two"],
+    );
+    let a =
+        wheel_fixtures::make_wheel(&w.join("a"), "mod-1.0-cp311-cp311-linux_x86_64.whl", &[("mod/libmod.so", &one)]);
+    let b = wheel_fixtures::make_wheel_with(
+        &w.join("b"),
+        "mod-1.1-cp311-cp311-linux_x86_64.whl",
+        &[("mod/libmod.so", &two)],
+        "Requires-Dist: numpy>=1.24\n",
+    );
+    let d = stdout_json(&run_expect(quarry().arg("diff").arg(&a).arg(&b).arg("--json"), 0));
+    assert_eq!(d["fields"], serde_json::json!([{"field": "version", "from": "1.0", "to": "1.1"}]), "{d:#}");
+    let elf: Vec<String> = d["elf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!("{} {}: {} -> {}", e["member"].as_str().unwrap(), e["field"].as_str().unwrap(), e["from"], e["to"])
+        })
+        .collect();
+    assert!(elf.iter().any(|e| e.starts_with("mod/libmod.so NEEDED: ") && e.contains("\"libdep.so\"]")), "{elf:#?}");
+    // DT_RPATH in the first, DT_RUNPATH in the second: each named as what it is.
+    assert!(elf.contains(&r#"mod/libmod.so RPATH: ["$ORIGIN/one"] -> []"#.to_string()), "{elf:#?}");
+    assert!(elf.contains(&r#"mod/libmod.so RUNPATH: [] -> ["$ORIGIN/two"]"#.to_string()), "{elf:#?}");
+    assert_eq!(
+        d["requirements"],
+        serde_json::json!([{"field": "Requires-Dist", "change": "added", "value": "numpy>=1.24"}]),
+        "{d:#}"
+    );
+    // Two kinds: a clear error, exit 1.
+    let e = run_expect(quarry().arg("diff").arg(&a).arg(out.join("no-such.lock")), 1);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("no-such.lock"), "{e:?}");
+}

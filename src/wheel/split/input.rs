@@ -49,15 +49,37 @@ impl Opened {
     }
 }
 
-/// Does the ELF file at `path` have a `.hip_fatbin` section? (Code
-/// objects and other machines' files are ELF too; only host binaries with
-/// device code are split.)
-fn has_fatbin(path: &Path) -> Result<bool, SplitError> {
-    use object::Object;
+/// What an ELF file's `.hip_fatbin` says of it. (Code objects and other
+/// machines' files are ELF too; only host binaries with device code are
+/// split.)
+#[derive(PartialEq, Eq)]
+enum Fatbin {
+    /// No `.hip_fatbin`.
+    None,
+    /// Device code in `.hip_fatbin`: a fat binary.
+    Fat,
+    /// A `.rocm_kpack_ref` marker: the host binary of a split already.
+    Split,
+    /// `.hip_fatbin` without bytes (SHT_NOBITS) and no marker: a separated
+    /// debug file (`objcopy --only-keep-debug`, `*_dbg`, `.debug`), whose
+    /// sections keep their headers but not their bytes. Left as it is.
+    Debug,
+}
+
+fn fatbin_of(path: &Path) -> Result<Fatbin, SplitError> {
+    use object::{Object, ObjectSection};
     let file = std::fs::File::open(path).map_err(|e| SplitError::io(path, e))?;
     // SAFETY: the file is in the split's own scratch directory, not changed while mapped.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| SplitError::io(path, e))?;
-    Ok(object::File::parse(&*map).is_ok_and(|f| f.section_by_name(".hip_fatbin").is_some()))
+    let Ok(elf) = object::File::parse(&*map) else { return Ok(Fatbin::None) };
+    let Some(fatbin) = elf.section_by_name(".hip_fatbin") else { return Ok(Fatbin::None) };
+    Ok(if elf.section_by_name(".rocm_kpack_ref").is_some() {
+        Fatbin::Split
+    } else if fatbin.file_range().is_none() {
+        Fatbin::Debug
+    } else {
+        Fatbin::Fat
+    })
 }
 
 /// Unpack `wheel` under `out_dir` (`purpose` names the scratch directory)
@@ -79,16 +101,32 @@ pub fn open(wheel: &Path, out_dir: &Path, purpose: &str) -> Result<Opened, Split
     };
     let mut opened =
         Opened { wheel: wheel.to_path_buf(), unpacked, time, metadata_path, metadata, name, version, fat: Vec::new() };
+    let mut split_already = Vec::new();
     for rel in &opened.unpacked.scan.extracted {
         let path = opened.unpacked.root.join(rel);
         let in_member = |e: SplitError| opened.in_member(rel, e);
-        if !crate::elf::is_elf(&path) || !has_fatbin(&path).map_err(in_member)? {
+        if !crate::elf::is_elf(&path) {
             continue;
+        }
+        match fatbin_of(&path).map_err(in_member)? {
+            Fatbin::Fat => {}
+            Fatbin::Split => {
+                split_already.push(rel.clone());
+                continue;
+            }
+            Fatbin::None | Fatbin::Debug => continue,
         }
         if let Some(layout) = kpack_ref::read_fat_binary(&path).map_err(|e| in_member(e.into()))? {
             let device = extract::device_bytes(&path, &layout).map_err(in_member)?;
             opened.fat.push(Fat { rel: rel.clone(), path, layout, device });
         }
+    }
+    if opened.fat.is_empty() && !split_already.is_empty() {
+        return Err(opened.error(format!(
+            "it was split already: {} carries a .rocm_kpack_ref marker and its device code is in .kpack archives; \
+             split the fat wheel it came from (splitting again would give a host wheel with no archives)",
+            split_already.join(", ")
+        )));
     }
     if opened.fat.is_empty() {
         return Err(
