@@ -15,7 +15,7 @@
 # compiles are the engine's children, not quarry's: kernel rows add the
 # build container's CPU seconds (`container_cpu_seconds` in the report),
 # the compile work, which a busy shared machine does not inflate.
-# usage: [ONLY=kernels] [VARIANTS=40] benches/cache_registry.sh   (cargo build --release first; the
+# usage: [ONLY=kernels|images] [VARIANTS=40] benches/cache_registry.sh   (cargo build --release first; the
 # hip-builder layout comes from `cargo test --test kernel_build`, see benches/kernel_build.sh)
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -86,6 +86,7 @@ if [ "${ONLY:-}" != kernels ]; then
     done
 
 fi
+[ "${ONLY:-}" = images ] && exit 0
 
 if [ ! -f "$layout/index.json" ]; then
     echo "(no kernel rows: run cargo test --test kernel_build once for $layout)"
