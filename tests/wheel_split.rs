@@ -679,6 +679,48 @@ fn split_wheels_carry_attestations_cosign_verifies_as_blobs() {
     assert!(e.contains("its input `hipsplit-1.0-cp311-cp311-linux_x86_64.whl`") && e.contains("--inputs"), "{e}");
 }
 
+/// `--device-requires-dist` as ROCm's splitter takes it: each target
+/// wheel requires its `rocm-sdk-device-<target>`; a requirement without
+/// `@GFXARCH@` goes to every device wheel; the host wheel gains nothing.
+/// The option is in the provenance, so `quarry verify` splits the same way.
+#[test]
+fn device_requires_dist_templates_reach_each_device_wheel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = fat_wheel(&tmp.path().join("in"));
+    let out = tmp.path().join("out");
+    let extra = ["--device-requires-dist", "rocm-sdk-device-@GFXARCH@ == 7.1", "--device-requires-dist", "numpy>=1.24"];
+    split(&wheel, &out, &extra);
+    let metadata = |name: &str, dist_info: &str| {
+        let mut z = zip::ZipArchive::new(std::fs::File::open(out.join(name)).unwrap()).unwrap();
+        let mut m = String::new();
+        z.by_name(&format!("{dist_info}/METADATA")).unwrap().read_to_string(&mut m).unwrap();
+        m
+    };
+    for t in ["gfx90a", "gfx942", "gfx1100"] {
+        let m = metadata(
+            &format!("hipsplit_device_{t}-1.0-cp311-cp311-linux_x86_64.whl"),
+            &format!("hipsplit_device_{t}-1.0.dist-info"),
+        );
+        let requires: Vec<&str> = m.lines().filter(|l| l.starts_with("Requires-Dist:")).collect();
+        assert_eq!(
+            requires[..3],
+            [
+                "Requires-Dist: hipsplit == 1.0".to_string(),
+                format!("Requires-Dist: rocm-sdk-device-{t} == 7.1"),
+                "Requires-Dist: numpy>=1.24".to_string()
+            ],
+            "{m}"
+        );
+    }
+    let host = metadata("hipsplit-1.0-cp311-cp311-linux_x86_64.whl", "hipsplit-1.0.dist-info");
+    assert!(!host.contains("rocm-sdk-device") && !host.contains("numpy"), "{host}");
+    let device = out.join("hipsplit_device_gfx942-1.0-cp311-cp311-linux_x86_64.whl");
+    let mut c = quarry();
+    c.arg("verify").arg(&device).arg("--json").arg("--inputs").arg(wheel.parent().unwrap());
+    let v = stdout_json(&run_expect(&mut c, 0));
+    assert_eq!(v["reproduced"], true, "{v:#}");
+}
+
 /// A separated debug file (`objcopy --only-keep-debug`: `.hip_fatbin`'s
 /// header kept, its bytes not) is no fat binary: the split leaves it as it
 /// is. A host wheel given to `split` again is refused, naming the marked

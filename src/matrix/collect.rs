@@ -255,6 +255,7 @@ pub fn merge_collected(
             device_prefix: None,
             families: crate::wheel::split::Families::Auto,
             scheme: crate::code_objects::kpack_writer::Scheme::ZstdPerKernel,
+            device_requires: Vec::new(),
         };
         match crate::wheel::merge::merge(&list, dir, &options) {
             Ok(r) => {

@@ -20,6 +20,10 @@ pub struct Args {
     /// How kernels are stored in the .kpack archives
     #[arg(long, value_enum, default_value = "zstd")]
     compression: CompressionArg,
+    /// Another `Requires-Dist` of each device wheel (repeatable); `@GFXARCH@`
+    /// becomes its target, and a requirement naming it goes to target wheels only
+    #[arg(long = "device-requires-dist", value_name = "REQUIREMENT")]
+    device_requires_dist: Vec<String>,
     /// The cache whose wheel builds name each shard's build key (default: quarry's cache)
     #[arg(long = "cache-dir", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -41,13 +45,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .and_then(|sha| crate::wheel::build::built_by(&cache_root, &sha));
         shards.push(Shard { wheel: wheel.clone(), build_key });
     }
-    let parameters = serde_json::json!({
+    let mut parameters = serde_json::json!({
         "devicePrefix": a.device_prefix,
         "families": match a.families { FamiliesArg::Auto => "auto", FamiliesArg::None => "none" },
         "compression": match a.compression { CompressionArg::Zstd => "zstd", CompressionArg::None => "none" },
     });
-    let options =
-        MergeOptions { device_prefix: a.device_prefix, families: a.families.into(), scheme: a.compression.into() };
+    if !a.device_requires_dist.is_empty() {
+        parameters["deviceRequiresDist"] = serde_json::json!(a.device_requires_dist);
+    }
+    let options = MergeOptions {
+        device_prefix: a.device_prefix,
+        families: a.families.into(),
+        scheme: a.compression.into(),
+        device_requires: a.device_requires_dist,
+    };
     let key = a.sign.load()?;
     let report = match merge(&shards, &a.out_dir, &options) {
         Ok(r) => r,

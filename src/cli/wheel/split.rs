@@ -54,6 +54,11 @@ pub struct Args {
     /// How kernels are stored in the .kpack archives
     #[arg(long, value_enum, default_value = "zstd")]
     compression: CompressionArg,
+    /// Another `Requires-Dist` of each device wheel (repeatable); `@GFXARCH@`
+    /// becomes its target, and a requirement naming it goes to target wheels
+    /// only (e.g. "rocm-sdk-device-@GFXARCH@ == 7.1")
+    #[arg(long = "device-requires-dist", value_name = "REQUIREMENT")]
+    device_requires_dist: Vec<String>,
     #[command(flatten)]
     sign: crate::cli::sign_args::SignArgs,
     /// Print a JSON array, one object per input wheel, on stdout
@@ -68,14 +73,19 @@ fn provenance(
     key: Option<&crate::signing::SigningKey>,
 ) -> Result<Vec<crate::provenance::files::Written>, crate::provenance::ProvenanceError> {
     use crate::provenance::files::{input_file, write_beside, FileBuild};
+    let mut parameters = serde_json::json!({
+        "devicePrefix": a.device_prefix,
+        "targets": a.targets,
+        "families": match a.families { FamiliesArg::Auto => "auto", FamiliesArg::None => "none" },
+        "compression": match a.compression { CompressionArg::Zstd => "zstd", CompressionArg::None => "none" },
+    });
+    // Only when given: a split without it keeps the statement it always had.
+    if !a.device_requires_dist.is_empty() {
+        parameters["deviceRequiresDist"] = serde_json::json!(a.device_requires_dist);
+    }
     let build = FileBuild {
         build_type: crate::provenance::files::SPLIT_BUILD_TYPE.into(),
-        parameters: serde_json::json!({
-            "devicePrefix": a.device_prefix,
-            "targets": a.targets,
-            "families": match a.families { FamiliesArg::Auto => "auto", FamiliesArg::None => "none" },
-            "compression": match a.compression { CompressionArg::Zstd => "zstd", CompressionArg::None => "none" },
-        }),
+        parameters,
         inputs: vec![input_file(&r.input)?],
     };
     let mut products = vec![r.host.clone()];
@@ -90,6 +100,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         targets: a.targets.clone(),
         families: a.families.into(),
         scheme: a.compression.into(),
+        device_requires: a.device_requires_dist.clone(),
     };
     let key = a.sign.load()?;
     let mut reports = Vec::new();

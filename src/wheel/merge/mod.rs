@@ -53,6 +53,8 @@ pub struct MergeOptions {
     pub device_prefix: Option<String>,
     pub families: Families,
     pub scheme: Scheme,
+    /// More `Requires-Dist` of each device wheel (`@GFXARCH@`: its target).
+    pub device_requires: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +225,13 @@ pub fn merge(shards: &[Shard], out_dir: &Path, options: &MergeOptions) -> Result
     let overlay = input::overlay_of(rels.iter().copied());
     let (group, prefix) =
         (split::group_of(&first.name), split::prefix_of(options.device_prefix.as_deref(), &first.name));
-    let naming = Naming { overlay: &overlay, prefix: &prefix, group: &group, families: options.families };
+    let naming = Naming {
+        overlay: &overlay,
+        prefix: &prefix,
+        group: &group,
+        families: options.families,
+        device_requires: &options.device_requires,
+    };
     let staging = first.unpacked.work.path().join("kpack");
     std::fs::create_dir_all(&staging).map_err(|e| SplitError::io(&staging, e))?;
     let mut archives =

@@ -71,6 +71,8 @@ pub struct SplitOptions {
     pub targets: Option<Vec<String>>,
     pub families: Families,
     pub scheme: Scheme,
+    /// More `Requires-Dist` of each device wheel (`@GFXARCH@`: its target).
+    pub device_requires: Vec<String>,
 }
 
 /// One wheel a split wrote.
@@ -167,7 +169,13 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
     let ranked = opened.fat.iter().map(|f| (f.rel.clone(), f.rank())).collect();
     let order = input::order(ranked, &keep);
     let overlay = input::overlay_of(by_rel.keys().copied());
-    let naming = Naming { overlay: &overlay, prefix: &prefix, group: &group, families: options.families };
+    let naming = Naming {
+        overlay: &overlay,
+        prefix: &prefix,
+        group: &group,
+        families: options.families,
+        device_requires: &options.device_requires,
+    };
     let staging = opened.unpacked.work.path().join("kpack");
     std::fs::create_dir_all(&staging).map_err(|e| SplitError::io(&staging, e))?;
     let mut archives =

@@ -41,6 +41,8 @@ pub struct Naming<'a> {
     /// Archive file names start with it (`{group}_{arch}.kpack`).
     pub group: &'a str,
     pub families: Families,
+    /// `--device-requires-dist`: more `Requires-Dist` of each device wheel.
+    pub device_requires: &'a [String],
 }
 
 /// Finish every archive of `archives` into the package of its key.
@@ -111,7 +113,8 @@ impl DeviceOf<'_> {
         let dist = packages::dist_name(prefix, &key);
         let stem = format!("{}-{version}", dist.replace('-', "_"));
         let dist_info = format!("{stem}.dist-info");
-        let meta = packages::device_metadata(&dist, version, &self.host.name, &key, &requires, prefix);
+        let extra = packages::device_requires(self.naming.device_requires, &key, level);
+        let meta = packages::device_metadata(&dist, version, &self.host.name, &key, &requires, prefix, &extra);
         let wheel_file = format!(
             "Wheel-Version: 1.0\nGenerator: quarry {}\nRoot-Is-Purelib: false\n{}",
             env!("CARGO_PKG_VERSION"),

@@ -130,12 +130,37 @@ pub fn add_to_metadata(text: &str, lines: &[String]) -> String {
     }
 }
 
-/// A device wheel's METADATA.
-pub fn device_metadata(dist: &str, version: &str, host: &str, key: &str, parents: &[String], prefix: &str) -> String {
+/// The `--device-requires-dist` templates for the device wheel of `key`:
+/// `@GFXARCH@` becomes the key; a template naming it is for target wheels
+/// only (it names per-target packages, `rocm-sdk-device-<target>`, which
+/// exist for targets; a family wheel is installed beside a target wheel
+/// that carries them), as ROCm's splitter does.
+pub fn device_requires(templates: &[String], key: &str, level: Level) -> Vec<String> {
+    templates
+        .iter()
+        .filter(|t| !t.contains("@GFXARCH@") || level == Level::Target)
+        .map(|t| t.replace("@GFXARCH@", key))
+        .collect()
+}
+
+/// A device wheel's METADATA: its host, then `extra` (`--device-requires-dist`),
+/// then the family wheels it needs.
+pub fn device_metadata(
+    dist: &str,
+    version: &str,
+    host: &str,
+    key: &str,
+    parents: &[String],
+    prefix: &str,
+    extra: &[String],
+) -> String {
     let mut m = format!(
         "Metadata-Version: 2.4\nName: {dist}\nVersion: {version}\nSummary: AMD GPU device code ({key}) for {host}\n\
          Requires-Dist: {host} == {version}\n"
     );
+    for e in extra {
+        m.push_str(&format!("Requires-Dist: {e}\n"));
+    }
     for p in parents {
         m.push_str(&format!("Requires-Dist: {} == {version}\n", dist_name(prefix, p)));
     }
@@ -145,6 +170,25 @@ pub fn device_metadata(dist: &str, version: &str, host: &str, key: &str, parents
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_requires_expand_for_targets_and_skip_families() {
+        let t = ["rocm-sdk-device-@GFXARCH@ == 7.1".to_string(), "numpy>=1".to_string()];
+        assert_eq!(device_requires(&t, "gfx942", Level::Target), ["rocm-sdk-device-gfx942 == 7.1", "numpy>=1"]);
+        assert_eq!(device_requires(&t, "gfx11", Level::Family), ["numpy>=1"]);
+        assert_eq!(device_requires(&t, "gfx12_0", Level::SubFamily), ["numpy>=1"]);
+        let extra = device_requires(&t[..1], "gfx942", Level::Target);
+        let m = device_metadata("p-device-gfx942", "1.0", "p", "gfx942", &["gfx9".into()], "p-device", &extra);
+        let lines: Vec<&str> = m.lines().filter(|l| l.starts_with("Requires-Dist")).collect();
+        assert_eq!(
+            lines,
+            [
+                "Requires-Dist: p == 1.0",
+                "Requires-Dist: rocm-sdk-device-gfx942 == 7.1",
+                "Requires-Dist: p-device-gfx9 == 1.0"
+            ]
+        );
+    }
 
     fn keys(v: &[&str]) -> BTreeSet<String> {
         v.iter().map(|s| s.to_string()).collect()
