@@ -352,8 +352,20 @@ fn archive_subset(src: &Path, arch_in: &str, arch_out: &str, keep: impl Fn(&str)
 }
 
 fn check_targets(wheels: &[PathBuf], targets: &str, code: i32) -> serde_json::Value {
+    check_targets_with(wheels, targets, &[], &[], code)
+}
+
+/// `wheel check --targets` with more arguments and environment variables.
+fn check_targets_with(
+    wheels: &[PathBuf],
+    targets: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    code: i32,
+) -> serde_json::Value {
     let mut c = quarry();
-    c.args(["wheel", "check", "--json", "--targets", targets]).args(wheels);
+    c.args(["wheel", "check", "--json", "--targets", targets]).args(extra).args(wheels);
+    c.env_remove("ROCM_KPACK_DISABLE").envs(env.iter().copied());
     stdout_json(&run_expect(&mut c, code))["coverage"].clone()
 }
 
@@ -420,12 +432,61 @@ fn wheel_check_targets_finds_what_an_install_set_lacks() {
     );
     let mut with_shadow = all.clone();
     with_shadow.push(shadow);
-    let p = problems(&check_targets(&with_shadow, "gfx942:xnack-", 1));
+    // ROCm 7's loader: the first matching archive decides.
+    let c = check_targets_with(&with_shadow, "gfx942:xnack-", &["--loader", "rocm-7"], &[], 1);
+    assert_eq!(c["loader"], "rocm-7");
+    let p = problems(&c);
     let shadowed: Vec<&String> = p.iter().filter(|p| p.contains("does not fall back")).collect();
     assert_eq!(shadowed.len(), 4, "libtwo's and librdc's wrappers: {p:#?}");
     assert!(!shadowed.iter().any(|p| p.contains("libvec.so on")), "libvec's kernels are in the xnack- archive: {p:#?}");
     // And the extra that would install it does not pull the wheel it is in.
     assert!(p.iter().any(|p| p.contains("does not pull `hipsplit_xnack`")), "{p:#?}");
+    // The newest loader (the default) falls through to the full archive for
+    // libtwo's and librdc's kernels; the extra still misses the xnack wheel.
+    let c = check_targets(&with_shadow, "gfx942:xnack-", 1);
+    assert_eq!(c["loader"], "rocm-10");
+    let p = problems(&c);
+    assert!(!p.iter().any(|p| p.contains("fall back") || p.contains("less specific archive")), "{p:#?}");
+    assert!(p.iter().any(|p| p.contains("does not pull `hipsplit_xnack`")), "{p:#?}");
+    // The xnack- archive inside the gfx942 device wheel itself (pulled by its
+    // extra): fine with the newest loader, each fallen-through kernel noted;
+    // ROCm 7's loader fails on the same kernels.
+    let site942 = tmp.path().join("site942");
+    install(&devices[1], &site942);
+    std::fs::copy(partial.join("x.kpack"), site942.join("hipsplit/.kpack/hipsplit_gfx942:xnack-.kpack")).unwrap();
+    let mut members: Vec<(String, PathBuf)> = Vec::new();
+    for e in walkdir::WalkDir::new(&site942).sort_by_file_name() {
+        let e = e.unwrap();
+        let rel = e.path().strip_prefix(&site942).unwrap().to_string_lossy().to_string();
+        if e.file_type().is_file() && !rel.contains(".dist-info/") {
+            members.push((rel, e.path().to_path_buf()));
+        }
+    }
+    let members: Vec<(&str, &Path)> = members.iter().map(|(a, b)| (a.as_str(), b.as_path())).collect();
+    let both = wheel_fixtures::make_wheel_with(
+        &tmp.path().join("both"),
+        "hipsplit_device_gfx942-1.0-cp311-cp311-linux_x86_64.whl",
+        &members,
+        "Requires-Dist: hipsplit == 1.0\n",
+    );
+    let set = vec![host.clone(), devices[0].clone(), both.clone(), devices[2].clone()];
+    let c = check_targets(&set, "gfx942:xnack-", 0);
+    let notes: Vec<String> =
+        c["notes"].as_array().unwrap().iter().map(|n| n["why"].as_str().unwrap().to_string()).collect();
+    assert_eq!(notes.len(), 4, "libtwo's and librdc's wrappers: {notes:#?}");
+    assert!(
+        notes.iter().all(|n| n.contains("falls through") && n.contains("hipsplit_gfx942:xnack-.kpack")),
+        "{notes:#?}"
+    );
+    let p = problems(&check_targets_with(&set, "gfx942:xnack-", &["--loader", "7.1"], &[], 1));
+    assert_eq!(p.len(), 4, "{p:#?}");
+    assert!(p.iter().all(|p| p.contains("no kernel `lib") && p.contains("rocm-7 loader stops")), "{p:#?}");
+    // ROCM_KPACK_DISABLE: every device-split binary is refused; fat wheels are not affected.
+    let p = problems(&check_targets_with(&all, "gfx942", &[], &[("ROCM_KPACK_DISABLE", "1")], 1));
+    assert_eq!(p.len(), 3, "one per split library: {p:#?}");
+    assert!(p.iter().all(|p| p.contains("ROCM_KPACK_DISABLE is set")), "{p:#?}");
+    check_targets_with(&all, "gfx942", &[], &[("ROCM_KPACK_DISABLE", "0")], 0);
+    check_targets_with(std::slice::from_ref(&fat), "gfx942", &[], &[("ROCM_KPACK_DISABLE", "1")], 0);
     // The same set is fine where xnack is on: the xnack- archive is not a candidate there.
     check_targets(&with_shadow, "gfx942:xnack+", 0);
 

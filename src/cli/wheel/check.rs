@@ -21,10 +21,21 @@ pub struct Args {
     /// extra pulls the wheels it is in (gfx942,gfx90a:xnack+)
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     targets: Option<Vec<String>>,
+    /// The kpack loader to check for: `rocm-10` (a candidate archive that
+    /// lacks a kernel falls through to a less specific one; the newest),
+    /// `rocm-7` (the first matching archive decides), or a ROCm version.
+    /// `ROCM_KPACK_DISABLE` in the environment is honoured as the runtime does
+    #[arg(long, value_name = "LOADER", default_value = "rocm-10", value_parser = parse_loader)]
+    loader: crate::wheel::coverage::loader::Loader,
     /// Print a JSON array, one object per wheel, on stdout (with --targets:
     /// an object {"wheels": [...], "coverage": {...}})
     #[arg(long)]
     json: bool,
+}
+
+fn parse_loader(s: &str) -> Result<crate::wheel::coverage::loader::Loader, String> {
+    crate::wheel::coverage::loader::Loader::parse(s)
+        .ok_or_else(|| format!("`{s}`: give rocm-7, rocm-10 or a ROCm version such as 7.1"))
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -81,7 +92,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         summaries.push(serde_json::to_value(&s)?);
     }
     let coverage = match &a.targets {
-        Some(targets) => Some(crate::wheel::coverage::check_targets(&a.wheels, targets)?),
+        Some(targets) => {
+            let runtime = crate::wheel::coverage::Runtime {
+                loader: a.loader,
+                kpack_disabled: crate::wheel::coverage::loader::disabled(
+                    std::env::var("ROCM_KPACK_DISABLE").ok().as_deref(),
+                ),
+            };
+            Some(crate::wheel::coverage::check_targets(&a.wheels, targets, runtime)?)
+        }
         None => None,
     };
     if a.json {
@@ -96,7 +115,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut uncovered = false;
     if let Some(c) = &coverage {
         if !a.json {
-            outln!("targets {}: {} GPU binaries checked", c.targets.join(" "), c.binaries.len());
+            outln!("targets {} (loader {}): {} GPU binaries checked", c.targets.join(" "), c.loader, c.binaries.len());
+        }
+        for p in &c.notes {
+            log::info!("note: {} on {}: {}", p.binary, p.target, p.why);
         }
         for p in &c.problems {
             eprintln!("quarry: error: {} on {}: {}", p.binary, p.target, p.why);

@@ -4,13 +4,52 @@
 //! loader: the marker's search paths with `@GFXARCH@` expanded for each
 //! candidate name of the device, most specific first (the device's target
 //! id with features dropped from the right, then its generic processor's),
-//! and the first candidate for which an archive exists decides: that
-//! archive must hold `kernel_name#i` for the candidate, or the load fails
-//! (ROCm's loader does not fall back to a less specific archive once one
-//! matched, so an xnack-specific archive that lacks a kernel shadows the
-//! full one).
+//! and, as [`Loader`] says, either the first candidate for which an
+//! archive exists decides (that archive must hold `kernel_name#i`, or the
+//! load fails: an xnack-specific archive that lacks a kernel shadows the
+//! full one) or a candidate whose archive lacks the kernel falls through to
+//! the next, less specific one (the loader since rocm-systems#9953).
+//! `ROCM_KPACK_DISABLE` (set, not empty, not starting with `0`) makes the
+//! runtime refuse every device-split binary, as it does in both.
 
 use crate::code_objects::target_id::{Setting, TargetId, GENERIC};
+
+/// Which kpack loader an install set is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Loader {
+    /// The first candidate with an archive decides (ROCm 7's runtime).
+    Rocm7,
+    /// A candidate whose archive lacks the kernel falls through to the
+    /// next (rocm-systems#9953, August 2026; the newest, the default).
+    #[default]
+    Rocm10,
+}
+
+impl Loader {
+    pub fn name(self) -> &'static str {
+        match self {
+            Loader::Rocm7 => "rocm-7",
+            Loader::Rocm10 => "rocm-10",
+        }
+    }
+
+    /// `rocm-7`, `rocm-10`, or a ROCm version (`7.1`, `10.0`: below 10
+    /// is the loader without fall-through).
+    pub fn parse(s: &str) -> Option<Loader> {
+        let v = s.trim().trim_start_matches("rocm-").trim_start_matches("rocm");
+        let major: u32 = v.split('.').next()?.parse().ok()?;
+        Some(if major >= 10 { Loader::Rocm10 } else { Loader::Rocm7 })
+    }
+
+    pub fn falls_through(self) -> bool {
+        self == Loader::Rocm10
+    }
+}
+
+/// Whether `ROCM_KPACK_DISABLE`'s value turns the kpack loader off.
+pub fn disabled(value: Option<&str>) -> bool {
+    value.is_some_and(|v| !v.is_empty() && !v.starts_with('0'))
+}
 
 /// The names the loader tries for `device` (a full target id), in order.
 pub fn candidates(device: &TargetId) -> Vec<String> {

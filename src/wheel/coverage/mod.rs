@@ -10,7 +10,7 @@
 //! target (the device mode, when the request leaves a feature open) and
 //! what is missing.
 
-mod loader;
+pub mod loader;
 mod requirements;
 
 use super::archive::WheelZip;
@@ -37,9 +37,14 @@ pub struct Problem {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CoverageReport {
     pub targets: Vec<String>,
+    /// The kpack loader modelled (`rocm-7`, `rocm-10`).
+    pub loader: &'static str,
     /// Binaries with GPU code, `WHEEL:MEMBER`.
     pub binaries: Vec<String>,
     pub problems: Vec<Problem>,
+    /// Kernels found only by falling through to a less specific archive:
+    /// fine on the loader checked, a failure on `rocm-7`.
+    pub notes: Vec<Problem>,
 }
 
 /// One wheel of the set.
@@ -69,8 +74,16 @@ struct Marker {
     kernel_name: String,
 }
 
+/// How the runtime that loads the set is set up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Runtime {
+    pub loader: loader::Loader,
+    /// `ROCM_KPACK_DISABLE` is set: device-split binaries are refused.
+    pub kpack_disabled: bool,
+}
+
 /// Check `wheels` (one install set) for every target in `targets`.
-pub fn check_targets(wheels: &[PathBuf], targets: &[String]) -> Result<CoverageReport, WheelError> {
+pub fn check_targets(wheels: &[PathBuf], targets: &[String], runtime: Runtime) -> Result<CoverageReport, WheelError> {
     let requested: Vec<TargetId> = targets
         .iter()
         .map(|t| {
@@ -101,6 +114,7 @@ pub fn check_targets(wheels: &[PathBuf], targets: &[String]) -> Result<CoverageR
     }
     let mut archives = Archives { cache: BTreeMap::new() };
     let mut problems = Vec::new();
+    let mut notes = Vec::new();
     for t in &requested {
         for (name, i, b) in &binaries {
             let label = format!("{}:{name}", set[*i].label());
@@ -114,6 +128,12 @@ pub fn check_targets(wheels: &[PathBuf], targets: &[String]) -> Result<CoverageR
                         }
                     }
                 }
+                Binary::Split { .. } if runtime.kpack_disabled => {
+                    let why = "ROCM_KPACK_DISABLE is set: the runtime refuses device-split (HIPK) binaries; \
+                               unset it, or install fat wheels"
+                        .to_string();
+                    problems.push(Problem { target: t.to_string(), binary: label.clone(), why });
+                }
                 Binary::Split { search_paths, kernel_name, wrappers } => {
                     let dir = name.rsplit_once('/').map_or("", |(d, _)| d);
                     let available = available_arches(&tree, dir, search_paths);
@@ -121,9 +141,12 @@ pub fn check_targets(wheels: &[PathBuf], targets: &[String]) -> Result<CoverageR
                     for mode in loader::modes(t, &available) {
                         for w in 0..*wrappers {
                             let key = format!("{kernel_name}#{w}");
-                            match archives.lookup(&mut set, &tree, dir, search_paths, &mode, &key)? {
-                                Ok(holder) => {
+                            match archives.lookup(&mut set, &tree, dir, search_paths, &mode, &key, runtime.loader)? {
+                                Ok((holder, fell_through)) => {
                                     needed.insert(holder);
+                                    if let Some(why) = fell_through {
+                                        notes.push(Problem { target: mode.to_string(), binary: label.clone(), why });
+                                    }
                                 }
                                 Err(why) => {
                                     problems.push(Problem { target: mode.to_string(), binary: label.clone(), why })
@@ -141,10 +164,13 @@ pub fn check_targets(wheels: &[PathBuf], targets: &[String]) -> Result<CoverageR
         }
     }
     problems.dedup();
+    notes.dedup();
     Ok(CoverageReport {
         targets: requested.iter().map(|t| t.to_string()).collect(),
+        loader: runtime.loader.name(),
         binaries: binaries.iter().map(|(n, i, _)| format!("{}:{n}", set[*i].label())).collect(),
         problems,
+        notes,
     })
 }
 
@@ -249,8 +275,11 @@ impl Archives {
         search_paths: &[String],
         mode: &TargetId,
         key: &str,
-    ) -> Result<Result<usize, String>, WheelError> {
+        runtime_loader: loader::Loader,
+    ) -> Result<Result<(usize, Option<String>), String>, WheelError> {
         let mut tried = Vec::new();
+        // Archives that had the candidate but not the kernel (fall-through).
+        let mut lacking = Vec::new();
         for candidate in loader::candidates(mode) {
             for p in search_paths {
                 let Some(path) = resolve(dir, &p.replacen("@GFXARCH@", &candidate, 1)) else { continue };
@@ -268,18 +297,41 @@ impl Archives {
                 if !arches.contains(&candidate) {
                     continue;
                 }
-                return Ok(match kpack::has_kernel(data, key, &candidate) {
-                    Ok(true) => Ok(*w),
-                    Ok(false) => Err(format!(
-                        "`{path}` ({}) has no kernel `{key}` for {candidate}; the runtime stops at the first \
-                         archive that matches and does not fall back to a less specific one",
-                        set[*w].label()
-                    )),
-                    Err(e) => Err(format!("`{path}`: {e}")),
-                });
+                match kpack::has_kernel(data, key, &candidate) {
+                    Ok(true) => {
+                        let note = (!lacking.is_empty()).then(|| {
+                            format!(
+                                "kernel `{key}` comes from `{path}` for {candidate}: {} lack it (the {} loader falls through; rocm-7 would fail)",
+                                lacking.join(", "),
+                                runtime_loader.name()
+                            )
+                        });
+                        return Ok(Ok((*w, note)));
+                    }
+                    Ok(false) if runtime_loader.falls_through() => {
+                        lacking.push(format!("`{path}` ({}) for {candidate}", set[*w].label()));
+                        break;
+                    }
+                    Ok(false) => {
+                        return Ok(Err(format!(
+                            "`{path}` ({}) has no kernel `{key}` for {candidate}; the {} loader stops at the first \
+                             archive that matches and does not fall back to a less specific one",
+                            set[*w].label(),
+                            runtime_loader.name()
+                        )))
+                    }
+                    Err(e) => return Ok(Err(format!("`{path}`: {e}"))),
+                }
             }
         }
         tried.dedup();
+        if !lacking.is_empty() {
+            return Ok(Err(format!(
+                "no kernel `{key}` in {}, nor in a less specific archive (the {} loader falls through to them)",
+                lacking.join(", "),
+                runtime_loader.name()
+            )));
+        }
         Ok(Err(format!(
             "no archive holds `{key}`: none of {} is installed (install the device-{} extra)",
             tried.join(", "),
