@@ -528,6 +528,109 @@ fn wheel_check_targets_finds_what_an_install_set_lacks() {
     check_targets(&[host1101, chained, family], "gfx1101", 0);
 }
 
+/// `wheel check --targets T --index DIR REQUIREMENT...`: the set pip would
+/// install for the requirements (pip resolves, offline from a wheelhouse),
+/// checked before anything is installed: the device extra's set passes;
+/// no device extra, a device wheel missing a library's kernels, and a
+/// device wheel without its family dependency each fail, named.
+#[test]
+fn index_preflight_checks_the_set_pip_would_install() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fat = fat_wheel(&tmp.path().join("in"));
+    let out = tmp.path().join("out");
+    split(&fat, &out, &[]);
+    let house = tmp.path().join("house");
+    std::fs::create_dir_all(&house).unwrap();
+    let boot = common::rocm_bootstrap_wheel();
+    std::fs::copy(&boot, house.join(boot.file_name().unwrap())).unwrap();
+    for e in std::fs::read_dir(&out).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "whl") {
+            std::fs::copy(&p, house.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let preflight = |house: &Path, reqs: &[&str], target: &str, code: i32| {
+        let mut c = quarry();
+        c.args(["wheel", "check", "--json", "--targets", target, "--index"]).arg(house).args(reqs);
+        stdout_json(&run_expect(c.env_remove("ROCM_KPACK_DISABLE"), code))
+    };
+    let v = preflight(&house, &["hipsplit[device-gfx942]"], "gfx942", 0);
+    let mut resolved: Vec<String> = v["wheels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            Path::new(w["wheel"].as_str().unwrap())
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .split('-')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    resolved.sort();
+    assert_eq!(resolved, ["hipsplit", "hipsplit_device_gfx942", "rocm_bootstrap"], "{v:#}");
+    // No device extra: the host alone has no code.
+    let p = problems(&preflight(&house, &["hipsplit"], "gfx942", 1)["coverage"]);
+    assert!(p.iter().any(|p| p.contains("librdc.so on gfx942") && p.contains("device-gfx942")), "{p:#?}");
+    // librdc was not built for gfx1100: its kernels are in no archive of the set.
+    let p = problems(&preflight(&house, &["hipsplit[device-gfx1100]"], "gfx1100", 1)["coverage"]);
+    assert!(
+        !p.is_empty() && p.iter().all(|p| p.contains("librdc.so on gfx1100") && p.contains("no kernel `librdc.so#")),
+        "{p:#?}"
+    );
+    // A device wheel without its family dependency: gfx1101's wheel holds a
+    // database only, its code is in the gfx11 family wheel, which nothing pulls.
+    let site = tmp.path().join("site");
+    install(&out.join("hipsplit_device_gfx942-1.0-cp311-cp311-linux_x86_64.whl"), &site);
+    let partial = tmp.path().join("partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    archive_subset(
+        &site.join("hipsplit/.kpack/hipsplit_gfx942.kpack"),
+        "gfx942",
+        "gfx11-generic",
+        |_| true,
+        &partial.join("g.kpack"),
+    );
+    let house11 = tmp.path().join("house11");
+    wheel_fixtures::make_wheel_with(
+        &house11,
+        "hipsplit_device_gfx11-1.0-cp311-cp311-linux_x86_64.whl",
+        &[("hipsplit/.kpack/hipsplit_gfx11-generic.kpack", &partial.join("g.kpack"))],
+        "Requires-Dist: hipsplit == 1.0\n",
+    );
+    let db = partial.join("TensileLibrary_gfx1101.dat");
+    std::fs::write(&db, "tuning").unwrap();
+    wheel_fixtures::make_wheel_with(
+        &house11,
+        "hipsplit_device_gfx1101-1.0-cp311-cp311-linux_x86_64.whl",
+        &[("hipsplit/lib/rocblas/library/TensileLibrary_gfx1101.dat", db.as_path())],
+        "Requires-Dist: hipsplit == 1.0\n",
+    );
+    let host_tree = tmp.path().join("host-tree");
+    install(&out.join("hipsplit-1.0-cp311-cp311-linux_x86_64.whl"), &host_tree);
+    let host_files: Vec<(&str, PathBuf)> = LIBS.iter().map(|l| (*l, host_tree.join(l))).collect();
+    let host_files: Vec<(&str, &Path)> = host_files.iter().map(|(a, b)| (*a, b.as_path())).collect();
+    wheel_fixtures::make_wheel_with(
+        &house11,
+        "hipsplit-1.0-cp311-cp311-linux_x86_64.whl",
+        &host_files,
+        "Provides-Extra: device-gfx1101\nRequires-Dist: hipsplit-device-gfx1101 == 1.0; extra == \"device-gfx1101\"\n",
+    );
+    let p = problems(&preflight(&house11, &["hipsplit[device-gfx1101]"], "gfx1101", 1)["coverage"]);
+    assert!(
+        !p.is_empty() && p.iter().all(|p| p.contains("on gfx1101") && p.contains("hipsplit_gfx11-generic.kpack")),
+        "{p:#?}"
+    );
+    // A requirement the wheelhouse cannot satisfy: pip's answer, exit 1.
+    let mut c = quarry();
+    c.args(["wheel", "check", "--targets", "gfx942", "--index"]).arg(&house).arg("nosuchproject");
+    let e = String::from_utf8_lossy(&run_expect(&mut c, 1).stderr).to_string();
+    assert!(e.contains("nosuchproject"), "{e}");
+}
+
 /// `wheel build --split`: tests/fixtures/hip/pyext built for two targets in
 /// hip-builder-debian13, repaired, then split; the host and device wheels
 /// pass `wheel check --targets` as an install set, and the extension

@@ -5,6 +5,7 @@
 //! definition (`sha256 = "..."`) and/or in the image's lock file. A pinned
 //! file found in the cache is used without running pip (no network).
 
+pub mod index;
 mod pip;
 pub mod resolve;
 

@@ -4,9 +4,14 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Wheel files
-    #[arg(required = true)]
+    /// Wheel files; with --index, requirements instead (`torch[device-gfx942]`)
+    #[arg(required = true, value_name = "WHEEL|REQUIREMENT")]
     wheels: Vec<PathBuf>,
+    /// Resolve the requirements given as pip would (extras and dependencies,
+    /// wheels only) from a wheelhouse directory (offline) or a PEP 503 index
+    /// URL, then check the set they give (needs --targets)
+    #[arg(long, value_name = "URL|DIR", requires = "targets")]
+    index: Option<String>,
     /// Never count libraries matching this glob as external (matched against
     /// versioned sonames and resolved paths: use `libamdhip64.so*`)
     #[arg(long, value_name = "GLOB")]
@@ -38,8 +43,24 @@ fn parse_loader(s: &str) -> Result<crate::wheel::coverage::loader::Loader, Strin
         .ok_or_else(|| format!("`{s}`: give rocm-7, rocm-10 or a ROCm version such as 7.1"))
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
     super::super::set_output_mode(a.json, false);
+    // With --index the set is what pip would install for the requirements.
+    let _resolved = match &a.index {
+        Some(index) => {
+            let dir = tempfile::Builder::new().prefix("quarry-check-").tempdir()?;
+            let requirements: Vec<String> = a.wheels.iter().map(|r| r.to_string_lossy().into_owned()).collect();
+            let index = crate::pypi::index::Index::parse(index);
+            a.wheels = crate::pypi::index::download(&index, &requirements, dir.path())?;
+            if !a.json {
+                let names: Vec<String> =
+                    a.wheels.iter().map(|w| w.file_name().unwrap_or_default().to_string_lossy().into_owned()).collect();
+                outln!("{} resolve to {}", requirements.join(" "), names.join(", "));
+            }
+            Some(dir)
+        }
+        None => None,
+    };
     let mut exclude = a.exclude.clone();
     if let Some(dir) = &a.rocm_packages {
         exclude.extend(crate::wheel::rocm_packages::RocmPackages::read(dir)?.exclude_globs());
