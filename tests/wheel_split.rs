@@ -365,7 +365,10 @@ fn check_targets_with(
 ) -> serde_json::Value {
     let mut c = quarry();
     c.args(["wheel", "check", "--json", "--targets", targets]).args(extra).args(wheels);
-    c.env_remove("ROCM_KPACK_DISABLE").envs(env.iter().copied());
+    for v in ["ROCM_KPACK_DISABLE", "ROCM_KPACK_PATH", "ROCM_KPACK_PATH_PREFIX"] {
+        c.env_remove(v);
+    }
+    c.envs(env.iter().copied());
     stdout_json(&run_expect(&mut c, code))["coverage"].clone()
 }
 
@@ -487,6 +490,20 @@ fn wheel_check_targets_finds_what_an_install_set_lacks() {
     assert!(p.iter().all(|p| p.contains("ROCM_KPACK_DISABLE is set")), "{p:#?}");
     check_targets_with(&all, "gfx942", &[], &[("ROCM_KPACK_DISABLE", "0")], 0);
     check_targets_with(std::slice::from_ref(&fat), "gfx942", &[], &[("ROCM_KPACK_DISABLE", "1")], 0);
+    // ROCM_KPACK_PATH replaces the marker's search paths: the host wheel
+    // alone with gfx942's archive on disk is complete (no extra needed)...
+    let on_disk = archive.to_str().unwrap();
+    check_targets_with(std::slice::from_ref(&host), "gfx942", &[], &[("ROCM_KPACK_PATH", on_disk)], 0);
+    // ...and the complete set with a path to nothing has no code.
+    let p = problems(&check_targets_with(&all, "gfx942", &[], &[("ROCM_KPACK_PATH", "/nonexistent/a.kpack")], 1));
+    assert!(p.len() == 5 && p.iter().all(|p| p.contains("ROCM_KPACK_PATH replaces")), "every wrapper: {p:#?}");
+    // ROCM_KPACK_PATH_PREFIX comes first: the xnack- archive missing
+    // libtwo's and librdc's kernels shadows the set's on ROCm 7, not on the newest.
+    let prefix = [("ROCM_KPACK_PATH_PREFIX", partial.join("x.kpack").to_str().unwrap().to_string())];
+    let prefix: Vec<(&str, &str)> = prefix.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let p = problems(&check_targets_with(&all, "gfx942:xnack-", &["--loader", "rocm-7"], &prefix, 1));
+    assert!(p.len() == 4 && p.iter().all(|p| p.contains("x.kpack") && p.contains("does not fall back")), "{p:#?}");
+    check_targets_with(&all, "gfx942:xnack-", &[], &prefix, 0);
     // The same set is fine where xnack is on: the xnack- archive is not a candidate there.
     check_targets(&with_shadow, "gfx942:xnack+", 0);
 

@@ -29,7 +29,8 @@ pub struct Args {
     /// The kpack loader to check for: `rocm-10` (a candidate archive that
     /// lacks a kernel falls through to a less specific one; the newest),
     /// `rocm-7` (the first matching archive decides), or a ROCm version.
-    /// `ROCM_KPACK_DISABLE` in the environment is honoured as the runtime does
+    /// `ROCM_KPACK_DISABLE`, `ROCM_KPACK_PATH` and `ROCM_KPACK_PATH_PREFIX` in the
+    /// environment are honoured as the runtime does
     #[arg(long, value_name = "LOADER", default_value = "rocm-10", value_parser = parse_loader)]
     loader: crate::wheel::coverage::loader::Loader,
     /// Print a JSON array, one object per wheel, on stdout (with --targets:
@@ -114,11 +115,18 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     }
     let coverage = match &a.targets {
         Some(targets) => {
+            let paths = |var: &str| {
+                std::env::var_os(var)
+                    .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
+                    .unwrap_or_default()
+            };
             let runtime = crate::wheel::coverage::Runtime {
                 loader: a.loader,
                 kpack_disabled: crate::wheel::coverage::loader::disabled(
                     std::env::var("ROCM_KPACK_DISABLE").ok().as_deref(),
                 ),
+                kpack_path: paths("ROCM_KPACK_PATH"),
+                kpack_path_prefix: paths("ROCM_KPACK_PATH_PREFIX"),
             };
             Some(crate::wheel::coverage::check_targets(&a.wheels, targets, runtime)?)
         }

@@ -10,7 +10,10 @@
 //! full one) or a candidate whose archive lacks the kernel falls through to
 //! the next, less specific one (the loader since rocm-systems#9953).
 //! `ROCM_KPACK_DISABLE` (set, not empty, not starting with `0`) makes the
-//! runtime refuse every device-split binary, as it does in both.
+//! runtime refuse every device-split binary, as it does in both;
+//! `ROCM_KPACK_PATH` (archives on the machine) replaces the marker's search
+//! paths and `ROCM_KPACK_PATH_PREFIX` comes before them (the lookup is in
+//! `super::Archives`).
 
 use crate::code_objects::target_id::{Setting, TargetId, GENERIC};
 

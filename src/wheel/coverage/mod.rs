@@ -75,11 +75,16 @@ struct Marker {
 }
 
 /// How the runtime that loads the set is set up.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Runtime {
     pub loader: loader::Loader,
     /// `ROCM_KPACK_DISABLE` is set: device-split binaries are refused.
     pub kpack_disabled: bool,
+    /// `ROCM_KPACK_PATH`: archives on this machine that replace the
+    /// marker's search paths.
+    pub kpack_path: Vec<PathBuf>,
+    /// `ROCM_KPACK_PATH_PREFIX`: archives looked at before the marker's.
+    pub kpack_path_prefix: Vec<PathBuf>,
 }
 
 /// Check `wheels` (one install set) for every target in `targets`.
@@ -141,9 +146,10 @@ pub fn check_targets(wheels: &[PathBuf], targets: &[String], runtime: Runtime) -
                     for mode in loader::modes(t, &available) {
                         for w in 0..*wrappers {
                             let key = format!("{kernel_name}#{w}");
-                            match archives.lookup(&mut set, &tree, dir, search_paths, &mode, &key, runtime.loader)? {
+                            match archives.lookup(&mut set, &tree, dir, search_paths, &mode, &key, &runtime)? {
                                 Ok((holder, fell_through)) => {
-                                    needed.insert(holder);
+                                    // An archive on disk needs no wheel pulled.
+                                    needed.extend(holder);
                                     if let Some(why) = fell_through {
                                         notes.push(Problem { target: mode.to_string(), binary: label.clone(), why });
                                     }
@@ -260,13 +266,77 @@ fn available_arches(tree: &BTreeMap<String, usize>, dir: &str, search_paths: &[S
     out
 }
 
-/// Archives read so far, by member path.
+/// Archives read so far: by member path, or `file:PATH` for one on disk
+/// (`ROCM_KPACK_PATH`, `ROCM_KPACK_PATH_PREFIX`), with the wheel that
+/// holds it (None on disk), its architectures and its bytes.
 struct Archives {
-    cache: BTreeMap<String, (usize, Vec<String>, Vec<u8>)>,
+    cache: BTreeMap<String, (Option<usize>, Vec<String>, Vec<u8>)>,
+}
+
+/// Where the loader looks for an archive.
+enum Source {
+    /// A member of the install set.
+    Tree(String),
+    /// A file on this machine, from the environment.
+    Disk(PathBuf),
 }
 
 impl Archives {
-    /// The wheel whose archive the loader takes `key` from on `mode`, or why it fails.
+    /// The archives the loader opens for `candidate`, in order: with
+    /// `ROCM_KPACK_PATH` those paths alone; else `ROCM_KPACK_PATH_PREFIX`'s,
+    /// then the marker's search paths (`@GFXARCH@` expanded).
+    fn sources(runtime: &Runtime, dir: &str, search_paths: &[String], candidate: &str) -> Vec<Source> {
+        let disk = |paths: &[PathBuf]| -> Vec<Source> {
+            paths
+                .iter()
+                .map(|p| Source::Disk(PathBuf::from(p.to_string_lossy().replace("@GFXARCH@", candidate))))
+                .collect()
+        };
+        if !runtime.kpack_path.is_empty() {
+            return disk(&runtime.kpack_path);
+        }
+        let mut out = disk(&runtime.kpack_path_prefix);
+        out.extend(
+            search_paths.iter().filter_map(|p| resolve(dir, &p.replacen("@GFXARCH@", candidate, 1))).map(Source::Tree),
+        );
+        out
+    }
+
+    /// Read (once) the archive `source` names, if it exists: its cache key.
+    fn open(
+        &mut self,
+        set: &mut [Wheel],
+        tree: &BTreeMap<String, usize>,
+        source: &Source,
+    ) -> Result<Option<String>, WheelError> {
+        let (key, holder) = match source {
+            Source::Tree(path) => match tree.get(path) {
+                Some(&w) => (path.clone(), Some(w)),
+                None => return Ok(None),
+            },
+            Source::Disk(path) if path.is_file() => (format!("file:{}", path.display()), None),
+            Source::Disk(_) => return Ok(None),
+        };
+        if !self.cache.contains_key(&key) {
+            let (data, label) = match (source, holder) {
+                (Source::Tree(path), Some(w)) => (set[w].zip.read_member(path)?, format!("{}:{path}", set[w].label())),
+                (Source::Disk(path), _) => (
+                    std::fs::read(path).map_err(|source| WheelError::Io { path: path.clone(), source })?,
+                    path.display().to_string(),
+                ),
+                _ => return Ok(None),
+            };
+            let arches =
+                kpack::arches(&data).map_err(|e| WheelError::BadMetadata { file: label, why: e.to_string() })?;
+            self.cache.insert(key.clone(), (holder, arches, data));
+        }
+        Ok(Some(key))
+    }
+
+    /// The wheel whose archive the loader takes `key` from on `mode` (None:
+    /// an archive on disk), with a note when it fell through to it; or why
+    /// the load fails.
+    #[allow(clippy::too_many_arguments)]
     fn lookup(
         &mut self,
         set: &mut [Wheel],
@@ -275,52 +345,51 @@ impl Archives {
         search_paths: &[String],
         mode: &TargetId,
         key: &str,
-        runtime_loader: loader::Loader,
-    ) -> Result<Result<(usize, Option<String>), String>, WheelError> {
+        runtime: &Runtime,
+    ) -> Result<Result<(Option<usize>, Option<String>), String>, WheelError> {
+        let loader = runtime.loader;
         let mut tried = Vec::new();
         // Archives that had the candidate but not the kernel (fall-through).
         let mut lacking = Vec::new();
         for candidate in loader::candidates(mode) {
-            for p in search_paths {
-                let Some(path) = resolve(dir, &p.replacen("@GFXARCH@", &candidate, 1)) else { continue };
-                tried.push(path.clone());
-                let Some(&w) = tree.get(&path) else { continue };
-                if !self.cache.contains_key(&path) {
-                    let data = set[w].zip.read_member(&path)?;
-                    let arches = kpack::arches(&data).map_err(|e| WheelError::BadMetadata {
-                        file: format!("{}:{path}", set[w].label()),
-                        why: e.to_string(),
-                    })?;
-                    self.cache.insert(path.clone(), (w, arches, data));
-                }
-                let (w, arches, data) = &self.cache[&path];
+            for source in Self::sources(runtime, dir, search_paths, &candidate) {
+                let shown = match &source {
+                    Source::Tree(p) => p.clone(),
+                    Source::Disk(p) => p.display().to_string(),
+                };
+                tried.push(shown.clone());
+                let Some(at) = self.open(set, tree, &source)? else { continue };
+                let (w, arches, data) = &self.cache[&at];
                 if !arches.contains(&candidate) {
                     continue;
                 }
+                let whose = match w {
+                    Some(w) => set[*w].label(),
+                    None => "on disk, from the environment".to_string(),
+                };
                 match kpack::has_kernel(data, key, &candidate) {
                     Ok(true) => {
                         let note = (!lacking.is_empty()).then(|| {
                             format!(
-                                "kernel `{key}` comes from `{path}` for {candidate}: {} lack it (the {} loader falls through; rocm-7 would fail)",
+                                "kernel `{key}` comes from `{shown}` for {candidate}: {} lack it (the {} loader falls through; rocm-7 would fail)",
                                 lacking.join(", "),
-                                runtime_loader.name()
+                                loader.name()
                             )
                         });
                         return Ok(Ok((*w, note)));
                     }
-                    Ok(false) if runtime_loader.falls_through() => {
-                        lacking.push(format!("`{path}` ({}) for {candidate}", set[*w].label()));
+                    Ok(false) if loader.falls_through() => {
+                        lacking.push(format!("`{shown}` ({whose}) for {candidate}"));
                         break;
                     }
                     Ok(false) => {
                         return Ok(Err(format!(
-                            "`{path}` ({}) has no kernel `{key}` for {candidate}; the {} loader stops at the first \
+                        "`{shown}` ({whose}) has no kernel `{key}` for {candidate}; the {} loader stops at the first \
                              archive that matches and does not fall back to a less specific one",
-                            set[*w].label(),
-                            runtime_loader.name()
-                        )))
+                        loader.name()
+                    )))
                     }
-                    Err(e) => return Ok(Err(format!("`{path}`: {e}"))),
+                    Err(e) => return Ok(Err(format!("`{shown}`: {e}"))),
                 }
             }
         }
@@ -329,13 +398,20 @@ impl Archives {
             return Ok(Err(format!(
                 "no kernel `{key}` in {}, nor in a less specific archive (the {} loader falls through to them)",
                 lacking.join(", "),
-                runtime_loader.name()
+                loader.name()
             )));
         }
-        Ok(Err(format!(
-            "no archive holds `{key}`: none of {} is installed (install the device-{} extra)",
-            tried.join(", "),
-            mode.processor
-        )))
+        Ok(Err(if runtime.kpack_path.is_empty() {
+            format!(
+                "no archive holds `{key}`: none of {} is installed (install the device-{} extra)",
+                tried.join(", "),
+                mode.processor
+            )
+        } else {
+            format!(
+                "no archive holds `{key}`: none of {} exists (ROCM_KPACK_PATH replaces the marker's search paths)",
+                tried.join(", ")
+            )
+        }))
     }
 }
