@@ -902,6 +902,74 @@ fn device_requires_dist_templates_reach_each_device_wheel() {
     assert_eq!(v["reproduced"], true, "{v:#}");
 }
 
+/// Every kernel-database layout of ROCm's splitter routed to its device
+/// wheel: Tensile's per-target folder (the manifest too), AOTriton's
+/// target and family folders (`amd-gfx11xx` is the gfx11 family wheel,
+/// which gfx1100's wheel then requires), MIOpen's CK per-target library
+/// (moved whole, not split), hipkernelprovider's arch_content; a database
+/// without a target stays in the host wheel. The set passes `wheel check`
+/// for gfx942 (the one target every library was built for).
+#[test]
+fn each_database_layout_goes_to_its_target_or_family_wheel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = built();
+    let data = tmp.path().join("data.bin");
+    std::fs::write(&data, "kernels").unwrap();
+    let ck = tmp.path().join("libMIOpenCKGroupConv_gfx90a.so");
+    wheel_fixtures::cc_shared(&ck, "int ck(void) { return 3; }", &[]);
+    let init = tmp.path().join("__init__.py");
+    std::fs::write(&init, "").unwrap();
+    let (vec, two, rdc) = (b.join("libvec.so"), b.join("libtwo.so"), b.join("librdc.so"));
+    let routed: [(&str, &str); 6] = [
+        ("hipsplit/lib/hipblaslt/library/gfx942/TensileManifest.txt", "hipsplit_device_gfx942"),
+        ("hipsplit/lib/aotriton.images/amd-gfx942/flash/attn_fwd/k.aks2", "hipsplit_device_gfx942"),
+        ("hipsplit/lib/aotriton.images/amd-gfx11xx/flash/bwd/k.aks2", "hipsplit_device_gfx11"),
+        ("hipsplit/share/miopen/db/gfx942130.kdb", "hipsplit_device_gfx942"),
+        ("hipsplit/lib/libMIOpenCKGroupConv_gfx90a.so", "hipsplit_device_gfx90a"),
+        ("hipsplit/engines/arch_content/gemm/gfx1100/a.bin", "hipsplit_device_gfx1100"),
+    ];
+    let mut files: Vec<(&str, &Path)> =
+        vec![("hipsplit/__init__.py", &init), (LIBS[0], &vec), (LIBS[1], &two), (LIBS[2], &rdc)];
+    for (member, _) in &routed {
+        files.push((member, if member.ends_with(".so") { &ck } else { &data }));
+    }
+    files.push(("hipsplit/lib/rocblas/library/TensileLibrary_fallback.dat", &data));
+    let wheel = wheel_fixtures::make_wheel(&tmp.path().join("in"), "hipsplit-1.0-cp311-cp311-linux_x86_64.whl", &files);
+    let out = tmp.path().join("out");
+    split(&wheel, &out, &[]);
+    let members_of =
+        |stem: &str| wheel_fixtures::zip_names(&out.join(format!("{stem}-1.0-cp311-cp311-linux_x86_64.whl")));
+    for (member, stem) in routed {
+        assert!(members_of(stem).iter().any(|m| m == member), "{member} not in {stem}: {:?}", members_of(stem));
+        assert!(!members_of("hipsplit").iter().any(|m| m == member), "{member} left in the host wheel");
+    }
+    assert!(members_of("hipsplit").iter().any(|m| m == "hipsplit/lib/rocblas/library/TensileLibrary_fallback.dat"));
+    // The CK library moved whole, byte for byte.
+    let mut z = zip::ZipArchive::new(
+        std::fs::File::open(out.join("hipsplit_device_gfx90a-1.0-cp311-cp311-linux_x86_64.whl")).unwrap(),
+    )
+    .unwrap();
+    let mut moved = Vec::new();
+    z.by_name("hipsplit/lib/libMIOpenCKGroupConv_gfx90a.so").unwrap().read_to_end(&mut moved).unwrap();
+    assert!(moved == std::fs::read(&ck).unwrap());
+    // gfx1100's wheel requires the gfx11 family wheel its AOTriton files are in.
+    let mut z = zip::ZipArchive::new(
+        std::fs::File::open(out.join("hipsplit_device_gfx1100-1.0-cp311-cp311-linux_x86_64.whl")).unwrap(),
+    )
+    .unwrap();
+    let mut meta = String::new();
+    z.by_name("hipsplit_device_gfx1100-1.0.dist-info/METADATA").unwrap().read_to_string(&mut meta).unwrap();
+    assert!(meta.contains("Requires-Dist: hipsplit-device-gfx11 == 1.0"), "{meta}");
+    let set: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    let mut c = quarry();
+    c.args(["wheel", "check", "--targets", "gfx942"]).args(&set);
+    run_expect(&mut c, 0);
+}
+
 /// A separated debug file (`objcopy --only-keep-debug`: `.hip_fatbin`'s
 /// header kept, its bytes not) is no fat binary: the split leaves it as it
 /// is. A host wheel given to `split` again is refused, naming the marked

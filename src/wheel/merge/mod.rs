@@ -124,7 +124,7 @@ fn add_databases(
     let mut found = Vec::new();
     for (i, o) in opened.iter().enumerate() {
         for rel in &o.unpacked.scan.extracted {
-            let Some(target) = split::databases::target_of(rel) else { continue };
+            let Some(target) = split::databases::route_of(rel) else { continue };
             match first.get(rel) {
                 None => {
                     first.insert(rel.clone(), i);
@@ -159,7 +159,7 @@ fn same_plain_files(a: &Opened, b: &Opened, sa: &Shard, sb: &Shard) -> Result<()
             .scan
             .extracted
             .iter()
-            .filter(|r| **r != record && !fat.contains(r.as_str()) && split::databases::target_of(r).is_none())
+            .filter(|r| **r != record && !fat.contains(r.as_str()) && split::databases::route_of(r).is_none())
             .cloned()
             .collect()
     };

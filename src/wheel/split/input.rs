@@ -105,7 +105,8 @@ pub fn open(wheel: &Path, out_dir: &Path, purpose: &str) -> Result<Opened, Split
     for rel in &opened.unpacked.scan.extracted {
         let path = opened.unpacked.root.join(rel);
         let in_member = |e: SplitError| opened.in_member(rel, e);
-        if !crate::elf::is_elf(&path) {
+        // A kernel database that is ELF (MIOpen's per-target CK libraries) moves whole.
+        if !crate::elf::is_elf(&path) || super::databases::route_of(rel).is_some() {
             continue;
         }
         match fatbin_of(&path).map_err(in_member)? {

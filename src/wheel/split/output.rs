@@ -63,17 +63,26 @@ pub fn finish_archives(archives: &mut Archives, naming: &Naming, by_key: &mut Pa
     Ok(())
 }
 
-/// The kernel database `rel` of `from` (for `target`) into its package:
+/// The kernel database `rel` of `from` (routed by `route`) into its package:
 /// moved out of the unpacked tree (so the host wheel leaves it out) into
 /// `from`'s scratch space.
 pub fn add_database(
     from: &Opened,
     rel: &str,
-    target: &TargetId,
+    route: &databases::Route,
     families: Families,
     by_key: &mut Packages,
 ) -> Result<(), SplitError> {
-    let (key, level) = packages::key_of(target, families);
+    let (key, level) = match route {
+        databases::Route::Target(target) => packages::key_of(target, families),
+        databases::Route::Group(g) if families == Families::Auto => {
+            let level =
+                if crate::code_objects::packaging_chain::is_family(g) { Level::Family } else { Level::SubFamily };
+            (g.clone(), level)
+        }
+        // Without the packaging chain a group's files get a wheel of their own key.
+        databases::Route::Group(g) => (g.clone(), Level::Generic),
+    };
     let src = from.unpacked.root.join(rel);
     let dst = from.unpacked.work.path().join("databases").join(rel);
     std::fs::create_dir_all(dst.parent().expect("a file")).map_err(|e| SplitError::io(&dst, e))?;
@@ -92,8 +101,8 @@ pub fn add_databases(
     by_key: &mut Packages,
 ) -> Result<(), SplitError> {
     for rel in &from.unpacked.scan.extracted {
-        if let Some(target) = databases::target_of(rel).filter(|t| keep(t)) {
-            add_database(from, rel, &target, families, by_key)?;
+        if let Some(route) = databases::route_of(rel).filter(|r| r.kept(keep)) {
+            add_database(from, rel, &route, families, by_key)?;
         }
     }
     Ok(())
