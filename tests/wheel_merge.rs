@@ -102,11 +102,20 @@ fn merged_shards_are_the_split_of_the_fat_build_byte_for_byte() {
     let gfx90a = report["device"].as_array().unwrap().iter().find(|d| d["key"] == "gfx90a").unwrap();
     assert_eq!(gfx90a["databases"], serde_json::json!([TENSILE]), "{report:#}");
 
-    // The shards in another order give the same wheels.
+    // The shards in another order give the same wheels; with `--variants`
+    // the same variant wheels and `-variants.json` as the split's.
     let again = t.join("again");
     let reordered = [shards[2].clone(), shards[0].clone(), shards[1].clone()];
     merge(&reordered, &again, 0);
     assert_eq!(wheels_in(&again), got);
+    let (split_v, merged_v) = (t.join("split-v"), t.join("merged-v"));
+    run_expect(quarry().args(["wheel", "split", "--variants", "-o"]).arg(&split_v).arg(&fat), 0);
+    run_expect(quarry().args(["wheel", "merge", "--variants", "-o"]).arg(&merged_v).args(&reordered), 0);
+    let variants = wheels_in(&merged_v);
+    assert_eq!(variants.len(), 7, "four wheels and a variant host wheel per target");
+    assert!(variants == wheels_in(&split_v), "the merge's variant wheels are the split's");
+    let index = "hipmerge-1.0-variants.json";
+    assert_eq!(std::fs::read(merged_v.join(index)).unwrap(), std::fs::read(split_v.join(index)).unwrap());
 
     // `quarry verify` merges the shards the provenance names (found by
     // sha256: all three have one file name) again and compares.

@@ -1102,3 +1102,181 @@ fn diff_of_two_wheels_names_members_requirements_elf_entries_and_gpu_targets() {
     let e = run_expect(quarry().arg("diff").arg(&a).arg(out.join("no-such.lock")), 1);
     assert!(String::from_utf8_lossy(&e.stderr).contains("no-such.lock"), "{e:?}");
 }
+
+/// What a variant-aware check of `dir` finds, with PyPI's variantlib: each
+/// variant wheel's `variant.json` read as one variant of its label, the
+/// index-level `-variants.json` read, the variant it picks for a machine
+/// with `amd :: gfx_arch :: TARGET`, and the index variantlib's own
+/// `generate-index-json` makes of the wheels (its variants, as properties).
+const VARIANTLIB_CHECK: &str = r#"
+import json, sys, zipfile, pathlib, shutil, subprocess, os
+from variantlib.variant_dist_info import VariantDistInfo
+from variantlib.variants_json import VariantsJson
+from variantlib.models.variant import VariantProperty
+from variantlib.resolver.lib import sort_and_filter_supported_variants
+d, target, strip = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "strip"
+def read(text):
+    doc = json.loads(text)
+    if strip:  # the two PEP 817 keys variantlib 0.2 does not know
+        doc["providers"]["amd"].pop("install-time")
+        doc["default-priorities"].pop("property")
+    return json.dumps(doc)
+labels, copy = [], d / "variantlib"
+copy.mkdir()
+for w in sorted(d.glob("*.whl")):
+    parts = w.name[:-4].split("-")
+    if len(parts) != 6:
+        continue
+    with zipfile.ZipFile(w) as z:
+        info = VariantDistInfo(read(z.read("hipsplit-1.0.dist-info/variant.json")), parts[5])
+    labels.append(info.variant_label)
+    with zipfile.ZipFile(w) as z, zipfile.ZipFile(copy / w.name, "w") as out:
+        for m in z.namelist():
+            data = z.read(m)
+            out.writestr(m, read(data) if m.endswith("/variant.json") else data)
+index = VariantsJson(json.loads(read((d / "hipsplit-1.0-variants.json").read_text())))
+chosen = sort_and_filter_supported_variants(
+    list(index.variants.values()),
+    [VariantProperty.from_str(f"amd :: gfx_arch :: {target}")],
+    namespace_priorities=index.namespace_priorities,
+)
+subprocess.run([os.path.join(os.path.dirname(sys.executable), "variantlib"), "generate-index-json", "-d", str(copy)], check=True)
+made = VariantsJson(json.loads((copy / "hipsplit-1.0-variants.json").read_text()))
+props = lambda j: {l: sorted(p.to_str() for p in v.properties) for l, v in j.variants.items()}
+print(json.dumps({"labels": labels, "chosen": [v.label for v in chosen], "made": props(made), "ours": props(index)}))
+"#;
+
+/// ROCm's splitter's `variant.json` for the target wheels it made, as its
+/// `_write_variant_json` writes it (Python's `json.dumps(indent=2)`): what
+/// our index-level `-variants.json` must be, byte for byte.
+const ROCM_VARIANT_JSON: &str = r#"
+import json, sys
+t = sorted(sys.argv[1].split(","))
+print(json.dumps({
+    "providers": {"amd": {"install-time": True, "plugin-api": "amd_variant_provider.plugin:AMDVariantPlugin",
+                          "requires": ["amd-variant-provider >= 1.0"]}},
+    "default-priorities": {"namespace": ["amd"], "property": {"amd": {"gfx_arch": t}}},
+    "variants": {x: {"amd": {"gfx_arch": [x]}} for x in t},
+}, indent=2))
+"#;
+
+/// `--variants`: a host wheel per target labelled with it, as PEP 817 has
+/// them. Its METADATA is the classic one with each device extra's
+/// requirement repeated under the target's variant property (ROCm's
+/// splitter's markers); `-variants.json` is ROCm's `variant.json` byte for
+/// byte; variantlib reads every wheel as one variant, picks gfx942's for a
+/// gfx942 machine (then its `null` variant, the classic wheel) and makes
+/// the same index of them. A classic installer
+/// (pip) skips the variant wheels: `hipsplit[device-gfx942]` installs the
+/// host and gfx942 wheels only. `wheel check` and `verify` take the set.
+#[test]
+fn variant_wheels_are_what_pep817_and_rocm_describe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = fat_wheel(&tmp.path().join("in"));
+    let read_member = |wheel: &Path, member: &str| {
+        let mut z = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+        let mut s = String::new();
+        z.by_name(member).unwrap().read_to_string(&mut s).unwrap();
+        s
+    };
+    let targets = ["gfx1100", "gfx90a", "gfx942"];
+    let bin = common::venv::variantlib();
+    for (schema, strip) in [("pep817", "strip"), ("wheelnext-0.2", "keep")] {
+        let out = tmp.path().join(schema);
+        let r = split(&wheel, &out, &["--variants", "--variant-schema", schema]);
+        let variants: Vec<String> = r["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| Path::new(v.as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        let want: Vec<String> =
+            targets.iter().map(|t| format!("hipsplit-1.0-cp311-cp311-linux_x86_64-{t}.whl")).collect();
+        assert_eq!(variants, want, "{r:#}");
+
+        // METADATA: the classic lines, each device extra's requirement followed by its variant form.
+        let classic =
+            read_member(&out.join("hipsplit-1.0-cp311-cp311-linux_x86_64.whl"), "hipsplit-1.0.dist-info/METADATA");
+        let mut expected = String::new();
+        for line in classic.lines() {
+            expected.push_str(line);
+            expected.push('\n');
+            if let Some((req, extra)) = line.split_once("; extra == \"device-") {
+                let t = extra.trim_end_matches('"');
+                if t != "all" {
+                    expected.push_str(&format!("{req}; \"amd :: gfx_arch :: {t}\" in variant_properties\n"));
+                }
+            }
+        }
+        for v in &want {
+            assert_eq!(read_member(&out.join(v), "hipsplit-1.0.dist-info/METADATA"), expected, "{v}");
+        }
+        assert!(expected.contains(
+            "Requires-Dist: hipsplit-device-gfx942 == 1.0; \"amd :: gfx_arch :: gfx942\" in variant_properties"
+        ));
+
+        let index = std::fs::read_to_string(out.join("hipsplit-1.0-variants.json")).unwrap();
+        if schema == "pep817" {
+            let rocm = run_expect(
+                std::process::Command::new("python3").args(["-c", ROCM_VARIANT_JSON, &targets.join(",")]),
+                0,
+            );
+            assert_eq!(index, String::from_utf8_lossy(&rocm.stdout), "ROCm's variant.json, key for key");
+        }
+        let o = run_expect(
+            common::venv::in_venv(&bin, "python").args(["-c", VARIANTLIB_CHECK]).arg(&out).args(["gfx942", strip]),
+            0,
+        );
+        let seen: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(seen["labels"], serde_json::json!(targets), "{seen:#}");
+        // The gfx942 variant first; after it only variantlib's own `null`
+        // (no properties: the classic wheel), never another target's.
+        assert_eq!(seen["chosen"], serde_json::json!(["gfx942", "null"]), "{seen:#}");
+        assert_eq!(seen["made"], seen["ours"], "variantlib's index of the wheels is ours: {seen:#}");
+        assert_eq!(seen["ours"]["gfx90a"], serde_json::json!(["amd :: gfx_arch :: gfx90a"]), "{seen:#}");
+    }
+
+    // A classic pip, offline, from the whole set: host + gfx942 only.
+    let out = tmp.path().join("pep817");
+    let v = common::venv::venv(&tmp.path().join("v"));
+    let boot = rocm_bootstrap_wheel();
+    run_expect(
+        common::venv::in_venv(&v, "pip")
+            .args(["install", "-q", "--no-index", "--find-links"])
+            .arg(&out)
+            .arg("--find-links")
+            .arg(boot.parent().unwrap())
+            .arg("hipsplit[device-gfx942]"),
+        0,
+    );
+    let listed = run_expect(common::venv::in_venv(&v, "pip").args(["list", "--format", "freeze"]), 0);
+    let mut names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("==").map(|(n, _)| n.to_lowercase()))
+        .filter(|n| !["pip", "setuptools", "wheel"].contains(&n.as_str()))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["hipsplit", "hipsplit-device-gfx942", "rocm-bootstrap"]);
+
+    // `wheel check`: the classic host or the gfx942 variant wheel, with the
+    // device wheels, covers gfx942 (the target every library was built
+    // for); the variant wheel without gfx942's device wheel does not; two
+    // wheels of one project are refused.
+    let all: Vec<String> = wheels_in(&out).into_iter().map(|(n, _)| n).collect();
+    let device: Vec<PathBuf> = all.iter().filter(|n| n.contains("_device_")).map(|n| out.join(n)).collect();
+    let variant = out.join("hipsplit-1.0-cp311-cp311-linux_x86_64-gfx942.whl");
+    for host in [out.join("hipsplit-1.0-cp311-cp311-linux_x86_64.whl"), variant.clone()] {
+        run_expect(quarry().args(["wheel", "check", "--targets", "gfx942"]).arg(host).args(&device), 0);
+    }
+    let others: Vec<&PathBuf> = device.iter().filter(|d| !d.to_string_lossy().contains("gfx942")).collect();
+    run_expect(quarry().args(["wheel", "check", "--targets", "gfx942"]).arg(&variant).args(others), 1);
+    let both =
+        run_expect(quarry().args(["wheel", "check", "--targets", "gfx942"]).args(all.iter().map(|n| out.join(n))), 1);
+    let e = String::from_utf8_lossy(&both.stderr);
+    assert!(e.contains("one wheel of each project") && e.contains("-gfx1100.whl"), "{e}");
+    let mut c = quarry();
+    c.arg("verify").arg(out.join("hipsplit-1.0-cp311-cp311-linux_x86_64-gfx942.whl"));
+    c.arg("--json").arg("--inputs").arg(wheel.parent().unwrap());
+    let v = stdout_json(&run_expect(&mut c, 0));
+    assert_eq!(v["reproduced"], true, "{v:#}");
+}

@@ -256,6 +256,7 @@ pub fn merge_collected(
             families: crate::wheel::split::Families::Auto,
             scheme: crate::code_objects::kpack_writer::Scheme::ZstdPerKernel,
             device_requires: Vec::new(),
+            variants: None,
         };
         match crate::wheel::merge::merge(&list, dir, &options) {
             Ok(r) => {

@@ -40,6 +40,7 @@ pub fn rerun(
     let device_prefix = p["devicePrefix"].as_str().map(str::to_string);
     // Recorded only when given: provenance of earlier splits has no such field.
     let device_requires: Vec<String> = serde_json::from_value(p["deviceRequiresDist"].clone()).unwrap_or_default();
+    let variants = crate::wheel::split::VariantSchema::recorded(&p["variants"]);
     let failed =
         |message: String| bad(target, format!("running the recorded `{}` again failed: {message}", def.build_type));
     let files = || def.resolved_dependencies.iter().map(|d| find_file(target, d, dirs)).collect::<Result<Vec<_>, _>>();
@@ -50,7 +51,7 @@ pub fn rerun(
                 return Err(bad(target, format!("a split has one input; the provenance records {}", inputs.len())));
             };
             let targets = serde_json::from_value(p["targets"].clone()).unwrap_or(None);
-            let options = crate::wheel::split::SplitOptions { device_prefix, targets, families, scheme, device_requires };
+            let options = crate::wheel::split::SplitOptions { device_prefix, targets, families, scheme, device_requires, variants };
             crate::wheel::split::split(&input.path, into, &options).map_err(|e| failed(e.to_string()))?;
             Ok(Rerun { products: into.to_path_buf(), inputs })
         }
@@ -58,7 +59,7 @@ pub fn rerun(
             let inputs = files()?;
             let shards: Vec<_> =
                 inputs.iter().map(|i| crate::wheel::merge::Shard { wheel: i.path.clone(), build_key: None }).collect();
-            let options = crate::wheel::merge::MergeOptions { device_prefix, families, scheme, device_requires };
+            let options = crate::wheel::merge::MergeOptions { device_prefix, families, scheme, device_requires, variants };
             crate::wheel::merge::merge(&shards, into, &options).map_err(|e| failed(e.to_string()))?;
             Ok(Rerun { products: into.to_path_buf(), inputs })
         }

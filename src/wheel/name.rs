@@ -1,5 +1,8 @@
-//! Wheel file names: `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`,
-//! each tag field possibly several tags joined with `.`.
+//! Wheel file names: `{name}-{version}(-{build})?-{python}-{abi}-{platform}(-{variant})?.whl`,
+//! each tag field possibly several tags joined with `.`; the variant label
+//! is PEP 817's (`[0-9a-z._]`, at most 16 characters). Six fields are a
+//! build tag when the third starts with a digit (a python tag never does),
+//! else a variant label, as PEP 817 reads them.
 
 use super::WheelError;
 
@@ -13,6 +16,8 @@ pub struct WheelName {
     pub python_tags: Vec<String>,
     pub abi_tags: Vec<String>,
     pub platform_tags: Vec<String>,
+    /// A PEP 817 variant wheel's label (`gfx942`).
+    pub variant: Option<String>,
 }
 
 impl WheelName {
@@ -21,10 +26,19 @@ impl WheelName {
         let bad = |why: &str| WheelError::BadName { name: file_name.to_string(), why: why.to_string() };
         let stem = file_name.strip_suffix(".whl").ok_or_else(|| bad("it does not end with `.whl`"))?;
         let parts: Vec<&str> = stem.split('-').collect();
-        let (name, version, build, py, abi, plat) = match parts.as_slice() {
-            [n, v, p, a, pl] => (*n, *v, None, *p, *a, *pl),
-            [n, v, b, p, a, pl] => (*n, *v, Some(*b), *p, *a, *pl),
-            _ => return Err(bad("expected `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`")),
+        let digit = |s: &str| s.starts_with(|c: char| c.is_ascii_digit());
+        let (name, version, build, py, abi, plat, variant) = match parts.as_slice() {
+            [n, v, p, a, pl] => (*n, *v, None, *p, *a, *pl, None),
+            [n, v, b, p, a, pl] if digit(b) => (*n, *v, Some(*b), *p, *a, *pl, None),
+            [n, v, p, a, pl, l] if !digit(p) && variant_label_ok(l) => (*n, *v, None, *p, *a, *pl, Some(*l)),
+            [n, v, b, p, a, pl] => (*n, *v, Some(*b), *p, *a, *pl, None),
+            [n, v, b, p, a, pl, l] => {
+                if !variant_label_ok(l) {
+                    return Err(bad("a variant label is [0-9a-z._], at most 16 characters"));
+                }
+                (*n, *v, Some(*b), *p, *a, *pl, Some(*l))
+            }
+            _ => return Err(bad("expected `{name}-{version}(-{build})?-{python}-{abi}-{platform}(-{variant})?.whl`")),
         };
         if name.is_empty() || version.is_empty() || py.is_empty() || abi.is_empty() || plat.is_empty() {
             return Err(bad("a field is empty"));
@@ -42,6 +56,7 @@ impl WheelName {
             python_tags: split(py),
             abi_tags: split(abi),
             platform_tags: split(plat),
+            variant: variant.map(str::to_string),
         })
     }
 
@@ -75,8 +90,20 @@ impl std::fmt::Display for WheelName {
         if let Some(b) = &self.build {
             write!(f, "-{b}")?;
         }
-        write!(f, "-{}-{}-{}.whl", self.python_tags.join("."), self.abi_tags.join("."), self.platform_tags.join("."))
+        write!(f, "-{}-{}-{}", self.python_tags.join("."), self.abi_tags.join("."), self.platform_tags.join("."))?;
+        if let Some(v) = &self.variant {
+            write!(f, "-{v}")?;
+        }
+        write!(f, ".whl")
     }
+}
+
+/// A variant label (and property value) PEP 817 allows: `[0-9a-z._]`, at
+/// most 16 characters (a GPU target key like `gfx942` always is).
+pub fn variant_label_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 16
+        && s.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'.' || b == b'_')
 }
 
 /// The distribution name as it appears in wheel file names: lowercase, runs
@@ -118,7 +145,13 @@ mod tests {
 
         assert!(WheelName::parse("foo-1.0.tar.gz").is_err());
         assert!(WheelName::parse("foo-1.0-cp311.whl").is_err());
-        assert!(WheelName::parse("foo-1.0-x-cp311-cp311-any.whl").is_err());
+        assert!(WheelName::parse("foo-1.0-x-cp311-cp311-Any.whl").is_err());
+        assert!(WheelName::parse("foo-1.0-x-cp311-cp311-any-gfx942.whl").is_err());
+        let v = WheelName::parse("torch-2.9.0-cp312-cp312-linux_x86_64-gfx942.whl").unwrap();
+        assert_eq!((v.variant.as_deref(), v.build.as_deref()), (Some("gfx942"), None));
+        assert_eq!(v.to_string(), "torch-2.9.0-cp312-cp312-linux_x86_64-gfx942.whl");
+        let v = WheelName::parse("torch-2.9.0-1-cp312-cp312-linux_x86_64-gfx942.whl").unwrap();
+        assert_eq!((v.variant.as_deref(), v.build.as_deref()), (Some("gfx942"), Some("1")));
         assert!(WheelName::parse("six-1.16.0-py2.py3-none-any.whl").unwrap().is_pure());
     }
 

@@ -41,3 +41,18 @@ pub fn python(bin: &Path, code: &str) -> String {
     let out = run_expect(in_venv(bin, "python").args(["-c", code]), 0);
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// The pinned `variantlib` (PyPI's reader of wheel variant metadata) in a
+/// virtualenv in the test cache, made once; returns its bin directory.
+pub fn variantlib() -> PathBuf {
+    const VERSION: &str = "0.2.2";
+    let dir = super::test_cache().join(format!("variantlib-{VERSION}"));
+    super::with_lock("variantlib", || {
+        if !dir.join("bin/variantlib").exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+            let bin = venv(&dir);
+            run_expect(in_venv(&bin, "pip").args(["install", "-q", &format!("variantlib=={VERSION}")]), 0);
+        }
+    });
+    dir.join("bin")
+}

@@ -1,4 +1,4 @@
-use super::split::{CompressionArg, FamiliesArg};
+use super::split::{CompressionArg, FamiliesArg, VariantArgs};
 use crate::wheel::merge::{merge, MergeOptions, Shard};
 use std::path::PathBuf;
 
@@ -24,6 +24,8 @@ pub struct Args {
     /// becomes its target, and a requirement naming it goes to target wheels only
     #[arg(long = "device-requires-dist", value_name = "REQUIREMENT")]
     device_requires_dist: Vec<String>,
+    #[command(flatten)]
+    variants: VariantArgs,
     /// The cache whose wheel builds name each shard's build key (default: quarry's cache)
     #[arg(long = "cache-dir", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -53,11 +55,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if !a.device_requires_dist.is_empty() {
         parameters["deviceRequiresDist"] = serde_json::json!(a.device_requires_dist);
     }
+    a.variants.record(&mut parameters);
     let options = MergeOptions {
         device_prefix: a.device_prefix,
         families: a.families.into(),
         scheme: a.compression.into(),
         device_requires: a.device_requires_dist,
+        variants: a.variants.schema(),
     };
     let key = a.sign.load()?;
     let report = match merge(&shards, &a.out_dir, &options) {
@@ -83,6 +87,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for d in &report.device {
         outln!("   {} ({:?} {}): {}", d.wheel.display(), d.level, d.key, d.kpacks.len() + d.databases.len());
     }
+    for v in report.variants.iter().chain(&report.variants_json) {
+        outln!("   {} (variant)", v.display());
+    }
     Ok(0)
 }
 
@@ -102,5 +109,6 @@ fn provenance(
     };
     let mut products = vec![r.host.clone()];
     products.extend(r.device.iter().map(|d| d.wheel.clone()));
+    products.extend(r.variants.iter().chain(&r.variants_json).cloned());
     write_beside(&products, &build, key)
 }

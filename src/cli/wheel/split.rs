@@ -1,5 +1,5 @@
 use crate::code_objects::kpack_writer::Scheme;
-use crate::wheel::split::{split, Families, SplitOptions};
+use crate::wheel::split::{split, Families, SplitOptions, VariantSchema};
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -32,6 +32,49 @@ impl From<CompressionArg> for Scheme {
     }
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(super) enum VariantSchemaArg {
+    Pep817,
+    #[value(name = "wheelnext-0.2")]
+    Wheelnext02,
+}
+
+impl From<VariantSchemaArg> for VariantSchema {
+    fn from(a: VariantSchemaArg) -> VariantSchema {
+        match a {
+            VariantSchemaArg::Pep817 => VariantSchema::Pep817,
+            VariantSchemaArg::Wheelnext02 => VariantSchema::Wheelnext02,
+        }
+    }
+}
+
+/// `--variants` and the schema of their metadata (split and merge share them).
+#[derive(clap::Args)]
+pub(super) struct VariantArgs {
+    /// Also write a PEP 817 variant host wheel per GPU target (NAME-...-<target>.whl,
+    /// its variant property `amd :: gfx_arch :: <target>`) and NAME-VERSION-variants.json
+    #[arg(long)]
+    variants: bool,
+    /// The variant metadata's form: pep817 (as ROCm's splitter writes it) or
+    /// wheelnext-0.2 (the schema PyPI's variantlib 0.2 reads)
+    #[arg(long = "variant-schema", value_enum, default_value = "pep817", requires = "variants")]
+    variant_schema: VariantSchemaArg,
+}
+
+impl VariantArgs {
+    pub(super) fn schema(&self) -> Option<VariantSchema> {
+        self.variants.then(|| self.variant_schema.into())
+    }
+
+    /// Recorded in provenance only when given: a split without it keeps the
+    /// statement it always had.
+    pub(super) fn record(&self, parameters: &mut serde_json::Value) {
+        if let Some(s) = self.schema() {
+            parameters["variants"] = serde_json::json!(s.name());
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Fat wheels (ELF files with a .hip_fatbin section)
@@ -60,6 +103,8 @@ pub struct Args {
     #[arg(long = "device-requires-dist", value_name = "REQUIREMENT")]
     device_requires_dist: Vec<String>,
     #[command(flatten)]
+    variants: VariantArgs,
+    #[command(flatten)]
     sign: crate::cli::sign_args::SignArgs,
     /// Print a JSON array, one object per input wheel, on stdout
     #[arg(long)]
@@ -83,6 +128,7 @@ fn provenance(
     if !a.device_requires_dist.is_empty() {
         parameters["deviceRequiresDist"] = serde_json::json!(a.device_requires_dist);
     }
+    a.variants.record(&mut parameters);
     let build = FileBuild {
         build_type: crate::provenance::files::SPLIT_BUILD_TYPE.into(),
         parameters,
@@ -90,6 +136,7 @@ fn provenance(
     };
     let mut products = vec![r.host.clone()];
     products.extend(r.device.iter().map(|d| d.wheel.clone()));
+    products.extend(r.variants.iter().chain(&r.variants_json).cloned());
     write_beside(&products, &build, key)
 }
 
@@ -101,6 +148,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         families: a.families.into(),
         scheme: a.compression.into(),
         device_requires: a.device_requires_dist.clone(),
+        variants: a.variants.schema(),
     };
     let key = a.sign.load()?;
     let mut reports = Vec::new();
@@ -123,6 +171,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                             d.key,
                             d.kpacks.len() + d.databases.len()
                         );
+                    }
+                    for v in r.variants.iter().chain(&r.variants_json) {
+                        outln!("  {} (variant)", v.display());
                     }
                     if !r.dropped.is_empty() {
                         outln!("  left out (--targets): {}", r.dropped.join(", "));

@@ -125,6 +125,7 @@ pub(super) fn finish(
                 families: crate::wheel::split::Families::Auto,
                 scheme: crate::code_objects::kpack_writer::Scheme::ZstdPerKernel,
                 device_requires: Vec::new(),
+                variants: None,
             };
             let report = crate::wheel::split::split(&wheel, &staging.join(format!("split-{n}")), &options)?;
             for d in report.device {

@@ -102,7 +102,22 @@ pub fn check_targets(wheels: &[PathBuf], targets: &[String], runtime: Runtime) -
         let mut zip = WheelZip::open(path)?;
         let dist_info = zip.dist_info_dir()?;
         let text = zip.read_file(&format!("{dist_info}/METADATA"))?;
-        let meta = Metadata::parse(&String::from_utf8_lossy(&text));
+        let mut meta = Metadata::parse(&String::from_utf8_lossy(&text));
+        let variant_json = format!("{dist_info}/variant.json");
+        if zip.file_names()?.contains(&variant_json) {
+            meta.variant_properties = requirements::variant_properties(&zip.read_file(&variant_json)?);
+        }
+        if let Some(other) = set.iter().find(|w: &&Wheel| w.meta.name == meta.name) {
+            return Err(WheelError::BadMetadata {
+                file: path.display().to_string(),
+                why: format!(
+                    "`{}` is {} too: an install set holds one wheel of each project (of variant wheels, the one \
+                     an installer picks for the machine); check each set on its own",
+                    other.path.display(),
+                    meta.shown
+                ),
+            });
+        }
         set.push(Wheel { path: path.clone(), zip, meta });
     }
     // The installed tree: member path -> the wheel that puts it there.

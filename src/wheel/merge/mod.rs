@@ -55,6 +55,8 @@ pub struct MergeOptions {
     pub scheme: Scheme,
     /// More `Requires-Dist` of each device wheel (`@GFXARCH@`: its target).
     pub device_requires: Vec<String>,
+    /// PEP 817 variant host wheels too, one per target, in this schema.
+    pub variants: Option<split::VariantSchema>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +95,11 @@ pub struct MergeReport {
     /// Fat binaries, with their code objects per architecture over all shards.
     pub binaries: BTreeMap<String, BinaryCode>,
     pub device: Vec<DeviceWheel>,
+    /// With `--variants`: the variant host wheels and `-variants.json`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variants_json: Option<PathBuf>,
 }
 
 /// Do `a` and `b` look like shards of one build, before any byte is compared?
@@ -231,6 +238,7 @@ pub fn merge(shards: &[Shard], out_dir: &Path, options: &MergeOptions) -> Result
         group: &group,
         families: options.families,
         device_requires: &options.device_requires,
+        variants: options.variants,
     };
     let staging = first.unpacked.work.path().join("kpack");
     std::fs::create_dir_all(&staging).map_err(|e| SplitError::io(&staging, e))?;
@@ -258,7 +266,7 @@ pub fn merge(shards: &[Shard], out_dir: &Path, options: &MergeOptions) -> Result
     let mut by_key = Packages::new();
     output::finish_archives(&mut archives, &naming, &mut by_key)?;
     add_databases(&opened, shards, options.families, &mut by_key)?;
-    let (host, device) = output::write(first, out_dir, &naming, substitutes, by_key)?;
+    let w = output::write(first, out_dir, &naming, substitutes, by_key)?;
     let reports = shards
         .iter()
         .enumerate()
@@ -268,7 +276,14 @@ pub fn merge(shards: &[Shard], out_dir: &Path, options: &MergeOptions) -> Result
             targets: owner.iter().filter(|(_, &o)| o == i).map(|(a, _)| a.clone()).collect(),
         })
         .collect();
-    Ok(MergeReport { shards: reports, host, binaries, device })
+    Ok(MergeReport {
+        shards: reports,
+        host: w.host,
+        binaries,
+        device: w.device,
+        variants: w.variants,
+        variants_json: w.variants_json,
+    })
 }
 
 /// An error when the rewritten host binaries `x` (of `a`) and `y` (of `b`)

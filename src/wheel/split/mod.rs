@@ -21,8 +21,10 @@ pub(crate) mod extract;
 pub(crate) mod input;
 pub(crate) mod output;
 pub mod packages;
+pub mod variants;
 
 pub use packages::{Families, Level};
+pub use variants::Schema as VariantSchema;
 
 use super::WheelError;
 use crate::code_objects::kpack_writer::Scheme;
@@ -73,6 +75,8 @@ pub struct SplitOptions {
     pub scheme: Scheme,
     /// More `Requires-Dist` of each device wheel (`@GFXARCH@`: its target).
     pub device_requires: Vec<String>,
+    /// PEP 817 variant host wheels too, one per target, in this schema.
+    pub variants: Option<VariantSchema>,
 }
 
 /// One wheel a split wrote.
@@ -97,6 +101,11 @@ pub struct SplitReport {
     /// Fat binaries rewritten, with their code objects per architecture.
     pub binaries: BTreeMap<String, BinaryCode>,
     pub device: Vec<DeviceWheel>,
+    /// With `--variants`: the variant host wheels and `-variants.json`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variants_json: Option<PathBuf>,
     /// Architectures found in the wheel and left out by `--targets`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<String>,
@@ -175,6 +184,7 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
         group: &group,
         families: options.families,
         device_requires: &options.device_requires,
+        variants: options.variants,
     };
     let staging = opened.unpacked.work.path().join("kpack");
     std::fs::create_dir_all(&staging).map_err(|e| SplitError::io(&staging, e))?;
@@ -191,6 +201,14 @@ pub fn split(wheel: &Path, out_dir: &Path, options: &SplitOptions) -> Result<Spl
     let mut by_key = output::Packages::new();
     output::finish_archives(&mut archives, &naming, &mut by_key)?;
     output::add_databases(&opened, &keep, options.families, &mut by_key)?;
-    let (host, device) = output::write(&opened, out_dir, &naming, substitutes, by_key)?;
-    Ok(SplitReport { input: wheel.to_path_buf(), host, binaries, device, dropped })
+    let w = output::write(&opened, out_dir, &naming, substitutes, by_key)?;
+    Ok(SplitReport {
+        input: wheel.to_path_buf(),
+        host: w.host,
+        binaries,
+        device: w.device,
+        variants: w.variants,
+        variants_json: w.variants_json,
+        dropped,
+    })
 }

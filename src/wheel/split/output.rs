@@ -8,6 +8,7 @@ use super::databases;
 use super::extract::Archives;
 use super::input::Opened;
 use super::packages::{self, Families, Level};
+use super::variants::{self, Schema};
 use super::{DeviceWheel, SplitError};
 use crate::code_objects::target_id::TargetId;
 use crate::wheel::archive::{pack_dir_with, write_wheel};
@@ -43,6 +44,16 @@ pub struct Naming<'a> {
     pub families: Families,
     /// `--device-requires-dist`: more `Requires-Dist` of each device wheel.
     pub device_requires: &'a [String],
+    /// `--variants`: a PEP 817 variant host wheel per target, in this schema.
+    pub variants: Option<Schema>,
+}
+
+/// The wheels (and variant metadata) one split or merge wrote.
+pub struct Wrote {
+    pub host: PathBuf,
+    pub device: Vec<DeviceWheel>,
+    pub variants: Vec<PathBuf>,
+    pub variants_json: Option<PathBuf>,
 }
 
 /// Finish every archive of `archives` into the package of its key.
@@ -144,15 +155,16 @@ impl DeviceOf<'_> {
 }
 
 /// Write the host wheel (`host`'s tree with `substitutes` for its
-/// rewritten binaries and METADATA gaining the extras of `by_key`) and
-/// every device wheel into `out_dir`: all in scratch first, then renamed.
+/// rewritten binaries and METADATA gaining the extras of `by_key`), its
+/// variant wheels when asked, and every device wheel into `out_dir`: all
+/// in scratch first, then renamed.
 pub fn write(
     host: &Opened,
     out_dir: &Path,
     naming: &Naming,
     substitutes: Vec<ZipEntry>,
     by_key: Packages,
-) -> Result<(PathBuf, Vec<DeviceWheel>), SplitError> {
+) -> Result<Wrote, SplitError> {
     let keys: BTreeSet<String> = by_key.keys().cloned().collect();
     let lines = packages::host_metadata_lines(naming.prefix, &host.version, &keys, naming.families);
     let metadata_path = &host.metadata_path;
@@ -160,9 +172,13 @@ pub fn write(
         .map_err(|e| SplitError::io(metadata_path, e))?;
     let done = host.unpacked.work.path().join("done");
     std::fs::create_dir_all(&done).map_err(|e| SplitError::io(&done, e))?;
-    let file_name = host.wheel.file_name().expect("a wheel file name");
+    let file_name = host.wheel.file_name().expect("a wheel file name").to_string_lossy().into_owned();
     let u = &host.unpacked;
-    pack_dir_with(&u.root, &u.dist_info, &done.join(file_name), host.time, substitutes)?;
+    let mut staged = Vec::new();
+    if let Some(schema) = naming.variants {
+        staged = write_variants(host, &done, &lines, &substitutes, schema)?;
+    }
+    pack_dir_with(&u.root, &u.dist_info, &done.join(&file_name), host.time, substitutes)?;
     let parents = packages::parents(&keys, naming.families);
     let device_of = DeviceOf { host, naming };
     let mut device = Vec::new();
@@ -170,12 +186,65 @@ pub fn write(
         let requires = parents[&key].clone();
         device.push(device_of.write(&done, key, package, requires)?);
     }
+    let place = |name: &str| -> Result<PathBuf, SplitError> {
+        let to = out_dir.join(name);
+        std::fs::rename(done.join(name), &to).map_err(|e| SplitError::io(&to, e))?;
+        Ok(to)
+    };
     for d in &mut device {
-        let to = out_dir.join(d.wheel.file_name().expect("named"));
-        std::fs::rename(&d.wheel, &to).map_err(|e| SplitError::io(&to, e))?;
-        d.wheel = to;
+        d.wheel = place(&d.wheel.file_name().expect("named").to_string_lossy())?;
     }
-    let to = out_dir.join(file_name);
-    std::fs::rename(done.join(file_name), &to).map_err(|e| SplitError::io(&to, e))?;
-    Ok((to, device))
+    let mut variant_wheels = Vec::new();
+    let mut variants_json = None;
+    for name in staged {
+        let to = place(&name)?;
+        if name.ends_with(".json") {
+            variants_json = Some(to);
+        } else {
+            variant_wheels.push(to);
+        }
+    }
+    Ok(Wrote { host: place(&file_name)?, device, variants: variant_wheels, variants_json })
+}
+
+/// One host wheel per target of `lines`' extras, labelled with it, into
+/// `dir` (see [`variants`]), and `{name}-{version}-variants.json`; their
+/// file names. Same tree as the classic host wheel but METADATA (with the
+/// variant markers) and `variant.json`.
+fn write_variants(
+    host: &Opened,
+    dir: &Path,
+    lines: &[String],
+    substitutes: &[ZipEntry],
+    schema: Schema,
+) -> Result<Vec<String>, SplitError> {
+    let targets = variants::targets(lines);
+    if targets.is_empty() {
+        return Err(host.error(
+            "--variants: no GPU target of this wheel can be a variant label ([0-9a-z._], at most 16 characters)".into(),
+        ));
+    }
+    let u = &host.unpacked;
+    let metadata = packages::add_to_metadata(&host.metadata, &variants::with_markers(lines, &targets));
+    let stem = host.wheel.file_name().expect("a wheel file name").to_string_lossy();
+    let stem = stem.strip_suffix(".whl").unwrap_or(&stem).to_string();
+    let mut names = Vec::new();
+    for t in &targets {
+        let mut entries = substitutes.to_vec();
+        entries.push(ZipEntry::bytes(format!("{}/METADATA", u.dist_info), metadata.clone()));
+        entries.push(ZipEntry::bytes(
+            format!("{}/variant.json", u.dist_info),
+            variants::document(&targets, Some(t), schema),
+        ));
+        let name = format!("{stem}-{t}.whl");
+        pack_dir_with(&u.root, &u.dist_info, &dir.join(&name), host.time, entries)?;
+        names.push(name);
+    }
+    // `{name}-{version}` as the wheel file name spells it.
+    let namever = stem.splitn(3, '-').take(2).collect::<Vec<_>>().join("-");
+    let index = format!("{namever}-variants.json");
+    std::fs::write(dir.join(&index), variants::document(&targets, None, schema))
+        .map_err(|e| SplitError::io(&dir.join(&index), e))?;
+    names.push(index);
+    Ok(names)
 }
