@@ -203,6 +203,22 @@ fn render_files(
             }
             SourceKind::Remove => {}
             SourceKind::Pypi(p) => render_pypi_source(out, image, s, p),
+            SourceKind::Wheels(w) => {
+                // pip resolves the same set from the wheelhouse; it installs
+                // into the image's Python rather than under `dest`.
+                let src = in_context(image, context, &w.dir)?;
+                let what = match &w.extra {
+                    Some(e) => format!("the wheels `{e}` adds"),
+                    None => "the host set".into(),
+                };
+                writeln!(out, "# quarry installs {what} of this wheelhouse natively (see the wheels page)").unwrap();
+                writeln!(out, "COPY {} /tmp/quarry-wheels/", q(&format!("{src}/"))).unwrap();
+                writeln!(
+                    out,
+                    "RUN python3 -m pip install --no-index --find-links /tmp/quarry-wheels /tmp/quarry-wheels/*.whl \\\n    && rm -rf /tmp/quarry-wheels"
+                )
+                .unwrap();
+            }
             SourceKind::Rocm(_) => {
                 writeln!(out, "# a ROCm dist tree: copy it into rocm-dist/ in the context, or, for build artifacts,")
                     .unwrap();

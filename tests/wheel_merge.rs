@@ -14,6 +14,7 @@ mod common;
 mod wheel_fixtures;
 
 use common::*;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 const TARGETS: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
@@ -184,4 +185,131 @@ fn shards_that_differ_in_host_code_or_overlap_are_refused() {
     let err = String::from_utf8_lossy(&merge(&[s90a, twice], &out, 1).stderr).into_owned();
     assert!(err.contains("both hold code for gfx90a"), "{err}");
     nothing_in(&out);
+}
+
+/// The layer files' names of the gzip tar blob `digest` in the layout `dir`.
+fn layer_files(dir: &Path, digest: &str) -> Vec<String> {
+    let blob = dir.join("blobs/sha256").join(digest.trim_start_matches("sha256:"));
+    let mut t = tar::Archive::new(flate2::read::MultiGzDecoder::new(std::fs::File::open(blob).unwrap()));
+    t.entries().unwrap().map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned()).collect()
+}
+
+/// A family of per-target test images from the split wheels: one
+/// definition with `[family]` over the GPU target gives three images whose
+/// layers are digest-equal but the device layer (`wheels` with the
+/// target's device extra); each device layer holds exactly its target's
+/// wheel, and each image's installed set passes `wheel check --targets`
+/// for its target. Pushed to one repository, the second target's image
+/// sends one layer.
+#[test]
+fn a_family_of_target_images_shares_all_but_the_device_layer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let fat = wheel_of("fat", &t.join("fat"));
+    let house = t.join("def/house");
+    run_expect(quarry().args(["wheel", "split", "-o"]).arg(&house).arg(&fat), 0);
+    write(&t.join("def/motd"), "a ROCm test image\n");
+    let def = t.join("def/family.toml");
+    write(
+        &def,
+        &format!(
+            "name = \"hipmerge-test\"\ntag = \"${{GPU_TARGET}}\"\nbase = \"scratch\"\n\
+             [params]\nGPU_TARGET = \"gfx942\"\n\
+             [family]\nparam = \"GPU_TARGET\"\nvalues = {TARGETS:?}\n\
+             [[layer]]\nname = \"runtime\"\n[[layer.source]]\nfile = \"motd\"\ndest = \"/etc/motd\"\n\
+             [[layer]]\nname = \"host\"\n[[layer.source]]\nwheels = \"house\"\n\
+             [[layer]]\nname = \"device\"\n[[layer.source]]\nwheels = \"house\"\nextra = \"device-${{GPU_TARGET}}\"\n"
+        ),
+    );
+    let (out, cache) = (t.join("out"), t.join("cache"));
+    let built = stdout_json(&run_expect(
+        quarry().arg("build").arg(&def).arg("-o").arg(&out).arg("--json").arg("--cache-dir").arg(&cache),
+        0,
+    ));
+    let images = built["images"].as_array().unwrap();
+    assert_eq!(images.len(), 3, "{built:#}");
+    let digests = |i: usize| -> Vec<String> {
+        images[i]["layers"].as_array().unwrap().iter().map(|l| l["digest"].as_str().unwrap().to_string()).collect()
+    };
+    for i in 1..3 {
+        assert_eq!(digests(i)[..2], digests(0)[..2], "host layers digest-equal: {built:#}");
+        assert_ne!(digests(i)[2], digests(0)[2]);
+    }
+    for (i, target) in TARGETS.iter().enumerate() {
+        assert_eq!(images[i]["tag"], *target, "{built:#}");
+        let layout = out.join(target);
+        let dist_infos = |layer: usize| -> BTreeSet<String> {
+            layer_files(&layout, &digests(i)[layer])
+                .iter()
+                .filter_map(|f| f.split('/').find(|c| c.ends_with(".dist-info")).map(str::to_string))
+                .collect()
+        };
+        assert_eq!(dist_infos(1), BTreeSet::from(["hipmerge-1.0.dist-info".to_string()]));
+        let device = dist_infos(2);
+        assert_eq!(device, BTreeSet::from([format!("hipmerge_device_{target}-1.0.dist-info")]));
+        // The installed set, as wheels, covers the target.
+        let set: Vec<PathBuf> = dist_infos(1)
+            .iter()
+            .chain(&device)
+            .map(|d| house.join(format!("{}-cp311-cp311-linux_x86_64.whl", d.trim_end_matches(".dist-info"))))
+            .collect();
+        run_expect(quarry().args(["wheel", "check", "--targets", target]).args(&set), 0);
+    }
+
+    // A `--set` of the family's parameter builds that member only; an extra
+    // no wheel offers is named.
+    let one = stdout_json(&run_expect(
+        quarry()
+            .arg("build")
+            .arg(&def)
+            .args(["--set", "GPU_TARGET=gfx942", "--json", "-o"])
+            .arg(t.join("one"))
+            .arg("--cache-dir")
+            .arg(&cache),
+        0,
+    ));
+    assert_eq!(one["manifest_digest"], images[1]["manifest_digest"], "the same image, from the cache");
+    let e = run_expect(
+        quarry()
+            .arg("build")
+            .arg(&def)
+            .args(["--set", "GPU_TARGET=gfx1151", "-o"])
+            .arg(t.join("bad"))
+            .arg("--cache-dir")
+            .arg(&cache),
+        1,
+    );
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(e.contains("device-gfx1151") && e.contains("device-gfx942"), "{e}");
+
+    if !common::registry::have_registry() {
+        return;
+    }
+    let reg = common::registry::Registry::start("");
+    let push = |target: &str| {
+        stdout_json(&run_expect(
+            quarry()
+                .arg("push")
+                .arg(out.join(target))
+                .arg(format!("{}/hipmerge-test:{target}", reg.addr()))
+                .args(["--plain-http", "--json", "--cache-dir"])
+                .arg(&cache),
+            0,
+        ))
+    };
+    let layers_pushed = |p: &serde_json::Value| {
+        p["blobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["what"].as_str().unwrap().starts_with("layer "))
+            .filter(|b| b["action"] == "pushed")
+            .count()
+    };
+    let first = push(TARGETS[0]);
+    assert_eq!(layers_pushed(&first), 3, "{first:#}");
+    let second = push(TARGETS[1]);
+    assert_eq!(layers_pushed(&second), 1, "the device layer only: {second:#}");
+    let sent = second["blobs"].as_array().unwrap().iter().find(|b| b["what"] == "layer 2").unwrap();
+    assert_eq!(sent["action"], "pushed", "{second:#}");
 }

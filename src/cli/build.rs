@@ -80,6 +80,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(t) = a.threads {
         opts.threads = t.max(1);
     }
+    // A `[family]` definition gives one image per value, unless `--set` picks one.
+    let loaded = crate::definition::load_image(&a.image.image, &opts.sets)?;
+    if let Some(family) = loaded.family.filter(|f| !opts.sets.contains_key(&f.param)) {
+        let stem = a.image.image.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let dir = a.image.output.clone().unwrap_or_else(|| PathBuf::from("out").join(stem));
+        let mut images = Vec::new();
+        for value in &family.values {
+            let mut member = opts.clone();
+            member.sets.insert(family.param.clone(), value.clone());
+            member.output = Some(dir.join(value));
+            let r = crate::trace::time("build (total)", || build(&a.image.image, &member))?;
+            if !a.json && !a.quiet {
+                print_result(&r);
+            }
+            images.push(r);
+        }
+        if a.json {
+            super::print_json(&serde_json::json!({ "family": family.param, "images": images }))?;
+        }
+        return Ok(0);
+    }
     let r = crate::trace::time("build (total)", || build(&a.image.image, &opts))?;
     for line in crate::trace::summary() {
         eprintln!("quarry trace: {line}");
@@ -87,6 +108,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         super::print_json(&r)?;
     } else if !a.quiet {
+        print_result(&r);
+    }
+    Ok(0)
+}
+
+fn print_result(r: &crate::build::BuildResult) {
+    {
         for l in &r.layers {
             // The layer's digest (what `inspect` lists), labelled: `plan`
             // prints a different id, the cache key, as `key ...`.
@@ -108,5 +136,4 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         outln!("provenance {}", r.provenance);
     }
-    Ok(0)
 }

@@ -21,6 +21,16 @@ pub struct Image {
     pub platform: Platform,
     /// Effective parameter values (defaults overridden by --set).
     pub params: BTreeMap<String, String>,
+    /// `[family]`: the images `quarry build` makes of this definition.
+    pub family: Option<Family>,
+}
+
+/// One image per value of `param` (a GPU target list, typically): the
+/// members share every layer their value does not change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family {
+    pub param: String,
+    pub values: Vec<String>,
 }
 
 /// Where an image's base comes from.

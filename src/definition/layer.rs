@@ -62,6 +62,9 @@ pub enum SourceKind {
     Rocm(RocmSource),
     /// A wheel fetched with pip and installed under `dest` (see `source::wheel_install`).
     Pypi(PypiSource),
+    /// The host set of a wheelhouse, or what one device extra adds to it
+    /// (see `source::wheelhouse`), installed like `pypi` wheels.
+    Wheels(WheelsSource),
     /// Only whiteouts (`remove`).
     Remove,
 }
@@ -112,6 +115,16 @@ pub struct PypiSource {
     /// Where the package files go: relative to `dest`, or absolute.
     pub site_packages: String,
     /// `NAME` -> path inside the wheel, linked as `DEST/bin/NAME`.
+    pub bin: BTreeMap<String, String>,
+}
+
+/// A wheelhouse source: the directory, and the extra whose wheels it installs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WheelsSource {
+    pub dir: PathBuf,
+    /// `device-gfx942`: the wheels that extra adds; absent: the host set.
+    pub extra: Option<String>,
+    pub site_packages: String,
     pub bin: BTreeMap<String, String>,
 }
 

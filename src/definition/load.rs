@@ -219,6 +219,7 @@ fn load_image_in(
         ));
     }
     validate_config(file, &img.config)?;
+    let family = validate_family(file, &parsed, &params)?;
     let base = match validate_base(file, img.base, &platform)? {
         ValidBase::Done(b) => b,
         ValidBase::Image(path) => {
@@ -234,7 +235,46 @@ fn load_image_in(
         config: img.config,
         platform,
         params,
+        family,
     })
+}
+
+/// `[family]`: a parameter of `[params]` that the image's name or tag uses
+/// (so each member is its own image), with distinct, non-empty values.
+fn validate_family(
+    file: &Path,
+    parsed: &ImageFile,
+    params: &BTreeMap<String, String>,
+) -> Result<Option<super::image::Family>, DefinitionError> {
+    let Some(f) = &parsed.family else { return Ok(None) };
+    if !params.contains_key(&f.param) {
+        return Err(field_err(
+            file,
+            "family.param",
+            format!(
+                "`{}` is not a parameter: declare it in [params] (its default is the member a plain load gives)",
+                f.param
+            ),
+        ));
+    }
+    let used = format!("${{{}}}", f.param);
+    if !parsed.name.contains(&used) && !parsed.tag.as_deref().is_some_and(|t| t.contains(&used)) {
+        return Err(field_err(
+            file,
+            "family.param",
+            format!("use `{used}` in `name` or `tag`, so that each member of the family is its own image"),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    if f.values.is_empty() {
+        return Err(field_err(file, "family.values", "give at least one value"));
+    }
+    for (i, v) in f.values.iter().enumerate() {
+        if v.is_empty() || !seen.insert(v) {
+            return Err(field_err(file, format!("family.values[{i}]"), format!("`{v}` is empty or given twice")));
+        }
+    }
+    Ok(Some(super::image::Family { param: f.param.clone(), values: f.values.clone() }))
 }
 
 /// Load the definition an `image` base names, with this image's parameters

@@ -16,8 +16,8 @@ mod validate;
 pub use image::{Base, ConfigDef, Image, RootfsBase};
 pub use layer::{
     requirement_name, ArchiveSource, DirSource, FileSource, FilesLayer, Input, InputKind, Layer, LayerKind, PypiFormat,
-    PypiRequest, PypiSource, RequirementError, RocmSource, RunDef, Source, SourceKind, StepLayer, DEFAULT_PYPI_DEST,
-    DEFAULT_SITE_PACKAGES,
+    PypiRequest, PypiSource, RequirementError, RocmSource, RunDef, Source, SourceKind, StepLayer, WheelsSource,
+    DEFAULT_PYPI_DEST, DEFAULT_SITE_PACKAGES,
 };
 pub use load::{find_layer_file, load_image, parse_sets};
 pub use packages::{Configure, Keyring, KeyringDeb, Mirror, PackageSet, PackagesBase, UserDef, Variant};

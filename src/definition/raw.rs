@@ -19,6 +19,16 @@ pub(super) struct ImageFile {
     pub config: ConfigDef,
     #[serde(default)]
     pub layer: Vec<LayerBody>,
+    #[serde(default)]
+    pub family: Option<FamilyDef>,
+}
+
+/// `[family]`: one image per value of a parameter (`quarry build` builds them all).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FamilyDef {
+    pub param: String,
+    pub values: Vec<String>,
 }
 
 /// `base = "scratch"` or a table.
@@ -203,6 +213,11 @@ pub(super) struct SourceDef {
     pub rocm: Option<String>,
     /// A wheel from PyPI (a requirement like `cmake==3.31.6`), installed natively.
     pub pypi: Option<String>,
+    /// A wheelhouse (a directory of wheels) whose host set, or with `extra`
+    /// what that device extra adds, is installed natively.
+    pub wheels: Option<String>,
+    /// wheels: the extra (`device-gfx942`) whose wheels this source installs.
+    pub extra: Option<String>,
     /// pypi: the pip platform tag the wheel is chosen for.
     pub platform: Option<String>,
     /// pypi: the Python version the wheel is chosen for (`3.12`).

@@ -6,6 +6,7 @@
 //! file found in the cache is used without running pip (no network).
 
 pub mod index;
+pub mod metadata;
 mod pip;
 pub mod resolve;
 

@@ -11,6 +11,7 @@ pub mod rocm;
 mod tests;
 mod tree;
 pub mod wheel_install;
+pub mod wheelhouse;
 
 use crate::cache::key::{Key, KeyEncoder};
 use crate::definition::{FilesLayer, Layer, RocmSource, Source, SourceKind};
@@ -63,6 +64,8 @@ enum Scanned {
     RocmTree(dir::DirScan),
     /// A wheel, known by its sha256 (pinned, or fetched already).
     Pypi(Digest),
+    /// The wheels a `wheels` source selected from its wheelhouse.
+    Wheels(Vec<(std::path::PathBuf, std::fs::Metadata)>),
 }
 
 /// Does `dir` hold ROCm build artifacts (subdirectories with an
@@ -171,6 +174,12 @@ pub fn scan(layer: &Layer, wheels: &BTreeMap<usize, Digest>) -> Result<FilesScan
                     ));
                 }
             }
+            SourceKind::Wheels(w) => {
+                let chosen = wheelhouse::select(&w.dir, w.extra.as_deref())
+                    .map_err(|why| SourceError::new(layer, field("wheels"), why))?;
+                let stats = chosen.into_iter().map(|p| stat_file(&p, "wheels").map(|m| (p, m)));
+                Scanned::Wheels(stats.collect::<Result<_, _>>()?)
+            }
             SourceKind::Pypi(p) => Scanned::Pypi(*wheels.get(&i).ok_or_else(|| {
                 SourceError::new(layer, field("pypi"), format!("`{}` was not fetched", p.request.requirement))
             })?),
@@ -224,6 +233,10 @@ fn encode_source(h: &mut KeyEncoder, s: &Source) {
             h.str("kind", "pypi").str("requirement", &p.request.requirement).str("format", p.request.format.as_str());
             h.opt_str("platform", p.request.platform.as_deref()).opt_str("python", p.request.python.as_deref());
             h.opt_digest("sha256", p.sha256.as_ref()).str("site_packages", &p.site_packages).map("bin", &p.bin);
+        }
+        SourceKind::Wheels(w) => {
+            h.str("kind", "wheels").opt_str("extra", w.extra.as_deref());
+            h.str("site_packages", &w.site_packages).map("bin", &w.bin);
         }
         SourceKind::Remove => {
             h.str("kind", "remove");
@@ -347,6 +360,22 @@ impl FilesScan {
                     Some(Digest::from_bytes(d.sha256).to_string())
                 }
                 Scanned::Remove => None,
+                Scanned::Wheels(chosen) => {
+                    // Each wheel by file name and content: the selection is part of the key.
+                    let mut all = KeyEncoder::new("wheelhouse", 1);
+                    for (path, meta) in chosen.iter() {
+                        let id = hashes::source_id("wheels", path, &[]);
+                        let one = [FileToHash { rel: b"", path, meta }];
+                        let d = hasher
+                            .hash_files(&id, &one)
+                            .map_err(|e| SourceError::caused(layer, field("wheels"), e))?
+                            .remove(0);
+                        let name = path.file_name().unwrap_or_default().as_encoded_bytes();
+                        h.bytes("wheel", name).u64("size", meta.size()).bytes("sha256", &d.sha256);
+                        all.bytes("wheel", name).bytes("sha256", &d.sha256);
+                    }
+                    Some(format!("sha256:{}", all.finish()))
+                }
                 Scanned::Pypi(sha256) => {
                     h.digest("wheel", sha256);
                     Some(sha256.to_string())

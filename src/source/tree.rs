@@ -106,6 +106,18 @@ impl FilesScan {
                     super::wheel_install::wheel_into_tree(path, &opts, &mut tree, spool_dir)
                         .map_err(|e| SourceError::caused(layer, field("pypi"), e))?;
                 }
+                (Scanned::Wheels(chosen), SourceKind::Wheels(w)) => {
+                    let opts = super::wheel_install::Install {
+                        dest: &dest,
+                        site_packages: &w.site_packages,
+                        bin: &w.bin,
+                        owner: s.owner,
+                    };
+                    for (path, _) in chosen {
+                        super::wheel_install::wheel_into_tree(path, &opts, &mut tree, spool_dir)
+                            .map_err(|e| SourceError::caused(layer, field("wheels"), e))?;
+                    }
+                }
                 _ => unreachable!("each source is scanned as its own kind"),
             }
             for (j, r) in s.remove.iter().enumerate() {

@@ -4,21 +4,7 @@
 
 use super::name::WheelName;
 use super::WheelError;
-
-/// Values of every `key:` header line (case-insensitive key).
-pub fn header_values<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
-    headers(text)
-        .filter_map(|line| {
-            let (k, v) = line.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(key).then(|| v.trim())
-        })
-        .collect()
-}
-
-/// The header lines: up to the first empty line (the body follows it).
-fn headers(text: &str) -> impl Iterator<Item = &str> {
-    text.lines().take_while(|l| !l.trim().is_empty())
-}
+pub use crate::pypi::metadata::{header_values, headers};
 
 /// The platform tags to drop when `new_platform` is added: the plain
 /// `linux_<arch>` tag it replaces.

@@ -5,6 +5,7 @@
 //! else a variant label, as PEP 817 reads them.
 
 use super::WheelError;
+pub use crate::pypi::metadata::{normalize_name, variant_label_ok};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WheelName {
@@ -96,33 +97,6 @@ impl std::fmt::Display for WheelName {
         }
         write!(f, ".whl")
     }
-}
-
-/// A variant label (and property value) PEP 817 allows: `[0-9a-z._]`, at
-/// most 16 characters (a GPU target key like `gfx942` always is).
-pub fn variant_label_ok(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 16
-        && s.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'.' || b == b'_')
-}
-
-/// The distribution name as it appears in wheel file names: lowercase, runs
-/// of `-`, `_` and `.` become one `_`.
-pub fn normalize_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut in_sep = false;
-    for c in name.chars() {
-        if matches!(c, '-' | '_' | '.') {
-            if !in_sep {
-                out.push('_');
-            }
-            in_sep = true;
-        } else {
-            out.push(c.to_ascii_lowercase());
-            in_sep = false;
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -96,6 +96,8 @@ pub(super) fn given_keys(s: &SourceDef) -> Vec<&'static str> {
         ("rocm_artifacts", s.rocm_artifacts.is_some()),
         ("rocm", s.rocm.is_some()),
         ("pypi", s.pypi.is_some()),
+        ("wheels", s.wheels.is_some()),
+        ("extra", s.extra.is_some()),
         ("platform", s.platform.is_some()),
         ("python", s.python.is_some()),
         ("site_packages", s.site_packages.is_some()),

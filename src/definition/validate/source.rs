@@ -9,14 +9,15 @@ use crate::oci::Digest;
 use std::path::Path;
 
 /// The keys that pick a source's kind, in the order messages list them.
-const KIND_KEYS: [&str; 6] = ["dir", "file", "archive", "rocm_artifacts", "rocm", "pypi"];
+const KIND_KEYS: [&str; 7] = ["dir", "file", "archive", "rocm_artifacts", "rocm", "pypi", "wheels"];
 
 /// Which kinds take each optional key (for the message when another kind is given it).
 const KEY_OWNERS: &[(&str, &str)] = &[
     ("platform", "`pypi`"),
     ("python", "`pypi`"),
-    ("site_packages", "`pypi`"),
-    ("bin", "`pypi`"),
+    ("site_packages", "`pypi` and `wheels`"),
+    ("bin", "`pypi` and `wheels`"),
+    ("extra", "`wheels`"),
     ("mode", "`file`"),
     ("components", "`rocm_artifacts`"),
     ("targets", "`rocm_artifacts`"),
@@ -38,7 +39,7 @@ pub(super) fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Sour
             file,
             f,
             format!(
-                "give one of `dir`, `file`, `archive`, `rocm_artifacts`, `rocm` or `pypi`, not {}",
+                "give one of `dir`, `file`, `archive`, `rocm_artifacts`, `rocm`, `pypi` or `wheels`, not {}",
                 kinds.join(" and ")
             ),
         ));
@@ -85,6 +86,9 @@ pub(super) fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Sour
             &["components", "targets"],
         ),
         Some("rocm") => (SourceKind::Rocm(rocm(s.rocm.as_deref().unwrap_or_default())), &["components", "targets"]),
+        Some("wheels") => {
+            (SourceKind::Wheels(validate_wheels_source(file, f, &s)?), &["extra", "site_packages", "bin"])
+        }
         Some(_) => (
             SourceKind::Pypi(validate_pypi_source(file, f, &s)?),
             &["sha256", "platform", "python", "site_packages", "bin"],
@@ -99,7 +103,7 @@ pub(super) fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Sour
             return Err(field_err(
                 file,
                 f,
-                "give one of `dir`, `file`, `archive`, `rocm_artifacts`, `rocm`, `pypi` or `remove`",
+                "give one of `dir`, `file`, `archive`, `rocm_artifacts`, `rocm`, `pypi`, `wheels` or `remove`",
             ))
         }
     };
@@ -109,7 +113,7 @@ pub(super) fn validate_source(file: &Path, f: &str, s: SourceDef) -> Result<Sour
         return Err(field_err(file, format!("{f}.{k}"), format!("applies only to {owners} sources")));
     }
     let owner = s.owner.as_deref().map(|o| parse_owner(file, &format!("{f}.owner"), o)).transpose()?;
-    let is_pypi = matches!(kind, SourceKind::Pypi(_));
+    let is_pypi = matches!(kind, SourceKind::Pypi(_) | SourceKind::Wheels(_));
     let dest = s.dest.unwrap_or_else(|| if is_pypi { DEFAULT_PYPI_DEST.into() } else { "/".into() });
     if crate::layer::path::normalize_dest(&dest).is_err() {
         return Err(field_err(file, format!("{f}.dest"), format!("`{dest}` must not contain `..`")));
@@ -144,9 +148,8 @@ fn validate_map(file: &Path, f: &str, s: &SourceDef) -> Result<ArchiveMap> {
     Ok(s.map.clone())
 }
 
-fn validate_pypi_source(file: &Path, f: &str, s: &SourceDef) -> Result<PypiSource> {
-    let req = s.pypi.clone().unwrap_or_default();
-    let request = pypi_request(file, f, req, PypiFormat::Wheel, s.platform.clone(), s.python.clone())?;
+/// `site_packages` and `bin` as a `pypi` or `wheels` source takes them.
+fn install_keys(file: &Path, f: &str, s: &SourceDef) -> Result<String> {
     let site_packages = s.site_packages.clone().unwrap_or_else(|| DEFAULT_SITE_PACKAGES.into());
     if crate::layer::path::normalize_dest(&site_packages).is_err() {
         return Err(field_err(file, format!("{f}.site_packages"), format!("`{site_packages}` must not contain `..`")));
@@ -161,6 +164,29 @@ fn validate_pypi_source(file: &Path, f: &str, s: &SourceDef) -> Result<PypiSourc
             ));
         }
     }
+    Ok(site_packages)
+}
+
+fn validate_pypi_source(file: &Path, f: &str, s: &SourceDef) -> Result<PypiSource> {
+    let req = s.pypi.clone().unwrap_or_default();
+    let request = pypi_request(file, f, req, PypiFormat::Wheel, s.platform.clone(), s.python.clone())?;
+    let site_packages = install_keys(file, f, s)?;
     let sha256 = s.sha256.as_deref().map(|h| check_sha256(file, &format!("{f}.sha256"), h)).transpose()?;
     Ok(PypiSource { request, sha256, site_packages, bin: s.bin.clone() })
+}
+
+fn validate_wheels_source(file: &Path, f: &str, s: &SourceDef) -> Result<WheelsSource> {
+    let site_packages = install_keys(file, f, s)?;
+    if let Some(e) = &s.extra {
+        let ok = !e.is_empty() && e.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !ok {
+            return Err(field_err(file, format!("{f}.extra"), format!("`{e}` is not an extra name (`device-gfx942`)")));
+        }
+    }
+    Ok(WheelsSource {
+        dir: resolve_path(file, s.wheels.as_deref().unwrap_or_default()),
+        extra: s.extra.clone(),
+        site_packages,
+        bin: s.bin.clone(),
+    })
 }

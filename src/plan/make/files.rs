@@ -117,6 +117,10 @@ fn source_input(layer: &Layer, s: &Source, content: Option<String>, wheel: Optio
         SourceKind::Pypi(p) => {
             ("pypi", wheel.and_then(|w| w.file.clone()).unwrap_or_else(|| p.request.requirement.clone()))
         }
+        SourceKind::Wheels(w) => {
+            let dir = relative(&layer.file, &w.dir);
+            ("wheels", w.extra.as_ref().map_or(dir.clone(), |e| format!("{dir}[{e}]")))
+        }
         SourceKind::Remove => return None,
     };
     Some(InputRef { kind, reference, pin: content })

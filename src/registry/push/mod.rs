@@ -43,11 +43,24 @@ pub struct PushResult {
     /// Blobs mounted from another repository of the same registry.
     pub blobs_mounted: usize,
     pub bytes_pushed: u64,
+    /// Every blob sent or not, in order: what it is (`layer 0`, `config`,
+    /// a referrer's), its digest and size, and what was done.
+    pub blobs: Vec<PushedBlob>,
     /// Artifacts of the layout that refer to the image (its SBOM), pushed after it.
     pub referrers: Vec<PushedReferrer>,
     /// The signature and attestation pushed with `sign`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<signatures::PushedSignature>,
+}
+
+/// One blob of a push and what became of it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PushedBlob {
+    pub what: String,
+    pub digest: String,
+    pub size: u64,
+    /// `pushed`, `skipped` (the repository had it) or `mounted` (from another repository).
+    pub action: &'static str,
 }
 
 /// A blob of the layout to send.
@@ -164,6 +177,7 @@ pub fn push_image(
         blobs_pushed: 0,
         blobs_skipped: 0,
         blobs_mounted: 0,
+        blobs: Vec::new(),
         bytes_pushed: 0,
         referrers: Vec::new(),
         signatures: Vec::new(),
@@ -257,7 +271,11 @@ pub(crate) fn send_blob(
     result: &mut PushResult,
 ) -> Result<(), RegistryError> {
     let what = format!("{} -> {}/{}", b.what, client.registry, repo);
+    let shown = b.what.strip_suffix(&format!(" ({})", b.digest)).unwrap_or(&b.what).to_string();
+    let mut record =
+        |action| result.blobs.push(PushedBlob { what: shown.clone(), digest: b.digest.clone(), size: b.size, action });
     if exists(client, repo, &b.digest, &what)? {
+        record("skipped");
         result.blobs_skipped += 1;
         known.add(&b.digest, repo);
         return Ok(());
@@ -282,12 +300,14 @@ pub(crate) fn send_blob(
         }
     }
     if mounted {
+        record("mounted");
         result.blobs_mounted += 1;
     } else {
         let bar = opts.progress.bytes(b.size, format!("push {}", &b.digest[7..19]));
         let send = BlobToSend { path: &b.path, digest: &b.digest, size: b.size, what: &what };
         upload::upload_blob(client, repo, &send, opts.chunk_size, session, &bar)?;
         bar.finish_and_clear();
+        record("pushed");
         result.blobs_pushed += 1;
         result.bytes_pushed += b.size;
     }

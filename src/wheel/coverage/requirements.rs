@@ -6,80 +6,8 @@
 //! variant-aware installer picks it for the machine and needs no extra).
 
 use crate::code_objects::target_id::TargetId;
-use crate::wheel::metadata::header_values;
-use crate::wheel::name::normalize_name;
+pub use crate::pypi::metadata::{variant_properties, Metadata, Requirement};
 use std::collections::BTreeSet;
-
-/// One `Requires-Dist`: the project (normalized) and the extra it is under.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requirement {
-    pub name: String,
-    pub extra: Option<String>,
-    /// The variant property its marker asks for (`amd :: gfx_arch :: gfx942`).
-    pub variant: Option<String>,
-}
-
-/// What the check needs of a METADATA file.
-#[derive(Debug, Clone)]
-pub struct Metadata {
-    /// Normalized.
-    pub name: String,
-    pub shown: String,
-    pub extras: Vec<String>,
-    pub requires: Vec<Requirement>,
-    /// A variant wheel's properties (from its `variant.json`); empty for others.
-    pub variant_properties: BTreeSet<String>,
-}
-
-impl Metadata {
-    pub fn parse(text: &str) -> Metadata {
-        let shown = header_values(text, "Name").first().map(|s| s.to_string()).unwrap_or_default();
-        let requires = header_values(text, "Requires-Dist")
-            .into_iter()
-            .map(|r| {
-                let (req, marker) = r.split_once(';').unwrap_or((r, ""));
-                let end = req.find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c))).unwrap_or(req.len());
-                Requirement { name: normalize_name(&req[..end]), extra: extra_of(marker), variant: variant_of(marker) }
-            })
-            .collect();
-        let extras = header_values(text, "Provides-Extra").into_iter().map(str::to_string).collect();
-        Metadata { name: normalize_name(&shown), shown, extras, requires, variant_properties: BTreeSet::new() }
-    }
-}
-
-/// The property of a `"P" in variant_properties` marker.
-fn variant_of(marker: &str) -> Option<String> {
-    let before = marker.split_once("in variant_properties")?.0.trim_end();
-    let quote = before.chars().last().filter(|c| *c == '"' || *c == '\'')?;
-    let inner = &before[..before.len() - 1];
-    inner.rfind(quote).map(|start| inner[start + 1..].to_string())
-}
-
-/// The properties of a wheel's `variant.json` (`namespace :: feature ::
-/// value` of its variants; a wheel holds one).
-pub fn variant_properties(json: &[u8]) -> BTreeSet<String> {
-    let doc: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
-    let mut out = BTreeSet::new();
-    for namespaces in doc["variants"].as_object().into_iter().flat_map(|v| v.values()) {
-        for (ns, features) in namespaces.as_object().into_iter().flatten() {
-            for (feature, values) in features.as_object().into_iter().flatten() {
-                for v in values.as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
-                    out.insert(format!("{ns} :: {feature} :: {v}"));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The extra a marker selects (`extra == "device-gfx942"`), if any.
-fn extra_of(marker: &str) -> Option<String> {
-    let at = marker.find("extra")?;
-    let rest = marker[at + "extra".len()..].trim_start().strip_prefix("==")?.trim_start();
-    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
-    let rest = &rest[1..];
-    rest.find(quote).map(|end| rest[..end].to_string())
-}
 
 /// What installing wheel `host`'s `device-<target>` extra misses of
 /// `needed` (indices into `set`, the wheels the code was found in).
