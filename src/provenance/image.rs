@@ -147,6 +147,16 @@ fn dependencies(plan: &Plan) -> Result<Vec<ResourceDescriptor>, ProvenanceError>
                         ..Default::default()
                     }
                 }
+                // The chosen wheels' names and sha256s, encoded together
+                // (`source::wheelhouse`): neither a file's nor a tree's digest.
+                "wheels" => {
+                    let hex = pin.strip_prefix(Digest::PREFIX).unwrap_or(pin);
+                    ResourceDescriptor {
+                        name: Some(input.reference.clone()),
+                        digest: BTreeMap::from([(WHEELHOUSE_DIGEST.to_string(), hex.to_string())]),
+                        ..Default::default()
+                    }
+                }
                 _ => ResourceDescriptor::sha256(input.reference.clone(), pin),
             };
             push(d);
@@ -154,6 +164,9 @@ fn dependencies(plan: &Plan) -> Result<Vec<ResourceDescriptor>, ProvenanceError>
     }
     Ok(out)
 }
+
+/// The digest algorithm name of a `wheels` source's selection.
+pub const WHEELHOUSE_DIGEST: &str = "quarryWheelhouseSha256";
 
 /// The digest algorithm name of quarry's tree fingerprint.
 pub const TREE_DIGEST: &str = "quarryTreeSha256";

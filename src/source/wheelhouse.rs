@@ -12,10 +12,10 @@
 //! wheels, and what those require (ROCm's `rocm-sdk-device-<target>`).
 //! PEP 817 variant wheels (a sixth file-name field that is no build tag)
 //! are left out: an installer picks one of them for a machine, never all.
-//! Requirements on projects the directory does not hold are left to the
-//! image (`rocm-bootstrap` is installed another way, or not needed); a
-//! device extra's requirement on a missing wheel is an error, as the image
-//! would lack that target's code.
+//! The host set's requirements on projects the directory does not hold are
+//! left to the image (`rocm-bootstrap` is installed another way, or not
+//! needed); a missing wheel that a device extra pulls is an error, as the
+//! image would lack that target's code (or what the code needs).
 
 use crate::pypi::metadata::{variant_label_ok, Metadata};
 use std::collections::{BTreeMap, BTreeSet};
@@ -111,8 +111,7 @@ fn pulled(found: &BTreeMap<String, Found>, extra: &str) -> Result<BTreeSet<Strin
             continue;
         }
         let plain = f.meta.requires.iter().filter(|r| r.extra.is_none() && r.variant.is_none());
-        // Plain requirements beyond the wheelhouse belong to the image, as for the host set.
-        todo.extend(plain.filter(|r| found.contains_key(&r.name)).map(|r| (r.name.clone(), f.meta.shown.clone())));
+        todo.extend(plain.map(|r| (r.name.clone(), f.meta.shown.clone())));
     }
     Ok(out)
 }
@@ -163,6 +162,63 @@ pub fn select(dir: &Path, extra: Option<&str>) -> Result<Vec<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+
+    /// A wheel holding only its METADATA (what selection reads).
+    fn wheel(dir: &Path, file: &str, metadata: &str) {
+        let stem: Vec<&str> = file.split('-').take(2).collect();
+        let mut z = zip::ZipWriter::new(std::fs::File::create(dir.join(file)).unwrap());
+        z.start_file(format!("{}-{}.dist-info/METADATA", stem[0], stem[1]), zip::write::SimpleFileOptions::default())
+            .unwrap();
+        z.write_all(metadata.as_bytes()).unwrap();
+        z.finish().unwrap();
+    }
+
+    fn names(paths: Vec<PathBuf>) -> Vec<String> {
+        paths.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect()
+    }
+
+    /// torch-like: a device wheel requires its family wheel and ROCm's
+    /// per-target wheel; the host set keeps the host and unrelated wheels.
+    #[test]
+    fn an_extra_pulls_its_family_and_what_they_require() {
+        let d = tempfile::tempdir().unwrap();
+        let tag = "1.0-cp311-cp311-linux_x86_64.whl";
+        wheel(
+            d.path(),
+            &format!("p-{tag}"),
+            "Name: p\nRequires-Dist: rocm-bootstrap\nRequires-Dist: numpy\n\
+             Provides-Extra: device-gfx1100\nRequires-Dist: p-device-gfx1100 == 1.0; extra == \"device-gfx1100\"\n\
+             Provides-Extra: device-gfx942\nRequires-Dist: p-device-gfx942 == 1.0; extra == \"device-gfx942\"\n",
+        );
+        wheel(
+            d.path(),
+            &format!("p_device_gfx1100-{tag}"),
+            "Name: p-device-gfx1100\nRequires-Dist: p == 1.0\nRequires-Dist: rocm-sdk-device-gfx1100 == 7.1\n\
+             Requires-Dist: p-device-gfx11 == 1.0\n",
+        );
+        wheel(d.path(), &format!("p_device_gfx11-{tag}"), "Name: p-device-gfx11\nRequires-Dist: p == 1.0\n");
+        wheel(d.path(), &format!("p_device_gfx942-{tag}"), "Name: p-device-gfx942\nRequires-Dist: p == 1.0\n");
+        wheel(d.path(), &format!("rocm_sdk_device_gfx1100-{tag}"), "Name: rocm-sdk-device-gfx1100\n");
+        wheel(d.path(), &format!("numpy-{tag}"), "Name: numpy\n");
+        wheel(d.path(), &format!("p-1.0-cp311-cp311-linux_x86_64-gfx942.whl"), "Name: p\n");
+        let host = names(select(d.path(), None).unwrap());
+        assert_eq!(host, [format!("numpy-{tag}"), format!("p-{tag}")]);
+        let gfx1100 = names(select(d.path(), Some("device-gfx1100")).unwrap());
+        assert_eq!(
+            gfx1100,
+            [
+                format!("p_device_gfx11-{tag}"),
+                format!("p_device_gfx1100-{tag}"),
+                format!("rocm_sdk_device_gfx1100-{tag}")
+            ]
+        );
+        let e = select(d.path(), Some("device-gfx90a")).unwrap_err();
+        assert!(e.contains("device-gfx1100, device-gfx942"), "{e}");
+        std::fs::remove_file(d.path().join(format!("p_device_gfx11-{tag}"))).unwrap();
+        let e = select(d.path(), Some("device-gfx1100")).unwrap_err();
+        assert!(e.contains("requires `p_device_gfx11`, which the wheelhouse does not hold"), "{e}");
+    }
 
     #[test]
     fn variant_wheels_are_told_from_build_tags() {

@@ -54,6 +54,7 @@ pub fn pulled(set: &[&Metadata], host: usize, needed: &BTreeSet<usize>, target: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pypi::metadata::normalize_name;
 
     #[test]
     fn requirements_and_their_extras_parse() {
