@@ -6,7 +6,7 @@
 # with quarry's.
 #
 # usage: benches/wheel_split.sh
-#   ONLY=small|heavy|debian   one input only (default: all three)
+#   ONLY=small|heavy|debian|databases   one input only (default: all four)
 #   QUARRY=path        the quarry binary (default: target/release/quarry, built here)
 #   KPACK_REF=DIR      a directory holding the reference's Python package
 #                      tree (DIR/rocm_kpack/...); unset: the reference rows
@@ -35,7 +35,15 @@
 # - debian: Debian 13's own fat librocblas.so.0 and librocsolver.so.0,
 #   copied out of hip-builder-debian13, and librccl.so.1 (Debian 13's
 #   librccl1, over rocm-runtime-debian13 in an image defined and locked
-#   here): 2.3 GB of .hip_fatbin, 10 targets from gfx803 to gfx1102.
+#   here): 2.3 GB of .hip_fatbin, 10 targets from gfx803 to gfx1102;
+# - databases: small's libraries with a file of each kernel-database layout
+#   (rocBLAS flat, hipBLASLt and hipSPARSELt per-target folders with a
+#   TensileManifest.txt, AOTriton target and family folders, MIOpen db
+#   files and a CK per-target library), split with variants and a templated
+#   device requirement (quarry: --variants --device-requires-dist; the
+#   reference: --generate-variant-wheel --device-requires-dist --databases
+#   of all five handlers); benches/wheel_split_variants.py compares routing,
+#   METADATA, variant.json, markers and RECORDs.
 # Rows per input: quarry split twice (the outputs must be byte-identical),
 # `quarry wheel check` of every output wheel (RECORDs valid), the floor
 # (unzip -p of the input to /dev/null; zstd -3, one thread, of the fat
@@ -198,6 +206,36 @@ heavy_input() {
     touch "$d/done"
 }
 
+databases_input() {
+    local d=$bench/databases s=$bench/small f
+    small_input
+    name=hipdb
+    wheel=$d/hipdb-1.0-cp311-cp311-linux_x86_64.whl
+    ref_extra="--databases rocblas hipblaslt hipsparselt aotriton miopen --generate-variant-wheel"
+    ref_extra_req="rocm-sdk-device-@GFXARCH@ == 7.1"
+    q_extra="--variants"
+    [ -f "$d/done" ] && return
+    mkdir -p "$d/files"
+    for f in hipblaslt-manifest hipsparselt-dat aotriton-942 aotriton-11xx miopen-kdb miopen-fdb ck fallback; do
+        echo "$f kernels" > "$d/files/$f"
+    done
+    # small's Tensile code object, as its wheel holds it.
+    unzip -p "$s/hipsplit-1.0-cp311-cp311-linux_x86_64.whl" \
+        'hipsplit/lib/rocblas/library/Kernels.so-000-gfx90a-xnack+.hsaco' > "$d/files/tensile.hsaco"
+    mkwheel "$wheel" hipdb cp311-cp311-linux_x86_64 \
+        "hipdb/lib/libvec.so=$s/libvec.so" "hipdb/libtwo.so=$s/libtwo.so" "hipdb/librdc.so=$s/librdc.so" \
+        "hipdb/lib/rocblas/library/Kernels.so-000-gfx90a-xnack+.hsaco=$d/files/tensile.hsaco" \
+        "hipdb/lib/rocblas/library/TensileLibrary_fallback.dat=$d/files/fallback" \
+        "hipdb/lib/hipblaslt/library/gfx942/TensileManifest.txt=$d/files/hipblaslt-manifest" \
+        "hipdb/lib/hipsparselt/library/gfx90a/TensileLibrary_x_fallback.dat=$d/files/hipsparselt-dat" \
+        "hipdb/lib/aotriton.images/amd-gfx942/flash/attn_fwd/k.aks2=$d/files/aotriton-942" \
+        "hipdb/lib/aotriton.images/amd-gfx11xx/flash/bwd/k.aks2=$d/files/aotriton-11xx" \
+        "hipdb/share/miopen/db/gfx942130.kdb=$d/files/miopen-kdb" \
+        "hipdb/share/miopen/db/gfx90a110.HIP.fdb.txt=$d/files/miopen-fdb" \
+        "hipdb/lib/libMIOpenCKGroupConv_gfx90a.so=$d/files/ck"
+    touch "$d/done"
+}
+
 debian_input() {
     local d=$bench/debian
     name=deb13rocm
@@ -291,9 +329,13 @@ measure() { # INPUT (after its *_input: $name, $wheel, $ref_extra)
     echo "== $input: $(basename "$wheel"), $(stat -c %s "$wheel") bytes"
     cat "$wheel" > /dev/null
     rm -rf "$q1" "$q2"
-    timed "$input" "quarry split" "$quarry" wheel split --json --device-prefix "$prefix" -o "$q1" "$wheel"
+    # shellcheck disable=SC2086
+    timed "$input" "quarry split" "$quarry" wheel split --json --device-prefix "$prefix" -o "$q1" "$wheel" $q_extra \
+        ${ref_extra_req:+--device-requires-dist "$ref_extra_req"}
     [ "$rc" = 0 ] || { cat "$bench/stderr.txt" >&2; exit 1; }
-    timed "$input" "quarry split again" "$quarry" wheel split --json --device-prefix "$prefix" -o "$q2" "$wheel"
+    # shellcheck disable=SC2086
+    timed "$input" "quarry split again" "$quarry" wheel split --json --device-prefix "$prefix" -o "$q2" "$wheel" \
+        $q_extra ${ref_extra_req:+--device-requires-dist "$ref_extra_req"}
     [ "$rc" = 0 ] || { cat "$bench/stderr.txt" >&2; exit 1; }
     (cd "$q1" && ls) > "$bench/names1.txt"
     (cd "$q2" && ls) > "$bench/names2.txt"
@@ -303,7 +345,8 @@ measure() { # INPUT (after its *_input: $name, $wheel, $ref_extra)
     done < "$bench/names1.txt"
     echo "quarry: $(wc -l < "$bench/names1.txt") wheels, byte-identical across runs:"
     (cd "$q1" && stat -c '  %n %s' -- *)
-    timed "$input" "quarry wheel check" "$quarry" wheel check "$q1"/*.whl
+    # The classic set (variant host wheels are alternatives to the host wheel).
+    timed "$input" "quarry wheel check" "$quarry" wheel check $(ls "$q1"/*.whl | grep -v 'linux_x86_64-')
     [ "$rc" = 0 ] || { echo "quarry wheel check failed:" >&2; cat "$bench/stdout.txt" "$bench/stderr.txt" >&2; exit 1; }
     echo "quarry wheel check: every output passes"
     # The floor.
@@ -318,8 +361,12 @@ measure() { # INPUT (after its *_input: $name, $wheel, $ref_extra)
         # shellcheck disable=SC2086
         timed "$input" "reference (-j 1)" env PYTHONPATH="$KPACK_REF" PYTHONDONTWRITEBYTECODE=1 "$vpy" \
             -m rocm_kpack.tools.split_python_wheels --input "$wheel" --output-dir "$ref" \
-            --device-package-prefix "$prefix" --overlay-root "$name/" -j 1 $ref_extra
-        if [ "$rc" = 0 ]; then
+            --device-package-prefix "$prefix" --overlay-root "$name/" -j 1 $ref_extra \
+            ${ref_extra_req:+--device-requires-dist "$ref_extra_req"}
+        if [ "$rc" = 0 ] && [ "$input" = databases ]; then
+            echo "-- comparison (benches/wheel_split_variants.py)"
+            "$vpy" benches/wheel_split_variants.py "$q1" "$ref" || echo "COMPARISON: unexplained differences (above)"
+        elif [ "$rc" = 0 ]; then
             echo "reference: $(find "$ref" -maxdepth 1 -name '*.whl' | wc -l) wheels"
             (cd "$ref" && stat -c '  %n %s' -- *.whl)
             echo "-- comparison (benches/wheel_split_compare.py)"
@@ -372,8 +419,8 @@ PY
 # --- main ----------------------------------------------------------------
 
 case $only in
-    ""|small|heavy|debian) ;;
-    *) echo "ONLY=$only: expected small, heavy or debian" >&2; exit 2 ;;
+    ""|small|heavy|debian|databases) ;;
+    *) echo "ONLY=$only: expected small, heavy, debian or databases" >&2; exit 2 ;;
 esac
 build_tools
 if [ -n "${KPACK_REF:-}" ]; then
@@ -386,8 +433,9 @@ else
     echo "reference rows skipped: KPACK_REF is not set (quarry's archives are checked against the input alone)"
 fi
 : > "$rows"
-for input in small heavy debian; do
+for input in small heavy debian databases; do
     [ -z "$only" ] || [ "$only" = "$input" ] || continue
+    q_extra= ref_extra_req=
     "${input}_input"
     measure "$input"
 done
