@@ -15,8 +15,8 @@ mod common;
 
 use common::{fixtures_dir, have_tool, in_ci, packages_cache, repo, run_expect, script_tag};
 use quarry::elf::edit::{edit, ElfEdits};
-use quarry::elf::patchelf::{pinned, Patchelf};
 use quarry::elf::{verify, ElfInfo};
+use quarry::tools::patchelf::{pinned, Patchelf};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -117,7 +117,7 @@ fn native(src: &Path, edits: &ElfEdits, out: &Path) -> bool {
 
 /// patchelf's edit written to `out`.
 fn patched(pe: &Patchelf, src: &Path, edits: &ElfEdits, out: &Path) {
-    run_expect(Command::new(pe.path()).args(edits.patchelf_args()).arg("--output").arg(out).arg(src), 0);
+    run_expect(Command::new(pe.path()).args(quarry::tools::patchelf::args::for_edits(edits)).arg("--output").arg(out).arg(src), 0);
 }
 
 /// Both editors' outputs of `src` in `dir/native` and `dir/patchelf`, with

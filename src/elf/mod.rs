@@ -3,18 +3,15 @@
 //! PT_INTERP, SONAME, NEEDED, RPATH/RUNPATH, the symbol versions required
 //! from each library (`.gnu.version_r`) — plus an integrity verifier for
 //! patched files ([`verify`]), native edits of the dynamic entries made as
-//! a splice of the source file ([`edit`]), a driver for patchelf, quarry's
-//! own pinned one unless the user names another ([`patchelf::Patchelf`]),
-//! a symbol stripper for `wheel repair --strip` ([`strip`]), and the
-//! host-binary rewrite of a device split (kpack) HIP binary ([`kpack_ref`]).
+//! a splice of the source file ([`edit`]; patchelf, for the edits it
+//! refuses, is driven by the `tools` module), a symbol stripper for
+//! `wheel repair --strip` ([`strip`]), and the host-binary rewrite of a device split (kpack) HIP binary ([`kpack_ref`]).
 //!
 //! Parsing is done by the `object` crate's low-level ELF API; this module
 //! only decides which facts to take and how to name what is wrong.
 
-pub mod batch;
 pub mod edit;
 pub mod kpack_ref;
-pub mod patchelf;
 mod read;
 pub mod strip;
 mod verify;

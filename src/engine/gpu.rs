@@ -9,6 +9,7 @@
 //! container the nodes always appear at their real paths (`/dev/kfd`, ...).
 
 pub use super::kfd::{detect, dev_root, families, gfx_target, sysfs_root, GpuInfo};
+use crate::code_objects::target_list::{TargetList, TargetListError};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -223,31 +224,17 @@ pub fn cards_of(render: &DeviceNode, all: &[DeviceNode]) -> Vec<DeviceNode> {
         .collect()
 }
 
-/// The GPU targets builds compile for, and where the list came from.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct TargetList {
-    pub targets: Vec<String>,
-    /// `PYTORCH_ROCM_ARCH`, `GPU_ARCHS`, `detected` or `default`.
-    pub source: String,
-}
-
-impl TargetList {
-    /// Semicolon-separated, as PYTORCH_ROCM_ARCH takes them.
-    pub fn joined(&self) -> String {
-        self.targets.join(";")
-    }
-}
-
 /// The target list for builds: `PYTORCH_ROCM_ARCH` or `GPU_ARCHS` when set
 /// (semicolon or comma separated), else the detected GPUs' targets, else
 /// [`DEFAULT_TARGETS`]. Builds must work on machines without GPUs.
 pub fn build_targets(detected: &[GpuInfo]) -> TargetList {
     for var in ["PYTORCH_ROCM_ARCH", "GPU_ARCHS"] {
-        if let Ok(v) = std::env::var(var) {
-            let targets = split_targets(&v);
-            if !targets.is_empty() {
-                return TargetList { targets, source: var.into() };
-            }
+        let Ok(v) = std::env::var(var) else { continue };
+        match TargetList::parse(&v, var) {
+            Ok(list) => return list,
+            // Unset in effect (`PYTORCH_ROCM_ARCH=`), as before.
+            Err(TargetListError::Empty) => {}
+            Err(e) => log::warn!("{var}={v} is not used: {e}"),
         }
     }
     let mut targets: Vec<String> = Vec::new();
@@ -262,28 +249,8 @@ pub fn build_targets(detected: &[GpuInfo]) -> TargetList {
     TargetList { targets: DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect(), source: "default".into() }
 }
 
-fn split_targets(v: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for t in v.split([';', ',', ' ']).map(str::trim).filter(|t| !t.is_empty()) {
-        if !out.iter().any(|o| o == t) {
-            out.push(t.to_string());
-        }
-    }
-    out
-}
-
 /// The target list for this machine, for other modules (wheel and kernel
 /// builds): environment, else detected GPUs, else the default list.
 pub fn targets_for_builds() -> TargetList {
     build_targets(&detect().unwrap_or_default())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn target_lists() {
-        assert_eq!(split_targets("gfx90a; gfx942;gfx90a,gfx1100"), ["gfx90a", "gfx942", "gfx1100"]);
-    }
 }

@@ -5,7 +5,8 @@
 //! API 1.41 on), loading images while skipping the layers the engine has,
 //! running containers with AMD GPUs passed through, step layers (a script
 //! run in a container, its diff turned into a layer),
-//! cleaning up after killed runs, and the health report of `doctor`.
+//! cleaning up after killed runs, and the facts `quarry doctor` reports
+//! (the `doctor` module gathers them).
 //!
 //! Every container and temporary image quarry creates carries the label
 //! [`LABEL_MANAGED`], the creating process id ([`LABEL_PID`]) and the host
@@ -21,7 +22,6 @@ pub mod connect;
 pub mod context;
 pub mod copy;
 mod devices;
-pub mod doctor;
 pub mod endpoint;
 pub mod exec;
 pub mod gc;

@@ -23,9 +23,10 @@ pub mod provenance;
 pub mod targets;
 
 use crate::cache::{Bucket, Cache, RemoteReport, Sharing, Tier};
+use crate::code_objects::target_list::TargetList;
 use crate::engine::compiler_cache::{self, Stats, CCACHE_DIR};
 use crate::engine::copy::CopyIn;
-use crate::engine::gpu::{GpuPlan, TargetList};
+use crate::engine::gpu::GpuPlan;
 use crate::engine::run::{Network, RunOptions};
 use crate::engine::{Engine, EngineError};
 use crate::oci::Digest;
@@ -131,10 +132,8 @@ pub enum KernelError {
     Inspect(#[from] crate::code_objects::InspectError),
     #[error(transparent)]
     Provenance(#[from] crate::provenance::ProvenanceError),
-    #[error("--targets: `{target}` is not an AMD GPU target; expected `auto` or a list like gfx90a,gfx942,gfx1100 (features as gfx942:xnack-)")]
-    BadTarget { target: String },
-    #[error("--targets: empty list; give `auto` or targets like gfx90a,gfx942")]
-    NoTargets,
+    #[error("--targets (`auto` or a target list)")]
+    Targets(#[source] crate::code_objects::target_list::TargetListError),
     #[error("{}; the outputs are in `{}`. Compile for every target (the build sees them in PYTORCH_ROCM_ARCH, GPU_TARGETS, hipcc's HCC_AMDGPU_TARGET and CMake's CMAKE_HIP_ARCHITECTURES through CMAKE_TOOLCHAIN_FILE), ask for fewer with --targets, or pass --allow-missing-targets", describe_missing(missing), output.display())]
     MissingTargets { missing: Vec<Missing>, output: PathBuf },
 }

@@ -12,7 +12,8 @@
 //! processors, is left to the programs that ask it.
 
 use super::KernelError;
-use crate::engine::gpu::{self, GpuInfo, TargetList};
+use crate::code_objects::target_list::TargetList;
+use crate::engine::gpu::{self, GpuInfo};
 
 /// The target list, one per line, as `rocm_agent_enumerator` reads it from
 /// `ROCM_TARGET_LST` (it prints the processors only: features are dropped);
@@ -27,33 +28,17 @@ pub const TOOLCHAIN_FILE: &str = "/quarry/targets.cmake";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetsArg {
     Auto,
-    List(Vec<String>),
+    List(TargetList),
 }
 
-/// Parse `auto` or `gfx90a,gfx942` (`;` and spaces separate too; a target
-/// id may carry features: `gfx942:xnack-`). Duplicates are dropped.
+/// Parse `auto` or a target list (`gfx90a,gfx942`, `;` and spaces separate
+/// too; a target id may carry features: `gfx942:xnack-`), as
+/// [`TargetList::parse`] reads every list.
 pub fn parse(s: &str) -> Result<TargetsArg, KernelError> {
     if s.trim() == "auto" {
         return Ok(TargetsArg::Auto);
     }
-    let mut out: Vec<String> = Vec::new();
-    for t in s.split([',', ';', ' ']).map(str::trim).filter(|t| !t.is_empty()) {
-        let processor = processor(t);
-        let ok = processor.len() > 3
-            && processor.starts_with("gfx")
-            && processor[3..].bytes().all(|b| b.is_ascii_alphanumeric())
-            && t.split(':').skip(1).all(|f| f.len() > 1 && (f.ends_with('+') || f.ends_with('-')));
-        if !ok {
-            return Err(KernelError::BadTarget { target: t.to_string() });
-        }
-        if !out.iter().any(|o| o == t) {
-            out.push(t.to_string());
-        }
-    }
-    if out.is_empty() {
-        return Err(KernelError::NoTargets);
-    }
-    Ok(TargetsArg::List(out))
+    Ok(TargetsArg::List(TargetList::parse(s, "--targets").map_err(KernelError::Targets)?))
 }
 
 /// The processor of a target id (`gfx942:xnack-` -> `gfx942`).
@@ -65,7 +50,7 @@ pub fn processor(target: &str) -> &str {
 /// the detected GPUs, the default list.
 pub fn resolve(arg: &TargetsArg, detected: &[GpuInfo]) -> TargetList {
     match arg {
-        TargetsArg::List(l) => TargetList { targets: l.clone(), source: "--targets".into() },
+        TargetsArg::List(l) => l.clone(),
         TargetsArg::Auto => gpu::build_targets(detected),
     }
 }
@@ -163,13 +148,17 @@ mod tests {
     #[test]
     fn explicit_lists_parse_and_bad_ones_are_named() {
         assert_eq!(parse("auto").unwrap(), TargetsArg::Auto);
-        assert_eq!(
-            parse("gfx90a, gfx942;gfx1100,gfx90a").unwrap(),
-            TargetsArg::List(vec!["gfx90a".into(), "gfx942".into(), "gfx1100".into()])
-        );
-        assert_eq!(parse("gfx942:xnack-").unwrap(), TargetsArg::List(vec!["gfx942:xnack-".into()]));
-        let e = parse("gfx90a,sm_80").unwrap_err().to_string();
-        assert!(e.contains("`sm_80`"), "{e}");
+        let list = |t: &[&str]| {
+            TargetsArg::List(TargetList {
+                targets: t.iter().map(|t| t.to_string()).collect(),
+                source: "--targets".into(),
+            })
+        };
+        assert_eq!(parse("gfx90a, gfx942;gfx1100,gfx90a").unwrap(), list(&["gfx90a", "gfx942", "gfx1100"]));
+        assert_eq!(parse("gfx942:xnack-").unwrap(), list(&["gfx942:xnack-"]));
+        let e = parse("gfx90a,sm_80").unwrap_err();
+        let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert!(chain.starts_with("--targets (`auto` or a target list): `sm_80` is not a target id"), "{chain}");
         assert!(parse("gfx942:xnack").is_err());
         assert!(parse(" , ").is_err());
         assert_eq!(processor("gfx942:sramecc+:xnack-"), "gfx942");
@@ -180,7 +169,7 @@ mod tests {
         // One test touches the process environment, so nothing races it.
         std::env::remove_var("PYTORCH_ROCM_ARCH");
         std::env::remove_var("GPU_ARCHS");
-        let listed = resolve(&TargetsArg::List(vec!["gfx1100".into()]), &[gpu("gfx942")]);
+        let listed = resolve(&parse("gfx1100").unwrap(), &[gpu("gfx942")]);
         assert_eq!((listed.targets, listed.source.as_str()), (vec!["gfx1100".to_string()], "--targets"));
         let detected = resolve(&TargetsArg::Auto, &[gpu("gfx942"), gpu("gfx942"), gpu("gfx90a")]);
         assert_eq!((detected.targets, detected.source.as_str()), (vec!["gfx942".into(), "gfx90a".into()], "detected"));

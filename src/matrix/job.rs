@@ -13,8 +13,9 @@ use super::definition::{fill, JobKind, JobSource, Matrix};
 use super::product::{files_of, ProductFile};
 use super::MatrixError;
 use crate::cache::{Bucket, Cache, Key, KeyEncoder};
+use crate::code_objects::target_list::TargetList;
 use crate::engine::build_image::BuildImage;
-use crate::engine::gpu::{self, GpuMode, GpuPlan, TargetList};
+use crate::engine::gpu::{self, GpuMode, GpuPlan};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -78,13 +79,12 @@ fn env_of(m: &Matrix, cell: &Cell) -> Vec<(String, String)> {
 /// The cell's GPU targets: the value of the matrix's target axis (`targets`,
 /// or one named after a variable such as `pytorch_rocm_arch`), else the
 /// default list.
-fn targets_of(m: &Matrix, cell: &Cell) -> TargetList {
-    match super::split_mode::target_axis(&m.axes).and_then(|a| cell.values.get(a)) {
-        Some(t) => TargetList {
-            targets: t.split([',', ';', ' ']).filter(|s| !s.is_empty()).map(str::to_string).collect(),
-            source: "the matrix".into(),
-        },
-        None => gpu::build_targets(&[]),
+fn targets_of(m: &Matrix, cell: &Cell) -> Result<TargetList, MatrixError> {
+    let Some(axis) = super::split_mode::target_axis(&m.axes) else { return Ok(gpu::build_targets(&[])) };
+    match cell.values.get(axis) {
+        Some(t) => TargetList::parse(t, "the matrix")
+            .map_err(|e| MatrixError::Input(format!("{}: axes.{axis}: `{t}`: {e}", m.file.display()))),
+        None => Ok(gpu::build_targets(&[])),
     }
 }
 
@@ -158,7 +158,7 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
                 test: m.job.test.clone(),
                 gpu: gpu_mode(cx, cell),
                 gpu_devices: cx.gpus.clone().unwrap_or_default(),
-                targets: Some(targets_of(m, cell)),
+                targets: Some(targets_of(m, cell)?),
                 isolation: m.job.isolation,
                 lock: Some(m.job.lock.clone().unwrap_or_else(|| m.file.with_extension("lock"))),
                 ..crate::wheel::build::BuildRequest::new(source_of(cx, cell)?, cx.out.clone(), cx.cache.clone())
@@ -171,7 +171,7 @@ pub fn options(cx: &CellContext, cell: &Cell) -> Result<CellBuild, MatrixError> 
             image: image_of(cx, cell)?,
             output: cx.out.clone(),
             cmd: m.job.command.clone(),
-            targets: targets_of(m, cell),
+            targets: targets_of(m, cell)?,
             jobs: None,
             gpu: gpu_of(cx, cell)?,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),

@@ -55,7 +55,7 @@ pub enum MatrixError {
     #[error(transparent)]
     Pypi(#[from] crate::pypi::PypiError),
     #[error(transparent)]
-    Patchelf(#[from] crate::elf::patchelf::PatchelfError),
+    Patchelf(#[from] crate::tools::patchelf::PatchelfError),
     #[error(transparent)]
     Gpu(#[from] crate::engine::gpu::GpuError),
     #[error(transparent)]

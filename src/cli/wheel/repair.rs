@@ -1,5 +1,5 @@
-use crate::elf::patchelf::{ContainerPatchelf, Patchelf};
 use crate::engine::Engine;
+use crate::tools::patchelf::{ContainerPatchelf, Patchelf};
 use crate::wheel::image::RepairImage;
 use crate::wheel::repair::{repair, RepairIn, RepairOptions};
 use anyhow::bail;

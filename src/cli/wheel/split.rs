@@ -1,4 +1,5 @@
 use crate::code_objects::kpack_writer::Scheme;
+use crate::code_objects::target_list::TargetList;
 use crate::wheel::split::{split, Families, SplitOptions, VariantSchema};
 use std::path::PathBuf;
 
@@ -87,8 +88,8 @@ pub struct Args {
     #[arg(long = "device-prefix", value_name = "NAME")]
     device_prefix: Option<String>,
     /// Keep only these processors' code (gfx942,gfx1100); the rest is left out
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    targets: Option<Vec<String>>,
+    #[arg(long, value_name = "LIST", value_parser = TargetList::parse_option)]
+    targets: Option<TargetList>,
     /// auto: device wheels require their sub-family and family wheels, and code
     /// for generic processors goes to those (ROCm's rocm-bootstrap packaging
     /// chain); none: one wheel per processor, no chain
@@ -120,7 +121,7 @@ fn provenance(
     use crate::provenance::files::{input_file, write_beside, FileBuild};
     let mut parameters = serde_json::json!({
         "devicePrefix": a.device_prefix,
-        "targets": a.targets,
+        "targets": a.targets.as_ref().map(|t| &t.targets),
         "families": match a.families { FamiliesArg::Auto => "auto", FamiliesArg::None => "none" },
         "compression": match a.compression { CompressionArg::Zstd => "zstd", CompressionArg::None => "none" },
     });
@@ -144,7 +145,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     super::super::set_output_mode(a.json, false);
     let options = SplitOptions {
         device_prefix: a.device_prefix.clone(),
-        targets: a.targets.clone(),
+        targets: a.targets.as_ref().map(|t| t.targets.clone()),
         families: a.families.into(),
         scheme: a.compression.into(),
         device_requires: a.device_requires_dist.clone(),

@@ -51,29 +51,6 @@ pub struct ElfEdits {
     pub remove_rpath: bool,
 }
 
-impl ElfEdits {
-    /// The same edits as patchelf arguments (for the fallback).
-    pub fn patchelf_args(&self) -> Vec<String> {
-        use super::patchelf::args;
-        let mut out = Vec::new();
-        if let Some(r) = &self.set_rpath {
-            out.extend(args::set_rpath(r));
-        }
-        if let Some(r) = &self.set_runpath {
-            out.extend(["--set-rpath".to_string(), r.clone()]);
-        }
-        if let Some(s) = &self.set_soname {
-            out.extend(args::set_soname(s));
-        }
-        out.extend(args::replace_needed(&self.replace_needed));
-        out.extend(args::remove_needed(&self.remove_needed));
-        if self.remove_rpath {
-            out.extend(args::remove_rpath());
-        }
-        out
-    }
-}
-
 /// An edited file.
 #[derive(Debug)]
 pub struct Edited {

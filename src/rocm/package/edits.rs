@@ -16,8 +16,8 @@
 use super::rpath::{self, check_rpath};
 use super::PackageError;
 use crate::elf::edit::{edit, EditError, ElfEdits};
-use crate::elf::patchelf::Patchelf;
 use crate::splice::Splice;
+use crate::tools::patchelf::Patchelf;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

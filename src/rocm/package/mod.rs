@@ -27,9 +27,9 @@ pub mod sdist;
 pub mod version;
 pub mod wheels;
 
-use crate::elf::patchelf::PatchelfError;
 use crate::elf::ElfError;
 use crate::rocm_artifacts::ArtifactError;
+use crate::tools::patchelf::PatchelfError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

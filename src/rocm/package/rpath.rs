@@ -4,7 +4,7 @@
 //! written once into the scratch directory. A large file is written by its
 //! own patchelf run (`--output`: read once, written once, no copy made
 //! first); small files are copied, and copies that get the same RPATH are
-//! patched by one patchelf run ([`crate::elf::batch`]: a process per small
+//! patched by one patchelf run ([`crate::tools::patchelf::batch`]: a process per small
 //! file costs more than its edit). Runs go in parallel, and every result is checked with `elf::verify` (a file the
 //! loader might reject, or one without exactly that DT_RPATH, stops the
 //! packaging).
@@ -14,7 +14,7 @@
 //! `_rocm_sdk_libraries` always finds `_rocm_sdk_core`'s libamdhip64.
 
 use super::PackageError;
-use crate::elf::patchelf::Patchelf;
+use crate::tools::patchelf::Patchelf;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -44,8 +44,8 @@ pub fn patch_all(patchelf: &Patchelf, jobs: Vec<(PathBuf, String)>, scratch: &Pa
     let copies: Vec<PathBuf> = (0..unique.len()).map(|i| dir.join(format!("{i}"))).collect();
     let large: Vec<bool> =
         unique.iter().map(|(src, _)| std::fs::metadata(src).map(|m| m.len() >= LARGE).unwrap_or(false)).collect();
-    let fail_run = |src: &Path, e: crate::elf::patchelf::PatchelfError| match e {
-        crate::elf::patchelf::PatchelfError::Failed { stderr, .. } => PackageError::Patch {
+    let fail_run = |src: &Path, e: crate::tools::patchelf::PatchelfError| match e {
+        crate::tools::patchelf::PatchelfError::Failed { stderr, .. } => PackageError::Patch {
             member: String::new(),
             src: src.to_path_buf(),
             why: format!("patchelf {} failed: {stderr}", patchelf.version()),
@@ -54,7 +54,8 @@ pub fn patch_all(patchelf: &Patchelf, jobs: Vec<(PathBuf, String)>, scratch: &Pa
     };
     unique.par_iter().zip(&copies).zip(&large).try_for_each(|(((src, rpath), copy), &large)| {
         if large {
-            return crate::elf::batch::set_rpath_into(patchelf, rpath, src, copy).map_err(|e| fail_run(src, e));
+            return crate::tools::patchelf::batch::set_rpath_into(patchelf, rpath, src, copy)
+                .map_err(|e| fail_run(src, e));
         }
         std::fs::copy(src, copy).map_err(|source| PackageError::Io { path: src.clone(), source })?;
         // patchelf opens files for writing; sources may be read-only.
@@ -65,14 +66,16 @@ pub fn patch_all(patchelf: &Patchelf, jobs: Vec<(PathBuf, String)>, scratch: &Pa
     for (((_, rpath), copy), _) in unique.iter().zip(&copies).zip(&large).filter(|(_, &l)| !l) {
         by_rpath.entry(rpath.as_str()).or_default().push(copy.clone());
     }
-    let batches: Vec<(&str, &[PathBuf])> =
-        by_rpath.iter().flat_map(|(r, files)| files.chunks(crate::elf::batch::BATCH).map(move |c| (*r, c))).collect();
+    let batches: Vec<(&str, &[PathBuf])> = by_rpath
+        .iter()
+        .flat_map(|(r, files)| files.chunks(crate::tools::patchelf::batch::BATCH).map(move |c| (*r, c)))
+        .collect();
     let source_of = |copy: &Path| -> PathBuf {
         copies.iter().position(|c| c == copy).map(|i| unique[i].0.clone()).unwrap_or_else(|| copy.to_path_buf())
     };
     batches.par_iter().try_for_each(|(rpath, files)| {
-        crate::elf::batch::set_rpath_many(patchelf, rpath, files).map_err(|e| match e {
-            crate::elf::patchelf::PatchelfError::Failed { file, stderr, .. } => PackageError::Patch {
+        crate::tools::patchelf::batch::set_rpath_many(patchelf, rpath, files).map_err(|e| match e {
+            crate::tools::patchelf::PatchelfError::Failed { file, stderr, .. } => PackageError::Patch {
                 member: String::new(),
                 src: source_of(&file),
                 why: format!("patchelf {} failed: {stderr}", patchelf.version()),

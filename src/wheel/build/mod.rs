@@ -34,11 +34,12 @@ pub mod setup;
 pub mod system;
 mod test;
 
-use crate::elf::patchelf::ContainerPatchelf;
+use crate::code_objects::target_list::TargetList;
 use crate::engine::build_image::BuildImage;
 use crate::engine::compiler_cache;
-use crate::engine::gpu::{GpuPlan, TargetList};
+use crate::engine::gpu::GpuPlan;
 use crate::engine::EngineError;
+use crate::tools::patchelf::ContainerPatchelf;
 use crate::wheel::WheelError;
 pub use axes::{combinations, parse_axis};
 pub use pythons::Python;
@@ -64,7 +65,7 @@ pub enum BuildError {
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),
     #[error(transparent)]
-    Patchelf(#[from] crate::elf::patchelf::PatchelfError),
+    Patchelf(#[from] crate::tools::patchelf::PatchelfError),
     #[error(transparent)]
     Gpu(#[from] crate::engine::gpu::GpuError),
     #[error(transparent)]

@@ -9,9 +9,9 @@
 
 use super::{key, lock, run_builds, test, BuildError, BuildOptions, Built};
 use crate::cache::{Bucket, Cache, Entry, Sharing, Tier};
-use crate::elf::patchelf::ContainerPatchelf;
 use crate::engine::build_image::connect;
 use crate::engine::compiler_cache::Mode;
+use crate::tools::patchelf::ContainerPatchelf;
 use std::path::{Path, PathBuf};
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
@@ -21,7 +21,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
 /// Which patchelf repairs, for the key.
 fn patchelf_identity(p: &ContainerPatchelf) -> Result<String, BuildError> {
     Ok(match p {
-        ContainerPatchelf::Pinned { .. } => format!("pinned {}", crate::elf::patchelf::pinned::VERSION),
+        ContainerPatchelf::Pinned { .. } => format!("pinned {}", crate::tools::patchelf::pinned::VERSION),
         ContainerPatchelf::Host(p) => {
             let sha = crate::oci::digest::sha256_file(p.path()).map_err(io(p.path()))?;
             format!("program {sha}")

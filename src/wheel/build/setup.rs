@@ -11,10 +11,11 @@
 
 use super::{is_sdist, BuildError, BuildOptions, RocmBuild};
 use crate::cache::Cache;
-use crate::elf::patchelf::{pinned, ContainerPatchelf};
+use crate::code_objects::target_list::TargetList;
 use crate::engine::build_image::BuildImage;
 use crate::engine::compiler_cache;
-use crate::engine::gpu::{self, GpuMode, TargetList};
+use crate::engine::gpu::{self, GpuMode};
+use crate::tools::patchelf::{pinned, ContainerPatchelf};
 use crate::wheel::rocm_init::{RocmPin, VersionPolicy};
 use crate::wheel::rocm_packages::RocmPackages;
 use std::path::PathBuf;

@@ -11,8 +11,8 @@ use super::super::image::RepairImage;
 use super::super::WheelError;
 use super::RepairError;
 use crate::elf::edit::{edit, EditError, ElfEdits};
-use crate::elf::patchelf::{pinned, Patchelf, PatchelfError};
 use crate::elf::{self, ElfInfo};
+use crate::tools::patchelf::{args, pinned, Patchelf, PatchelfError};
 use crate::zip::write::ZipEntry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -112,7 +112,7 @@ pub(super) fn apply(
             })?;
             let pe = pinned::fetch(cache, arch)?;
             let edits: Vec<(String, Vec<String>)> =
-                pending.iter().map(|rel| ((*rel).clone(), plan[*rel].edits.patchelf_args())).collect();
+                pending.iter().map(|rel| ((*rel).clone(), args::for_edits(&plan[*rel].edits))).collect();
             image.patch(root, &edits, pe.path())?;
             format!("{}, run in image `{}`", named(&pe), image.image)
         }
@@ -133,7 +133,7 @@ fn named(pe: &Patchelf) -> String {
 
 fn run_here(root: &Path, files: &[&String], plan: &BTreeMap<String, Planned>, pe: &Patchelf) -> Result<(), WheelError> {
     for rel in files {
-        pe.run(&root.join(rel), &plan[*rel].edits.patchelf_args())?;
+        pe.run(&root.join(rel), &args::for_edits(&plan[*rel].edits))?;
     }
     Ok(())
 }

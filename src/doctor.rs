@@ -8,9 +8,10 @@
 //! PyPI on first use). Nothing is fetched and nothing is written: asking
 //! leaves the cache as it was.
 
-use super::gpu::{self, DeviceNode, GpuInfo, TargetList};
-use super::limits::EngineProcessLimits;
-use super::{CdiSupport, Engine, EngineKind};
+use crate::code_objects::target_list::TargetList;
+use crate::engine::gpu::{self, DeviceNode, GpuInfo};
+use crate::engine::limits::EngineProcessLimits;
+use crate::engine::{CdiSupport, Engine, EngineKind};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -42,7 +43,7 @@ fn engine_status(e: &Engine) -> EngineStatus {
     let info = e.rt.block_on(e.docker.info());
     let (driver, problem) = match info {
         Ok(i) => (Some(i.driver.unwrap_or_else(|| "unknown".into())), None),
-        Err(err) => (None, Some(super::EngineError::api("reading the engine's info", err).to_string())),
+        Err(err) => (None, Some(crate::engine::EngineError::api("reading the engine's info", err).to_string())),
     };
     let rootless = Some(e.rootless());
     let process_limits = e.process_limits.clone();
@@ -121,7 +122,7 @@ pub struct Report {
     pub cache: CacheStatus,
     /// The patchelf repairs use: path, version, where it comes from, whether
     /// quarry's own is in the cache yet.
-    pub patchelf: crate::elf::patchelf::Status,
+    pub patchelf: crate::tools::patchelf::Status,
 }
 
 impl Report {
@@ -135,8 +136,8 @@ pub fn diagnose(cache_dir: PathBuf) -> Report {
     let engine = match Engine::connect() {
         Ok(e) => engine_status(&e),
         Err(err) => EngineStatus {
-            host: super::connect::engine_host(),
-            chosen_by: super::endpoint::resolve().map(|e| e.reason).unwrap_or_default(),
+            host: crate::engine::connect::engine_host(),
+            chosen_by: crate::engine::endpoint::resolve().map(|e| e.reason).unwrap_or_default(),
             problem: Some(err.to_string()),
             ..Default::default()
         },
@@ -145,7 +146,7 @@ pub fn diagnose(cache_dir: PathBuf) -> Report {
     // The nearest existing ancestor tells the free space of a cache not made yet.
     let probe = cache_dir.ancestors().find(|p| p.exists()).map(|p| p.to_path_buf());
     let free_bytes = probe.and_then(|p| rustix::fs::statvfs(&p).ok()).map(|s| s.f_bavail.saturating_mul(s.f_frsize));
-    let patchelf = crate::elf::patchelf::status(&cache_dir);
+    let patchelf = crate::tools::patchelf::status(&cache_dir);
     Report {
         patchelf,
         engine,

@@ -2,7 +2,7 @@
 //! every file it is given, so files that get the same RPATH share one run
 //! (a process per file costs more than the edit on small libraries).
 
-use super::patchelf::{args, Patchelf, PatchelfError};
+use super::{args, Patchelf, PatchelfError};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

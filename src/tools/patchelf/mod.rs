@@ -9,6 +9,7 @@
 //! the cache. A patchelf on PATH is never used: it would make the result
 //! depend on the machine.
 
+pub mod batch;
 pub mod pinned;
 
 use crate::elf::Architecture;
@@ -308,6 +309,27 @@ pub mod args {
     /// Remove DT_RPATH and DT_RUNPATH.
     pub fn remove_rpath() -> Vec<String> {
         strings(&["--remove-rpath"])
+    }
+
+    /// The native edits as patchelf arguments, for the files
+    /// `crate::elf::edit` refuses.
+    pub fn for_edits(edits: &crate::elf::edit::ElfEdits) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(r) = &edits.set_rpath {
+            out.extend(set_rpath(r));
+        }
+        if let Some(r) = &edits.set_runpath {
+            out.extend(strings(&["--set-rpath", r]));
+        }
+        if let Some(s) = &edits.set_soname {
+            out.extend(set_soname(s));
+        }
+        out.extend(replace_needed(&edits.replace_needed));
+        out.extend(remove_needed(&edits.remove_needed));
+        if edits.remove_rpath {
+            out.extend(remove_rpath());
+        }
+        out
     }
 }
 
