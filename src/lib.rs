@@ -3,30 +3,24 @@
 //! and the data flow: definition -> plan -> build (layers) -> cache ->
 //! oci layout -> export -> engine -> products.
 
+// The crates below, under the module names every path here uses.
+pub use quarry_base::{diagnostics, epoch, progress, purl, read_once, splice, trace};
+pub use quarry_formats::{code_objects, elf, export, layer, oci, zip};
+
 pub mod build;
 pub mod cache;
 pub mod cli;
-pub mod code_objects;
 pub mod definition;
-pub mod diagnostics;
 pub mod diff;
 pub mod distro;
 pub mod dockerfile;
 pub mod doctor;
-pub mod elf;
 pub mod engine;
-pub mod epoch;
-pub mod export;
 pub mod kernel;
-pub mod layer;
 pub mod matrix;
-pub mod oci;
 pub mod plan;
-pub mod progress;
 pub mod provenance;
-pub mod purl;
 pub mod pypi;
-pub mod read_once;
 pub mod registry;
 pub mod rocm;
 pub mod rocm_artifacts;
@@ -34,9 +28,6 @@ pub mod sandbox;
 pub mod sbom;
 pub mod signing;
 pub mod source;
-pub mod splice;
 pub mod tools;
-pub mod trace;
 pub mod verify;
 pub mod wheel;
-pub mod zip;

@@ -3,8 +3,8 @@
 //! module), every import pointing down the floors ARCHITECTURE.md lists,
 //! no file of the build path over its size budget and no other file over
 //! 400 lines without saying why, and no printing to stderr outside the
-//! command line and the diagnostics sink. The module graph is read from the
-//! whole of every source file (`use` statements and paths starting at
+//! command line and the diagnostics sink, across every crate of the
+//! workspace. The module graph is read from the whole of every source file (`use` statements and paths starting at
 //! `crate::` or `super::`); test modules are left out, they may reach
 //! anywhere: inline ones (`#[cfg(test)] mod tests { .. }`) are cut out of
 //! their file wherever they sit, and files declared as test modules
@@ -17,18 +17,41 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// The source roots of the workspace: this package's `src/` and every
+/// `crates/*/src`. Their top-level modules form one namespace: the crates
+/// above re-export the ones below under the same module names
+/// (`crate::oci` is `quarry_formats::oci`), so a path reads the same in
+/// every crate and the floors below are checked across crates too; the
+/// compiler holds the crates' own order.
+fn roots() -> Vec<PathBuf> {
+    let mut out = vec![src()];
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let mut members: Vec<PathBuf> =
+        std::fs::read_dir(&crates).unwrap().flatten().map(|e| e.path().join("src")).filter(|p| p.is_dir()).collect();
+    members.sort();
+    out.extend(members);
+    out
+}
+
+/// The directory of a top-level module, in whichever crate holds it.
+fn module_dir(name: &str) -> Option<PathBuf> {
+    roots().into_iter().map(|r| r.join(name)).find(|d| d.is_dir())
+}
+
 /// Every source file with its module path (`distro::below`; `` for lib.rs),
 /// test-module files left out.
 fn modules() -> Vec<(Vec<String>, PathBuf)> {
     let mut out = Vec::new();
     let mut test_files = BTreeSet::new();
-    for e in walkdir::WalkDir::new(src()).into_iter().filter_map(|e| e.ok()) {
+    for (root, e) in roots().into_iter().flat_map(|r| {
+        walkdir::WalkDir::new(&r).into_iter().filter_map(|e| e.ok()).map(move |e| (r.clone(), e)).collect::<Vec<_>>()
+    }) {
         let p = e.path();
         if p.extension().is_none_or(|x| x != "rs") {
             continue;
         }
         test_files.extend(test_module_files(p, &std::fs::read_to_string(p).unwrap()));
-        let rel = p.strip_prefix(src()).unwrap();
+        let rel = p.strip_prefix(&root).unwrap();
         let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
         let last = parts.pop().unwrap();
         let stem = last.trim_end_matches(".rs");
@@ -325,6 +348,25 @@ fn the_reader_sees_what_it_should() {
 }
 
 #[test]
+fn no_two_crates_hold_a_module_of_one_name() {
+    // `roots` reads the crates as one namespace of top-level modules.
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut twice = Vec::new();
+    for root in roots() {
+        for e in std::fs::read_dir(&root).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().trim_end_matches(".rs").to_string();
+            if ["lib", "main"].contains(&name.as_str()) {
+                continue;
+            }
+            if let Some(first) = seen.insert(name.clone(), root.clone()) {
+                twice.push(format!("{name}: {} and {}", first.display(), root.display()));
+            }
+        }
+    }
+    assert!(twice.is_empty(), "modules of one name in two crates:\n{}", twice.join("\n"));
+}
+
+#[test]
 fn no_import_cycles_between_modules() {
     let mut found = Vec::new();
     for (parent, edges) in graph() {
@@ -349,7 +391,7 @@ fn the_zip_engine_knows_nothing_of_wheels_or_rocm() {
     let above: Vec<&String> = zip.iter().filter(|m| *m == "wheel" || *m == "rocm").collect();
     assert!(above.is_empty(), "src/zip imports {above:?}");
     assert!(imports.get("wheel").is_some_and(|w| w.contains("zip")), "wheel writes through crate::zip");
-    let wheel_files: Vec<String> = walkdir::WalkDir::new(src().join("wheel"))
+    let wheel_files: Vec<String> = walkdir::WalkDir::new(module_dir("wheel").unwrap())
         .into_iter()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -379,8 +421,8 @@ fn build_path_files_stay_small() {
     // file there may say why it is long: it is split instead.
     let mut over = Vec::new();
     for dir in ["definition", "plan", "build", "source", "layer", "cache", "oci"] {
-        assert!(src().join(dir).is_dir(), "src/{dir} is budgeted but gone: update this list");
-        for file in rust_files(&src().join(dir)) {
+        let Some(at) = module_dir(dir) else { panic!("{dir} is budgeted but gone: update this list") };
+        for file in rust_files(&at) {
             let code = code_lines(&file);
             if code > 400 {
                 over.push(format!("{} ({code} lines besides its tests)", file.display()));
@@ -396,7 +438,7 @@ const LONG_FILE_REASON: &str = "//! Over 400 lines:";
 #[test]
 fn every_other_long_file_says_why() {
     let mut silent = Vec::new();
-    for file in rust_files(&src()) {
+    for file in roots().iter().flat_map(|r| rust_files(r)) {
         let text = std::fs::read_to_string(&file).unwrap();
         let lines = text.lines().count();
         let docs: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!")).collect();
@@ -462,8 +504,10 @@ fn every_import_points_down_the_floors() {
 fn only_the_command_line_and_the_sink_print_to_stderr() {
     let allowed = ["cli", "diagnostics.rs", "progress.rs", "main.rs"];
     let mut found = Vec::new();
-    for e in walkdir::WalkDir::new(src()).into_iter().filter_map(|e| e.ok()) {
-        let rel = e.path().strip_prefix(src()).unwrap();
+    for (root, e) in roots().into_iter().flat_map(|r| {
+        walkdir::WalkDir::new(&r).into_iter().filter_map(|e| e.ok()).map(move |e| (r.clone(), e)).collect::<Vec<_>>()
+    }) {
+        let rel = e.path().strip_prefix(&root).unwrap();
         let first = rel.iter().next().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
         if e.path().extension().is_none_or(|x| x != "rs") || allowed.contains(&first.as_str()) {
             continue;

@@ -117,7 +117,10 @@ fn native(src: &Path, edits: &ElfEdits, out: &Path) -> bool {
 
 /// patchelf's edit written to `out`.
 fn patched(pe: &Patchelf, src: &Path, edits: &ElfEdits, out: &Path) {
-    run_expect(Command::new(pe.path()).args(quarry::tools::patchelf::args::for_edits(edits)).arg("--output").arg(out).arg(src), 0);
+    run_expect(
+        Command::new(pe.path()).args(quarry::tools::patchelf::args::for_edits(edits)).arg("--output").arg(out).arg(src),
+        0,
+    );
 }
 
 /// Both editors' outputs of `src` in `dir/native` and `dir/patchelf`, with

@@ -16,7 +16,7 @@ pub struct ImageArgs {
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Layer compression
-    #[arg(long, value_enum, default_value_t = Compression::Gzip)]
+    #[arg(long, value_parser = super::values::compression(), default_value = "gzip")]
     pub compression: Compression,
     /// Compression level [default: gzip 4 (libdeflate, 1-12), zstd 2 (1-19)];
     /// lower is faster and larger

@@ -30,20 +30,16 @@ impl ValueEnum for Network {
     }
 }
 
-impl ValueEnum for crate::layer::compress::Compression {
-    fn value_variants<'a>() -> &'a [Self] {
-        use crate::layer::compress::Compression;
-        &[Compression::Gzip, Compression::Zstd, Compression::None]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        use crate::layer::compress::Compression;
-        Some(PossibleValue::new(match self {
-            Compression::Gzip => "gzip",
-            Compression::Zstd => "zstd",
-            Compression::None => "none",
-        }))
-    }
+/// `--compression gzip|zstd|none`: a parser rather than `ValueEnum`, which
+/// cannot be implemented here for a type of `quarry-formats`.
+pub(crate) fn compression() -> impl clap::builder::TypedValueParser<Value = crate::layer::compress::Compression> {
+    use crate::layer::compress::Compression;
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["gzip", "zstd", "none"]).map(|word| match word.as_str() {
+        "zstd" => Compression::Zstd,
+        "none" => Compression::None,
+        _ => Compression::Gzip,
+    })
 }
 
 impl ValueEnum for crate::engine::compiler_cache::Mode {

@@ -167,14 +167,12 @@ mod tests {
             .unwrap();
         let t = tempfile::tempdir().unwrap();
         let blobs = crate::oci::BlobDir::open(t.path(), &t.path().join("tmp")).unwrap();
-        write_image(
-            dir,
-            &blobs,
-            &[],
-            &config,
-            ("test", "v1"),
-            crate::definition::Platform::parse("linux/amd64").unwrap().to_oci(),
-        )
+        write_image(dir, &blobs, &[], &config, ("test", "v1"), {
+            let mut p = oci_spec::image::Platform::default();
+            p.set_os("linux".into());
+            p.set_architecture("amd64".into());
+            p
+        })
         .unwrap()
         .manifest_digest
     }
