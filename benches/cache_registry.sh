@@ -1,5 +1,5 @@
 #!/bin/sh
-# The shared cache (issue 23), machine A against machine B, in one run.
+# The shared cache (--cache-registry), machine A against machine B, in one run.
 #
 # A registry: Debian's docker-registry on a free 127.0.0.1 port, fresh
 # storage. Two cache directories stand for two machines.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A build matrix on Slurm (issue 24): the 4 cells of examples/matrix/matrix.toml
+# A build matrix on Slurm: the 4 cells of examples/matrix/matrix.toml
 # (msgpack's sdist, -O2/-O3 x -g0/-g1, four real wheels built in
 # hip-builder-debian13) as a job array with parallelism 2 on a one-node
 # Slurm from Debian (munged, slurmctld, slurmd started here on free ports,

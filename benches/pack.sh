@@ -2,7 +2,7 @@
 # Layer packing benchmark: quarry's gzip, zstd and uncompressed layers against
 # `tar -c | gzip -6`, `tar -c | pigz -6 -p2`, `tar -c | zstd -3 -T2` and
 # `tar -c > file`, on two input trees copied from /usr: `large`, >= 1 GB of
-# mixed files, and `small`, ~500 MB of ~50k small files (issue 17: a Python
+# mixed files, and `small`, ~500 MB of ~50k small files (a Python
 # environment, an include tree, /usr/share); per tree also a first build from
 # an empty cache and its no-op rebuild (for `large`, of a ~2 GB tree). Prints
 # a table per tree: seconds, MB/s of input, throughput and size ratios

@@ -1,4 +1,4 @@
-//! End-to-end tests of `quarry build`, `inspect` and `export` (issue 2):
+//! End-to-end tests of `quarry build`, `inspect` and `export`:
 //! reproducibility, round trips through GNU tar and umoci, independent
 //! readers (skopeo, docker load/run), the cache, and bad input.
 

@@ -522,7 +522,7 @@ fn doctor_reports_engine_gpu_nodes_and_cache() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("cannot reach the Docker Engine"));
 }
 
-/// Issue 26 item 12: a path that does not exist is not taken for an engine image.
+/// A path that does not exist is not taken for an engine image: the error says it does not exist.
 #[test]
 fn a_missing_layout_path_says_it_does_not_exist() {
     let d = tempfile::tempdir().unwrap();

@@ -223,7 +223,7 @@ fn example_copy(into: &Path, kind: &str) -> PathBuf {
     src
 }
 
-/// Issue 26 items 2 and 3, issue 36 item 8: the official examples'
+/// The official examples'
 /// conventions, unmodified, with real hipcc and CMake, for feature targets
 /// mixed with a plain one: a Makefile whose compiler defaults to hipcc with
 /// no --offload-arch (the image must not override it; hipcc takes
@@ -273,7 +273,7 @@ fn official_example_makefile_and_cmake_build_exactly_the_feature_targets() {
     }
 }
 
-/// Issue 26 item 1: target features count, as the HIP runtime matches them.
+/// Target features count, as the HIP runtime matches them.
 #[test]
 fn target_features_are_matched_as_the_hip_runtime_does() {
     if !have_docker() || !have_tool("gpgv") {

@@ -1,6 +1,6 @@
 //! Stability guard for layer packing: a fixed, generated tree built through
 //! the binary with gzip and zstd at their default levels must give the same
-//! layer digests as before the small-file packing work (issue 17). The
+//! layer digests as before the small-file packing work. The
 //! expected digests below were recorded before that work began; they are a
 //! stability guard, not a derived truth: if an intended format change moves
 //! them, record the new ones and say why in the commit.
@@ -11,12 +11,12 @@ use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// Expected (diff_id, gzip digest, zstd digest), recorded before issue 17's changes.
+/// Expected (diff_id, gzip digest, zstd digest), recorded before the small-file packing work.
 const DIFF_ID: &str = "sha256:9ae1a8aa9425c3bd6443695a959a3afe6077ed6b9c9ef0d042d12974782943be";
 const GZIP_DIGEST: &str = "sha256:90211bf9b81e14863cee579ae0226b21a2a572cebb5dcbad8695052bf33e6fdf";
 const ZSTD_DIGEST: &str = "sha256:0b7000c107a9bb858e0d39bd0609b6a6bc22fed0594346b46473530e02bf4cd5";
 
-/// Deterministic content: many small files (the case issue 17 is about),
+/// Deterministic content: many small files (the case that packing work sped up),
 /// a few large ones spanning several gzip blocks and zstd jobs, empty
 /// files, explicit modes, symlinks, a hardlink and an empty directory.
 /// Mtimes need no fixing: with `SOURCE_DATE_EPOCH` unset quarry clamps

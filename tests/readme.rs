@@ -1,5 +1,5 @@
-//! The README's and docs' examples, run as a newcomer would run them
-//! (issue 26 item 14, issue 37): every `sh` block marked
+//! The README's and docs' examples, run as a newcomer would run them:
+//! every `sh` block marked
 //! `<!-- readme-test: run -->` runs, README.md's first, then those of each
 //! docs/*.md in file name order, each file's in its order, with
 //! `bash -euo pipefail` in one fresh directory holding the repository's

@@ -1,4 +1,5 @@
-//! `quarry rocm flatten` and the `rocm_artifacts` layer source (issue 6).
+//! `quarry rocm flatten` and the `rocm_artifacts` layer source: ROCm
+//! artifact directories overlaid into the `/opt/rocm` dist tree.
 
 mod common;
 

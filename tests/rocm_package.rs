@@ -1,4 +1,4 @@
-//! `quarry rocm package` (issue 6): synthetic artifacts with real ELF files
+//! `quarry rocm package`: synthetic artifacts with real ELF files
 //! -> wheels and the selector sdist, installed with pip into fresh
 //! virtualenvs and exercised there.
 

@@ -48,7 +48,7 @@ fn debian_rocm_packages_install_and_load_in_trixie() {
     let written_before = child_blocks_written();
     let out = run_expect(
         quarry()
-            // quarry brings its own patchelf (issue 15 item 5): none on PATH.
+            // quarry brings its own patchelf: none on PATH, so none can be picked up.
             .env("PATH", path_without_patchelf())
             .args(["rocm", "package", "--json", "--artifact-dir"])
             .arg(&arts)

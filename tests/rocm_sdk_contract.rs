@@ -1,4 +1,4 @@
-//! The `rocm_sdk` contract (issue 26 items 4 and 5): quarry's ROCm wheels
+//! The `rocm_sdk` contract: quarry's ROCm wheels
 //! must work under either `rocm` selector, quarry's or the reference's
 //! (ROCm's own `rocm_sdk`, `build_tools/packaging/python/templates/rocm/`
 //! in ROCm/TheRock), and quarry's `rocm_sdk` must offer the reference's

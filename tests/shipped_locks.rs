@@ -1,5 +1,5 @@
 //! Every shipped Debian image that installs packages ships its
-//! `IMAGE.lock`, and the lock matches the definition (issue 26 item 10):
+//! `IMAGE.lock`, and the lock matches the definition:
 //! `quarry plan` of each, with the Debian mirror pointed at a host that does
 //! not exist and an empty cache, must find every package set pinned (no
 //! resolving, so no network) and know every layer's key. A missing lock

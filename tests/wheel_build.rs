@@ -531,7 +531,7 @@ fn cffi_built_in_an_image_bundles_the_images_libffi() {
     // --repair with no patchelf here: the image's patchelf and libffi;
     // --test installs it in the build image with what it needs at run time
     // (cffi's pycparser) and --test-requires (six), resolved by quarry from
-    // the index and pinned in the lock: no --find-links (issue 26 item 7).
+    // the index and pinned in the lock: no --find-links needed.
     let test =
         "python3 -c 'import six, cffi; f = cffi.FFI(); f.cdef(\"int abs(int);\"); assert f.dlopen(None).abs(-2) == 2'";
     let built = wheel_build_with_path(
@@ -637,7 +637,7 @@ fn a_library_only_the_image_has_is_bundled_from_the_image() {
     let repaired = output_of(&r);
     same_policy_as_auditwheel(&fx, &repaired);
 
-    // --test in a clean runtime image (--test-image, issue 26 item 8): the
+    // --test in a clean runtime image (--test-image): the
     // unrepaired wheel, which passes in the build image (it has libqtdep),
     // fails there and leaves the output directory; the repaired one passes.
     let test = "python3 -c 'import qtdepext._c as c; assert c.answer == 42'";
