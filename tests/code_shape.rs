@@ -521,3 +521,73 @@ fn only_the_command_line_and_the_sink_print_to_stderr() {
     }
     assert!(found.is_empty(), "library code printing to stderr (use log::warn! / log::info!):\n{}", found.join("\n"));
 }
+
+/// ARCHITECTURE.md's module table: (the modules a row is about, the
+/// top-level modules its "depends on" column names outside parentheses,
+/// which say what of a module is used; None for a row that names none, such
+/// as `cli`'s "everything below").
+fn architecture_rows() -> Vec<(Vec<String>, Option<BTreeSet<String>>)> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md")).unwrap();
+    let section = text.split("\n## Modules").nth(1).expect("ARCHITECTURE.md has a `## Modules` section");
+    let section = section.split("\n## ").next().unwrap();
+    let names = |cell: &str| -> Vec<String> {
+        let mut outside = String::new();
+        let mut depth = 0usize;
+        for c in cell.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => outside.push(c),
+                _ => {}
+            }
+        }
+        outside
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|n| n.trim_end_matches('/').split("::").next().unwrap().to_string())
+            .collect()
+    };
+    let mut out = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        let (module, depends) = (cells[0], cells[cells.len() - 1]);
+        let named: BTreeSet<String> = names(depends).into_iter().collect();
+        let none = depends.trim() == "—";
+        out.push((names(module), (none || !named.is_empty()).then_some(named)));
+    }
+    out
+}
+
+#[test]
+fn architecture_says_what_each_module_imports() {
+    let imports = top_level_imports();
+    // The ground floor's crate sits under every other: a row need not name
+    // its modules (it may, and then they must be imported).
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/base/src");
+    let ground: BTreeSet<String> = std::fs::read_dir(&base)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    let mut wrong = Vec::new();
+    let mut rows_for = BTreeSet::new();
+    for (modules, named) in architecture_rows() {
+        rows_for.extend(modules.iter().cloned());
+        let Some(named) = named else { continue };
+        // A row about several modules names what any of them imports.
+        let actual: BTreeSet<String> = modules
+            .iter()
+            .flat_map(|m| imports.get(m).cloned().unwrap_or_default())
+            .filter(|m| !modules.contains(m))
+            .collect();
+        if actual.difference(&named).any(|m| !ground.contains(m)) || !named.is_subset(&actual) {
+            let missing: Vec<&String> = actual.difference(&named).filter(|m| !ground.contains(*m)).collect();
+            let extra: Vec<&String> = named.difference(&actual).collect();
+            wrong.push(format!("{}: not named {missing:?}, named but not imported {extra:?}", modules.join(", ")));
+        }
+    }
+    let unlisted: Vec<String> = floors().into_iter().flatten().filter(|m| !rows_for.contains(m)).collect();
+    assert!(unlisted.is_empty(), "modules without a row in ARCHITECTURE.md's module table: {unlisted:?}");
+    assert!(wrong.is_empty(), "ARCHITECTURE.md's \"depends on\" column is wrong:\n{}", wrong.join("\n"));
+}
