@@ -62,6 +62,23 @@ pub fn peek_entry_files(root: &Path, bucket: Bucket, name: &str) -> Option<PathB
     files.is_dir().then_some(files)
 }
 
+/// Every committed entry of `bucket` in the cache at `root` with its
+/// `meta.json`, in name order, read as [`peek_entry_files`] looks: without
+/// opening the cache. An entry without metadata is left out.
+pub fn peek_entry_metas(root: &Path, bucket: Bucket) -> Vec<(String, Vec<u8>)> {
+    let Ok(dir) = std::fs::read_dir(root.join(bucket.dir())) else { return Vec::new() };
+    let mut out: Vec<(String, Vec<u8>)> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            checked(&name).ok()?;
+            Some((name, std::fs::read(e.path().join("meta.json")).ok()?))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 impl Local {
     /// The cache at `root`, staging in `tmp` (the caller's scratch directory).
     pub fn open(root: &Path, tmp: &Path) -> io::Result<Local> {

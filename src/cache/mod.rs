@@ -33,7 +33,7 @@ pub mod usage;
 pub use bucket::Bucket;
 pub use entry::{Entry, Staged};
 pub use key::{Key, KeyEncoder};
-pub use local::{layout_dir, peek_entry_files};
+pub use local::{layout_dir, peek_entry_files, peek_entry_metas};
 pub use remote::{Mode as RegistryMode, RegistryTierConfig, RemoteReport};
 
 use crate::oci::{BlobDir, BlobError, BlobWriter, LayerBlob};
@@ -90,6 +90,14 @@ impl std::fmt::Debug for Cache {
 impl Cache {
     /// The local directory only.
     pub fn open(dir: &Path) -> Result<Cache, CacheError> {
+        Cache::open_with(&CacheConfig::local(dir))
+    }
+
+    /// A cache of one's own at `dir` (a fresh directory), local only, for
+    /// work that must not see the user's entries: `quarry verify` rebuilds
+    /// in one. The user's cache is opened by the command line instead
+    /// (`cli::cache_args`), once, and passed down.
+    pub fn private(dir: &Path) -> Result<Cache, CacheError> {
         Cache::open_with(&CacheConfig::local(dir))
     }
 

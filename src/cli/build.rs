@@ -33,7 +33,7 @@ pub struct ImageArgs {
 
 impl ImageArgs {
     pub fn options(&self, progress: Progress) -> anyhow::Result<BuildOptions> {
-        let cache = crate::cache::Cache::open_with(&self.cache.config())?;
+        let cache = self.cache.open()?;
         cache.rehash_blobs(self.verify);
         Ok(BuildOptions {
             sets: crate::definition::parse_sets(&self.sets)?,

@@ -2,7 +2,6 @@
 //! bucket, and removing what was used least recently (see `cache::usage`).
 
 use crate::cache::usage::{self, PruneOptions};
-use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(clap::Subcommand)]
@@ -15,9 +14,8 @@ pub enum Command {
 
 #[derive(clap::Args)]
 pub struct DuArgs {
-    /// Cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long, value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Print JSON: buckets[] of {bucket, entries, bytes}, total_bytes
     #[arg(long)]
     json: bool,
@@ -34,9 +32,8 @@ pub struct PruneArgs {
     /// Show what would be removed; remove nothing
     #[arg(long)]
     dry_run: bool,
-    /// Cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long, value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
@@ -51,7 +48,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
 
 fn du(a: DuArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let dir = a.cache_dir.unwrap_or_else(crate::cache::default_dir);
+    let dir = a.cache.dir();
     let (buckets, scratch) = usage::du(&dir)?;
     let total: u64 = buckets.iter().map(|b| b.bytes).sum::<u64>() + scratch;
     if a.json {
@@ -80,7 +77,7 @@ fn prune(a: PruneArgs) -> anyhow::Result<i32> {
     if keep_bytes.is_none() && older_than.is_none() {
         anyhow::bail!("say what to remove: --keep-bytes SIZE (e.g. 20G) and/or --older-than DAYS");
     }
-    let dir = a.cache_dir.unwrap_or_else(crate::cache::default_dir);
+    let dir = a.cache.dir();
     let r = usage::prune(&dir, &PruneOptions { keep_bytes, older_than, dry_run: a.dry_run })?;
     if a.json {
         super::print_json(&r)?;

@@ -1,16 +1,39 @@
-//! The options every command that uses the cache shares: its directory and
-//! the shared registry tier (`--cache-registry`).
+//! The cache options, parsed here and nowhere else: [`CacheDir`]
+//! (`--cache-dir`), flattened into every command that uses the cache, and
+//! [`CacheArgs`], which adds the shared registry tier (`--cache-registry`)
+//! for the commands that build. A command opens the cache once, with
+//! `open`, and passes the open `Cache` down.
 
-use crate::cache::{CacheConfig, RegistryMode, RegistryTierConfig};
+use crate::cache::{Cache, CacheConfig, CacheError, RegistryMode, RegistryTierConfig};
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 use std::path::PathBuf;
 
+/// `--cache-dir`: the local cache.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct CacheDir {
+    /// Cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
+    #[arg(id = "cache_dir", long = "cache-dir", value_name = "DIR")]
+    pub path: Option<PathBuf>,
+}
+
+impl CacheDir {
+    /// The directory: the one given, else the default.
+    pub fn dir(&self) -> PathBuf {
+        self.path.clone().unwrap_or_else(crate::cache::default_dir)
+    }
+
+    /// The local cache, opened (created when missing).
+    pub fn open(&self) -> Result<Cache, CacheError> {
+        Cache::open(&self.dir())
+    }
+}
+
+/// The local cache and the registry tier many machines share.
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct CacheArgs {
-    /// Cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub local: CacheDir,
     /// A registry repository shared by many machines as a cache tier
     /// (HOST[:PORT]/REPO): entries missing here are pulled and verified from
     /// it, entries built here are pushed to it
@@ -26,7 +49,12 @@ pub(crate) struct CacheArgs {
 
 impl CacheArgs {
     pub fn dir(&self) -> PathBuf {
-        self.cache_dir.clone().unwrap_or_else(crate::cache::default_dir)
+        self.local.dir()
+    }
+
+    /// The cache with its registry tier when one is named, opened.
+    pub fn open(&self) -> Result<Cache, CacheError> {
+        Cache::open_with(&self.config())
     }
 
     pub fn config(&self) -> CacheConfig {

@@ -3,9 +3,11 @@
 //! is built (from the cache, as `quarry build` would) and a registry
 //! reference is pulled, each into a private directory removed afterwards.
 
+use crate::cache::Cache;
 use crate::diff::{diff, markdown, text};
 use crate::progress::Progress;
 use anyhow::Context;
+use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -41,8 +43,10 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let scratch = tempfile::tempdir().context("creating a scratch directory for `quarry diff`")?;
-    let pa = side(&a, &a.a, &scratch.path().join("a"))?;
-    let pb = side(&a, &a.b, &scratch.path().join("b"))?;
+    // Opened when a side needs it (a definition or a reference), once.
+    let cache = OnceCell::new();
+    let pa = side(&a, &cache, &a.a, &scratch.path().join("a"))?;
+    let pb = side(&a, &cache, &a.b, &scratch.path().join("b"))?;
     let r = diff(&pa, &pb)?;
     if a.json {
         super::print_json(&r)?;
@@ -57,16 +61,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 
 /// The path `crate::diff` reads for one argument: the argument itself, or
 /// the layout it was built or pulled into under `dir`.
-fn side(a: &Args, arg: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+fn side(a: &Args, cache: &OnceCell<Cache>, arg: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     let path = PathBuf::from(arg);
     if path.exists() {
         if is_definition(&path) {
-            return build_into(a, &path, dir);
+            return build_into(a, opened(a, cache)?, &path, dir);
         }
         return Ok(path);
     }
     match crate::registry::Reference::parse(arg) {
-        Ok(reference) if arg.contains('/') => pull_into(a, &reference, arg, dir),
+        Ok(reference) if arg.contains('/') => pull_into(a, opened(a, cache)?, &reference, arg, dir),
         _ => anyhow::bail!(
             "`{arg}`: no such file or directory, and not a registry reference (HOST[:PORT]/REPO[:TAG][@sha256:...])"
         ),
@@ -84,13 +88,20 @@ fn is_definition(path: &Path) -> bool {
             .is_some_and(|t| t.contains_key("name"))
 }
 
-fn build_into(a: &Args, definition: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
-    let cache = crate::cache::Cache::open_with(&a.cache.config())?;
+/// The cache, opened on first use.
+fn opened<'c>(a: &Args, cache: &'c OnceCell<Cache>) -> anyhow::Result<&'c Cache> {
+    if cache.get().is_none() {
+        let _ = cache.set(a.cache.open()?);
+    }
+    Ok(cache.get().expect("just set"))
+}
+
+fn build_into(a: &Args, cache: &Cache, definition: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
     let opts = crate::build::BuildOptions {
         sets: crate::definition::parse_sets(&a.sets)?,
         output: Some(dir.to_path_buf()),
         compression: crate::layer::compress::LayerCodec::new(crate::layer::compress::Compression::Gzip, None)?,
-        cache,
+        cache: cache.clone(),
         no_cache: false,
         verify: false,
         threads: crate::layer::compress::default_threads(),
@@ -103,9 +114,14 @@ fn build_into(a: &Args, definition: &Path, dir: &Path) -> anyhow::Result<PathBuf
     Ok(dir.to_path_buf())
 }
 
-fn pull_into(a: &Args, reference: &crate::registry::Reference, arg: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+fn pull_into(
+    a: &Args,
+    cache: &Cache,
+    reference: &crate::registry::Reference,
+    arg: &str,
+    dir: &Path,
+) -> anyhow::Result<PathBuf> {
     use crate::registry::pull::{pull_image, PullOptions};
-    let cache = crate::cache::Cache::open(&a.cache.dir())?;
     let opts = PullOptions {
         plain_http: a.plain_http || crate::registry::pull::plain_http_default(reference),
         progress: Progress::new(true, true),

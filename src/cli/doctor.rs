@@ -1,13 +1,11 @@
 //! `quarry doctor`: what this machine gives quarry (see `crate::doctor`), as lines or one JSON object.
 
 use crate::doctor;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Print one JSON object on stdout
     #[arg(long)]
     json: bool,
@@ -15,7 +13,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let r = doctor::diagnose(a.cache_dir.unwrap_or_else(crate::cache::default_dir));
+    let r = doctor::diagnose(a.cache.dir());
     let code = if r.healthy() { 0 } else { 1 };
     if a.json {
         super::print_json(&r)?;

@@ -5,7 +5,7 @@
 //! builds.
 
 use crate::build::{build, BuildOptions, BuildResult};
-use crate::cache::{Cache, CacheConfig};
+use crate::cache::Cache;
 use crate::engine::{Engine, EngineError};
 use crate::oci::layout::open_image;
 use crate::progress::Progress;
@@ -147,9 +147,8 @@ pub fn layers_to_build(arg: &str, sets: &[String], cache: &Cache) -> anyhow::Res
 
 /// The engine reference of an IMAGE argument: a layout or a definition is
 /// built if needed and loaded first.
-pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &CacheConfig) -> anyhow::Result<String> {
-    let opened = Cache::open_with(cache)?;
-    let scratch = opened.tmp_dir();
+pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &Cache) -> anyhow::Result<String> {
+    let scratch = cache.tmp_dir();
     Ok(match classify(arg)? {
         ImageArg::Layout(d) => {
             let tag = layout_tag(&d)?;
@@ -157,7 +156,7 @@ pub fn image_in_engine(engine: &Engine, arg: &str, sets: &[String], cache: &Cach
             tag
         }
         ImageArg::Definition(f) => {
-            let (dir, tag) = build_for_engine(&f, sets, &opened, Progress::new(false, false))?;
+            let (dir, tag) = build_for_engine(&f, sets, cache, Progress::new(false, false))?;
             engine.load_layout(&dir, &tag, &scratch)?;
             tag
         }

@@ -78,7 +78,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     // A key that cannot be opened (a wrong password) fails before anything is built.
     let sign_key = a.sign.load()?;
-    let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
+    let cache = a.def.cache.open()?;
     let arg = targets::parse(&a.targets)?;
     let detected = match (&arg, a.gpu) {
         (targets::TargetsArg::Auto, GpuMode::None) => Vec::new(),

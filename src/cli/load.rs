@@ -19,7 +19,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
-    let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
+    let cache = a.def.cache.open()?;
     let (dir, default_tag) = match image_arg::classify(&a.image)? {
         ImageArg::Layout(d) => {
             let t = image_arg::layout_tag(&d)?;

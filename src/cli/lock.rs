@@ -11,9 +11,9 @@ pub struct Args {
     /// Set a parameter: --set NAME=VALUE (repeatable)
     #[arg(long = "set", value_name = "K=V")]
     sets: Vec<String>,
-    /// Cache directory for indexes [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    // The cache holds the archive's indexes and the PyPI files pinned
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Move only these packages (and what their new versions need) to the
     /// archive's current versions; every other pin stays. Prints what moved
     #[arg(long, value_name = "PKG[,PKG...]", value_delimiter = ',')]
@@ -82,9 +82,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    let cache_dir = a.cache_dir.unwrap_or_else(crate::cache::default_dir);
-    let opts = BuildOptions::defaults(sets, crate::cache::Cache::open(&cache_dir)?, Progress::new(a.json, false))
-        .map_err(|e| anyhow!(e))?;
+    let opts = BuildOptions::defaults(sets, a.cache.open()?, Progress::new(a.json, false)).map_err(|e| anyhow!(e))?;
     if !a.update.is_empty() {
         return update(image, &opts, &a.update, a.json);
     }

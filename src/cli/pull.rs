@@ -19,9 +19,8 @@ pub struct Args {
     /// Platform to pick from an image index, OS/ARCH[/VARIANT]
     #[arg(long, default_value = "linux/amd64")]
     platform: String,
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Print one JSON object on stdout
     #[arg(long)]
     json: bool,
@@ -49,7 +48,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if os.is_empty() || arch.is_empty() {
         anyhow::bail!("--platform `{}`: give OS/ARCH[/VARIANT], e.g. linux/amd64", a.platform);
     }
-    let cache = crate::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::cache::default_dir))?;
+    let cache = a.cache.open()?;
     let opts = PullOptions { plain_http: a.plain_http, progress: Progress::new(a.json, a.quiet), offline: false };
     let img = pull_image(&reference, (os, arch, variant), cache.registry_store(), &opts)
         .with_context(|| format!("pulling `{}`", a.reference))?;

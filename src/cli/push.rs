@@ -17,9 +17,9 @@ pub struct Args {
     /// Blobs larger than this many MiB are sent in chunks of this size
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     chunk_size: u64,
-    /// Layer cache directory (remembers where blobs live, for cross-repository mounts)
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    // The cache remembers where blobs live, for cross-repository mounts
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Sign the image and attest its provenance as `cosign sign --key` and
     /// `cosign attest --key` do (tags sha256-<hex>.sig and .att): a cosign
     /// key file (password from $COSIGN_PASSWORD) or a PKCS#8 PEM key (ECDSA P-256, Ed25519)
@@ -49,7 +49,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         None => None,
     };
-    let cache = crate::cache::Cache::open(&a.cache_dir.unwrap_or_else(crate::cache::default_dir))?;
+    let cache = a.cache.open()?;
     let opts = PushOptions {
         plain_http: a.plain_http,
         chunk_size: a.chunk_size << 20,

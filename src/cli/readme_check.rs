@@ -16,6 +16,7 @@ const DOCS: &[(&str, &str)] = &[
     ("README.md", include_str!("../../README.md")),
     ("docs/cache-and-matrices.md", include_str!("../../docs/cache-and-matrices.md")),
     ("docs/commands.md", include_str!("../../docs/commands.md")),
+    ("docs/development.md", include_str!("../../docs/development.md")),
     ("docs/engines.md", include_str!("../../docs/engines.md")),
     ("docs/images-and-locks.md", include_str!("../../docs/images-and-locks.md")),
     ("docs/kernels.md", include_str!("../../docs/kernels.md")),

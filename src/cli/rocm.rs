@@ -45,6 +45,10 @@ struct PackageArgs {
     /// Split device code into per-target packages
     #[arg(long, value_enum, default_value = "auto")]
     split: Split,
+    // The cache lends quarry's pinned patchelf, fetched into it once, for
+    // the files quarry cannot edit natively
+    #[command(flatten)]
+    cache: super::cache_args::CacheDir,
     #[command(flatten)]
     sign: super::sign_args::SignArgs,
     /// Print a JSON report (packages and their files) on stdout
@@ -120,7 +124,7 @@ fn package(a: PackageArgs) -> anyhow::Result<i32> {
             Split::On => SplitMode::On,
             Split::Off => SplitMode::Off,
         },
-        cache: crate::cache::Cache::open(&crate::cache::default_dir())?,
+        cache: a.cache.open()?,
     };
     let report = package::package(&opts).with_context(|| format!("packaging `{}`", opts.artifact_dir.display()))?;
     package::provenance::write(&opts, &report, sign_key.as_ref())

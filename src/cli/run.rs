@@ -50,7 +50,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // Notes (which GPUs were passed, and why) and warnings on stderr; the
     // container's own output stays on stdout.
     super::set_output_mode(false, false);
-    let cache = a.def.cache.config();
     let mut opts = RunOptions {
         image: String::new(),
         cmd: a.cmd.clone(),
@@ -80,7 +79,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         outln!("{}", opts.docker_command());
         return Ok(0);
     }
-    let opened = crate::cache::Cache::open_with(&cache)?;
+    let opened = a.def.cache.open()?;
     let layout = match arg {
         ImageArg::Layout(d) => {
             let tag = image_arg::layout_tag(&d)?;

@@ -3,6 +3,10 @@ use crate::verify::{default_source, verify, Verification, VerifyOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
+#[command(mut_arg("cache_dir", |a| a.help(
+    "The rebuild's cache [default: a fresh one, removed afterwards]; a cache given here is trusted for what it \
+     holds (for files: where quarry's pinned patchelf comes from [default: $QUARRY_CACHE, else ~/.cache/quarry])"
+)))]
 pub struct Args {
     /// An OCI layout directory, a registry reference HOST[:PORT]/REPO[:TAG][@sha256:...],
     /// a wheel written by `wheel split` or `wheel merge` or a package of `rocm package`
@@ -16,11 +20,9 @@ pub struct Args {
     /// The checkout holding the definitions the provenance names [default: the working directory's git checkout]
     #[arg(long, value_name = "DIR")]
     source: Option<PathBuf>,
-    /// The rebuild's cache [default: a fresh one, removed afterwards]; a
-    /// cache given here is trusted for what it holds (for files: where
-    /// quarry's pinned patchelf comes from [default: quarry's cache])
-    #[arg(long, value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
+    // `--cache-dir`: its help says what it means here (see `Args`' attribute).
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Check the registry's cosign signature and attestation (for a wheel: its
     /// signed NAME.intoto.jsonl) with this public key (PEM)
     #[arg(long, value_name = "PUB")]
@@ -42,7 +44,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let key = a.key.as_deref().map(crate::signing::PublicKey::from_file).transpose()?;
     let as_path = std::path::Path::new(&a.target);
     if as_path.is_file() {
-        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache_dir: a.cache_dir.clone() };
+        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache: a.cache.open()? };
         let v = crate::verify::files::verify_file(as_path, &opts)?;
         if a.json {
             super::print_json(&v)?;
@@ -52,7 +54,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(if v.reproduced { 0 } else { 1 });
     }
     if as_path.is_dir() && !as_path.join("index.json").exists() {
-        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache_dir: a.cache_dir.clone() };
+        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache: a.cache.open()? };
         let v = crate::verify::files::verify_set(as_path, &opts)?;
         if a.json {
             super::print_json(&v)?;
@@ -65,7 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let opts = VerifyOptions {
         source: a.source.clone().unwrap_or_else(default_source),
-        cache_dir: a.cache_dir.clone(),
+        cache: a.cache.path.as_ref().map(|_| a.cache.open()).transpose()?,
         key,
         plain_http: a.plain_http.then_some(true),
         progress: Progress::new(a.json, a.quiet),

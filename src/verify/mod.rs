@@ -68,8 +68,8 @@ pub enum VerifyError {
 pub struct VerifyOptions {
     /// The checkout holding the definitions (the provenance names them from its root).
     pub source: PathBuf,
-    /// The rebuild's cache: None for a fresh one, removed afterwards.
-    pub cache_dir: Option<PathBuf>,
+    /// The rebuild's cache (local only): None for a fresh one, removed afterwards.
+    pub cache: Option<crate::cache::Cache>,
     /// Check the registry's cosign signature and attestation with this key.
     pub key: Option<PublicKey>,
     pub plain_http: Option<bool>,
@@ -119,7 +119,10 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
         .prefix("quarry-verify-")
         .tempdir()
         .map_err(io(&std::env::temp_dir(), "cannot make a directory"))?;
-    let cache_dir = opts.cache_dir.clone().unwrap_or_else(|| work.path().join("cache"));
+    let cache = match &opts.cache {
+        Some(c) => c.clone(),
+        None => crate::cache::Cache::private(&work.path().join("cache"))?,
+    };
     let as_path = Path::new(target);
     if as_path.join("index.json").is_file() {
         if let Some(k) = &opts.key {
@@ -129,7 +132,7 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
                 message: "cosign keeps signatures in the registry, not in a layout: give the registry reference".into(),
             });
         }
-        return verify_layout(target, as_path, None, &cache_dir, work.path(), opts);
+        return verify_layout(target, as_path, None, &cache, work.path(), opts);
     }
     if as_path.exists() {
         // A path, but no layout: say so rather than reading it as a reference.
@@ -137,7 +140,6 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
     }
     let reference = Reference::parse(target).map_err(RegistryError::from)?;
     let plain_http = opts.plain_http.unwrap_or_else(|| crate::registry::pull::plain_http_default(&reference));
-    let cache = crate::cache::Cache::open_with(&crate::cache::CacheConfig { dir: cache_dir.clone(), registry: None })?;
     let pull = crate::registry::pull::PullOptions { plain_http, progress: opts.progress, offline: false };
     let img = crate::registry::pull::pull_image(&reference, ("linux", "amd64", None), cache.registry_store(), &pull)?;
     let given = work.path().join("given");
@@ -152,7 +154,7 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
         }
         None => None,
     };
-    let mut v = verify_layout(target, &given, check, &cache_dir, work.path(), opts)?;
+    let mut v = verify_layout(target, &given, check, &cache, work.path(), opts)?;
     v.target = target.to_string();
     Ok(v)
 }
@@ -161,14 +163,14 @@ fn verify_layout(
     target: &str,
     layout: &Path,
     signatures: Option<signatures::SignatureCheck>,
-    cache_dir: &Path,
+    cache: &crate::cache::Cache,
     work: &Path,
     opts: &VerifyOptions,
 ) -> Result<Verification, VerifyError> {
     let claim = claim::read(layout)?;
     rebuild::check_checkout(&claim, &opts.source)?;
     let out = work.join("rebuilt");
-    let built = rebuild::rebuild(&claim, &opts.source, cache_dir, &out, opts.progress)?;
+    let built = rebuild::rebuild(&claim, &opts.source, cache, &out, opts.progress)?;
     let rebuilt_bytes = claim::provenance_bytes(&out, &built.manifest_digest)?;
     let rebuilt_statement: crate::provenance::Statement = serde_json::from_slice(&rebuilt_bytes)
         .map_err(|e| VerifyError::Provenance { target: out.display().to_string(), message: e.to_string() })?;

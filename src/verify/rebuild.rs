@@ -9,7 +9,7 @@
 use super::claim::Claim;
 use super::VerifyError;
 use crate::build::{build, BuildOptions};
-use crate::cache::{Cache, CacheConfig};
+use crate::cache::Cache;
 use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
@@ -37,15 +37,15 @@ pub fn check_checkout(claim: &Claim, root: &Path) -> Result<(), VerifyError> {
 }
 
 /// Build the claim's image from the checkout at `root`, with the cache at
-/// `cache_dir`, into `output`.
+/// `cache`, into `output`.
 pub fn rebuild(
     claim: &Claim,
     root: &Path,
-    cache_dir: &Path,
+    cache: &Cache,
     output: &Path,
     progress: Progress,
 ) -> Result<crate::build::BuildResult, VerifyError> {
-    let cache = Cache::open_with(&CacheConfig { dir: cache_dir.to_path_buf(), registry: None })?;
+    let cache = cache.clone();
     // A private cache is trusted no more than the registry: recheck its blobs.
     cache.rehash_blobs(true);
     let opts = BuildOptions {

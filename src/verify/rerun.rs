@@ -26,7 +26,7 @@ pub fn rerun(
     dirs: &[PathBuf],
     into: &Path,
     signed: bool,
-    cache_dir: Option<&Path>,
+    cache: &crate::cache::Cache,
 ) -> Result<Rerun, VerifyError> {
     let p = &def.external_parameters;
     let families = match p["families"].as_str() {
@@ -72,7 +72,7 @@ pub fn rerun(
             };
             // The cache only lends quarry's own patchelf, when an edit
             // needs it: a tool pinned by sha256, checked as it is taken.
-            let cache = crate::cache::Cache::open(&cache_dir.map_or_else(crate::cache::default_dir, Path::to_path_buf))?;
+            let cache = cache.clone();
             let opts = crate::rocm::package::Options {
                 artifact_dir,
                 dest_dir: into.to_path_buf(),

@@ -69,7 +69,7 @@ pub fn rerun(
     };
     let config = image.sha256_hex().unwrap_or_default();
     let output = into.to_path_buf();
-    let cache = crate::cache::Cache::open(&into.join(".cache"))?;
+    let cache = crate::cache::Cache::private(&into.join(".cache"))?;
     let mut r = crate::wheel::build::BuildRequest::new(found_source.path.clone(), output.join("out"), cache);
     r.pythons = strings(&p["pythons"]);
     r.axes = serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(p["axes"].clone())

@@ -151,41 +151,38 @@ fn given(c: &Common) -> Option<&str> {
 }
 
 /// The build image every cell of `m` shares: built here when the matrix
-/// names a definition, through the cache with `registry` as its shared
-/// tier (None: the local cache alone).
+/// names a definition, through `cache`.
 fn build_image(
     c: &Common,
     m: &Matrix,
     json: bool,
-    registry: Option<&str>,
+    cache: &crate::cache::Cache,
 ) -> anyhow::Result<Option<crate::engine::build_image::BuildImage>> {
     Ok(match m.job.kind {
         // An image job builds its own; a templated image is one per cell.
         matrix::definition::JobKind::Image => None,
         _ if m.job.image_is_template() => None,
-        _ => {
-            Some(image_arg::build_image(&m.job.image, &c.sets, &open_cache(c, registry)?, Progress::new(json, false))?)
-        }
+        _ => Some(image_arg::build_image(&m.job.image, &c.sets, cache, Progress::new(json, false))?),
     })
 }
 
-/// The cache, with the registry tier the matrix uses (None: local only).
+/// The cache, with the registry tier the matrix uses (None: local only):
+/// each subcommand opens it once.
 fn open_cache(c: &Common, registry: Option<&str>) -> anyhow::Result<crate::cache::Cache> {
     let mut args = c.cache.clone();
     args.cache_registry = registry.map(str::to_string);
-    Ok(crate::cache::Cache::open_with(&args.config())?)
+    Ok(args.open()?)
 }
 
-fn shared<'a>(
-    m: &'a Matrix,
-    c: &Common,
+fn shared(
+    m: &Matrix,
+    cache: crate::cache::Cache,
     image: Option<crate::engine::build_image::BuildImage>,
-    registry: Option<&str>,
     out: PathBuf,
-) -> anyhow::Result<Shared<'a>> {
+) -> anyhow::Result<Shared<'_>> {
     Ok(Shared {
         matrix: m,
-        cache: open_cache(c, registry)?,
+        cache,
         image,
         out,
         gpus: crate::engine::allocation::slurm_gpus()?.map(|a| a.devices),
@@ -197,7 +194,8 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let m = Matrix::load(&a.common.file)?;
     let registry = matrix::registry_named(&m, given(&a.common));
-    let image = build_image(&a.common, &m, a.json, registry.as_deref())?;
+    let cache = open_cache(&a.common, registry.as_deref())?;
+    let image = build_image(&a.common, &m, a.json, &cache)?;
     let all = matrix::cells::cells(&m);
     matrix::check_cells(&m, &all)?;
     let selector = match (&a.cell, a.index) {
@@ -206,7 +204,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
         (None, None) => scheduler::selector_from_env()?.ok_or(scheduler::SchedulerError::NoCell)?,
     };
     let cell = scheduler::pick(&all, &selector)?.clone();
-    let s = Shared { running: true, ..shared(&m, &a.common, image, registry.as_deref(), a.out.clone())? };
+    let s = Shared { running: true, ..shared(&m, cache, image, a.out.clone())? };
     let (report, failed) = matrix::run::run_cell(&s, registry.as_deref(), &cell)?;
     for line in crate::trace::summary() {
         eprintln!("{line}");
@@ -248,8 +246,9 @@ fn emit(a: EmitArgs) -> anyhow::Result<i32> {
     // The tasks push their products to the registry: emit needs one.
     let m = Matrix::load(&a.common.file)?;
     let registry = matrix::registry_of(&m, given(&a.common))?;
-    let image = build_image(&a.common, &m, true, Some(&registry))?;
-    let s = shared(&m, &a.common, image, Some(&registry), out)?;
+    let cache = open_cache(&a.common, Some(&registry))?;
+    let image = build_image(&a.common, &m, true, &cache)?;
+    let s = shared(&m, cache, image, out)?;
     let p =
         if a.all { matrix::plan::every_cell(&m, Some(&registry))? } else { matrix::plan::plan(&s, Some(&registry))? };
     let matrix_path = match (a.matrix_path, a.format) {
@@ -298,8 +297,9 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let m = Matrix::load(&a.common.file)?;
     let registry = matrix::registry_of(&m, given(&a.common))?;
-    let image = build_image(&a.common, &m, a.json, Some(&registry))?;
-    let s = shared(&m, &a.common, image, Some(&registry), a.out.join(".cells"))?;
+    let cache = open_cache(&a.common, Some(&registry))?;
+    let image = build_image(&a.common, &m, a.json, &cache)?;
+    let s = shared(&m, cache, image, a.out.join(".cells"))?;
     let r = matrix::collect::collect(&s, &registry, &a.out, &a.log_dir)?;
     if a.json {
         super::print_json(&r)?;

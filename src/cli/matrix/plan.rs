@@ -2,6 +2,7 @@
 //! it builds nothing it was not asked to (the job's image: `--build-image`).
 
 use super::{build_image, given, open_cache, shared, Common, PlanArgs};
+use crate::cache::Cache;
 use crate::cli::image_arg;
 use crate::cli::table::Table;
 use crate::matrix::plan::{DoneIn, MatrixPlan};
@@ -10,11 +11,11 @@ use std::path::PathBuf;
 
 /// The layers of the job's shared image the cache lacks (None: it has
 /// them all, or the job has no such image to build).
-fn image_layers_to_build(c: &Common, m: &Matrix, registry: Option<&str>) -> anyhow::Result<Option<Vec<String>>> {
+fn image_layers_to_build(c: &Common, m: &Matrix, cache: &Cache) -> anyhow::Result<Option<Vec<String>>> {
     if m.job.kind == matrix::definition::JobKind::Image || m.job.image_is_template() {
         return Ok(None);
     }
-    image_arg::layers_to_build(&m.job.image, &c.sets, &open_cache(c, registry)?)
+    image_arg::layers_to_build(&m.job.image, &c.sets, cache)
 }
 
 fn print_plan(p: &MatrixPlan) {
@@ -61,7 +62,12 @@ pub(super) fn plan(a: PlanArgs) -> anyhow::Result<i32> {
     let named = matrix::registry_named(&m, given(&a.common));
     // A plan builds nothing it was not asked to: the job's image only with
     // --build-image (cells' keys need its digest), and it says so first.
-    let unbuilt = if a.no_keys { None } else { image_layers_to_build(&a.common, &m, named.as_deref())? };
+    // The cache only when keys are asked for (opened once).
+    let cache = if a.no_keys { None } else { Some(open_cache(&a.common, named.as_deref())?) };
+    let unbuilt = match &cache {
+        Some(cache) => image_layers_to_build(&a.common, &m, cache)?,
+        None => None,
+    };
     let keyless = a.no_keys || (unbuilt.is_some() && !a.build_image);
     if let Some(layers) = &unbuilt {
         let list = layers.join(", ");
@@ -80,13 +86,14 @@ pub(super) fn plan(a: PlanArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    let p = if keyless {
+    let p = match cache {
         // Nothing is asked of the registry; it is named when known.
-        matrix::plan::every_cell(&m, named.as_deref())?
-    } else {
-        let image = build_image(&a.common, &m, a.json, named.as_deref())?;
-        let s = shared(&m, &a.common, image, named.as_deref(), PathBuf::from("matrix-out"))?;
-        matrix::plan::plan(&s, named.as_deref())?
+        Some(cache) if !keyless => {
+            let image = build_image(&a.common, &m, a.json, &cache)?;
+            let s = shared(&m, cache, image, PathBuf::from("matrix-out"))?;
+            matrix::plan::plan(&s, named.as_deref())?
+        }
+        _ => matrix::plan::every_cell(&m, named.as_deref())?,
     };
     if a.json {
         crate::cli::print_json(&p)?;

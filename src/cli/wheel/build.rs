@@ -121,7 +121,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     // A key that cannot be opened (a wrong password) fails before anything is built.
     let sign_key = a.sign.load()?;
-    let cache = crate::cache::Cache::open_with(&a.def.cache.config())?;
+    let cache = a.def.cache.open()?;
     let request = BuildRequest {
         pythons: match a.python.as_str() {
             "auto" => None,

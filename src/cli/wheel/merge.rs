@@ -26,9 +26,9 @@ pub struct Args {
     device_requires_dist: Vec<String>,
     #[command(flatten)]
     variants: VariantArgs,
-    /// The cache whose wheel builds name each shard's build key (default: quarry's cache)
-    #[arg(long = "cache-dir", value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
+    // The cache whose wheel builds name each shard's build key
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     #[command(flatten)]
     sign: crate::cli::sign_args::SignArgs,
     /// Print the report as JSON on stdout
@@ -38,7 +38,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::super::set_output_mode(a.json, false);
-    let cache_root = a.cache_dir.clone().unwrap_or_else(crate::cache::default_dir);
+    let cache_root = a.cache.dir();
     let mut shards = Vec::new();
     for wheel in &a.shards {
         // Which build made it, for the report and for a refusal's message.

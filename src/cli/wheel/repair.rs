@@ -50,9 +50,8 @@ pub struct Args {
     /// Set a parameter of an image definition: --set NAME=VALUE (repeatable)
     #[arg(long = "set", value_name = "K=V", requires = "image")]
     sets: Vec<String>,
-    /// Layer cache directory [default: $QUARRY_CACHE, else ~/.cache/quarry]
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cache: crate::cli::cache_args::CacheDir,
     /// Print one JSON object on stdout
     #[arg(long)]
     json: bool,
@@ -67,19 +66,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut exclude = a.exclude.clone();
     exclude.extend(rocm.iter().flat_map(|r| r.exclude_globs()));
     let engine;
-    let cache_dir = a.cache_dir.clone().unwrap_or_else(crate::cache::default_dir);
-    let cache = crate::cache::Cache::open(&cache_dir)?;
+    let cache = a.cache.open()?;
     let within = match &a.image {
         None => RepairIn::Host { patchelf: Patchelf::chosen(a.patchelf.as_deref())?, cache: cache.clone() },
         Some(arg) => {
             let patchelf = ContainerPatchelf::choose(&cache, a.patchelf.as_deref())?;
             engine = Engine::connect()?;
-            let image = crate::cli::image_arg::image_in_engine(
-                &engine,
-                arg,
-                &a.sets,
-                &crate::cache::CacheConfig::local(cache_dir.clone()),
-            )?;
+            let image = crate::cli::image_arg::image_in_engine(&engine, arg, &a.sets, &cache)?;
             RepairIn::Image { image: RepairImage { engine: &engine, image }, patchelf }
         }
     };

@@ -254,11 +254,8 @@ fn from_entry(entry: &Entry, output: &Path, tier: Tier) -> Result<Vec<Built>, Bu
 /// wheel whose sha256 is `sha256` (a host or device wheel), when one did:
 /// how `wheel merge` names the build of a shard given as a file.
 pub fn built_by(cache_root: &Path, sha256: &str) -> Option<String> {
-    let dir = cache_root.join(Bucket::Wheels.dir());
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    names.sort();
-    names.into_iter().find_map(|entry| {
-        let meta: Vec<Built> = serde_json::from_slice(&std::fs::read(entry.join("meta.json")).ok()?).ok()?;
-        meta.iter().any(|b| b.sha256 == sha256).then(|| entry.file_name()?.to_str().map(str::to_string)).flatten()
+    crate::cache::peek_entry_metas(cache_root, Bucket::Wheels).into_iter().find_map(|(name, meta)| {
+        let built: Vec<Built> = serde_json::from_slice(&meta).ok()?;
+        built.iter().any(|b| b.sha256 == sha256).then_some(name)
     })
 }
