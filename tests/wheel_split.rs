@@ -841,7 +841,7 @@ fn split_wheels_carry_attestations_cosign_verifies_as_blobs() {
         assert!(v["signed_by"].is_string(), "{v:#}");
     }
     let e = verify(&out.join(host), &["--key", keys.join("other.pub").to_str().unwrap()], 1);
-    assert!(String::from_utf8_lossy(&e.stderr).contains(&format!("{host}")), "{e:?}");
+    assert!(String::from_utf8_lossy(&e.stderr).contains(&host.to_string()), "{e:?}");
     // A compromised wheel that carries a statement about itself: the
     // rebuild names the member that differs.
     let bad = keys.join("bad");

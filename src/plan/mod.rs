@@ -203,7 +203,9 @@ pub struct InputRef {
     pub pin: Option<String>,
 }
 
-/// What executing a node needs, resolved.
+/// What executing a node needs, resolved. One per layer, a few dozen per
+/// plan: the size of the largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Work {
     Files {
         scan: Box<FilesScan>,

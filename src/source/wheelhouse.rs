@@ -201,7 +201,7 @@ mod tests {
         wheel(d.path(), &format!("p_device_gfx942-{tag}"), "Name: p-device-gfx942\nRequires-Dist: p == 1.0\n");
         wheel(d.path(), &format!("rocm_sdk_device_gfx1100-{tag}"), "Name: rocm-sdk-device-gfx1100\n");
         wheel(d.path(), &format!("numpy-{tag}"), "Name: numpy\n");
-        wheel(d.path(), &format!("p-1.0-cp311-cp311-linux_x86_64-gfx942.whl"), "Name: p\n");
+        wheel(d.path(), "p-1.0-cp311-cp311-linux_x86_64-gfx942.whl", "Name: p\n");
         let host = names(select(d.path(), None).unwrap());
         assert_eq!(host, [format!("numpy-{tag}"), format!("p-{tag}")]);
         let gfx1100 = names(select(d.path(), Some("device-gfx1100")).unwrap());

@@ -46,8 +46,16 @@ pub(super) fn available_arches(tree: &BTreeMap<String, usize>, dir: &str, search
 /// (`ROCM_KPACK_PATH`, `ROCM_KPACK_PATH_PREFIX`), with the wheel that
 /// holds it (None on disk), its architectures and its bytes.
 pub(super) struct Archives {
-    pub cache: BTreeMap<String, (Option<usize>, Vec<String>, Vec<u8>)>,
+    pub cache: BTreeMap<String, ReadArchive>,
 }
+
+/// An archive read: the wheel holding it (None on disk), its
+/// architectures, its bytes.
+pub(super) type ReadArchive = (Option<usize>, Vec<String>, Vec<u8>);
+
+/// Where the loader found a kernel: the wheel (None on disk) and the
+/// archive's path; or why it found none.
+pub(super) type Found = Result<(Option<usize>, Option<String>), String>;
 
 /// Where the loader looks for an archive.
 enum Source {
@@ -122,7 +130,7 @@ impl Archives {
         mode: &TargetId,
         key: &str,
         runtime: &Runtime,
-    ) -> Result<Result<(Option<usize>, Option<String>), String>, WheelError> {
+    ) -> Result<Found, WheelError> {
         let loader = runtime.loader;
         let mut tried = Vec::new();
         // Archives that had the candidate but not the kernel (fall-through).

@@ -16,6 +16,7 @@
 //!   (`gfx942`) or a group (`gfx11xx` is the gfx11 family, `gfx120x` the
 //!   gfx12_0 sub-family, `gfx110x` as it is);
 //! - hipkernelprovider: `engines/arch_content/<engine>/<target or group>/...`.
+//!
 //! Files without a target (`TensileLibrary_fallback.dat`) stay in the host wheel.
 
 use crate::code_objects::packaging_chain;

@@ -122,7 +122,7 @@ mod tests {
     /// layout and nothing else behind (two `quarry run` of one definition).
     #[test]
     fn concurrent_writers_of_one_output_all_succeed() {
-        writers_all_succeed(|staging, out| replace_output(staging, out));
+        writers_all_succeed(replace_output);
     }
 
     /// The same where the file system cannot exchange two directories.
