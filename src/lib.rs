@@ -5,10 +5,10 @@
 
 // The crates below, under the module names every path here uses.
 pub use quarry_base::{diagnostics, epoch, progress, purl, read_once, splice, trace};
-pub use quarry_formats::{code_objects, elf, export, layer, oci, zip};
+pub use quarry_formats::{code_objects, elf, export, layer, oci, platform, zip};
+pub use quarry_store::{cache, registry, signing};
 
 pub mod build;
-pub mod cache;
 pub mod cli;
 pub mod definition;
 pub mod diff;
@@ -21,12 +21,10 @@ pub mod matrix;
 pub mod plan;
 pub mod provenance;
 pub mod pypi;
-pub mod registry;
 pub mod rocm;
 pub mod rocm_artifacts;
 pub mod sandbox;
 pub mod sbom;
-pub mod signing;
 pub mod source;
 pub mod tools;
 pub mod verify;

@@ -5,8 +5,6 @@
 //! `open`, and passes the open `Cache` down.
 
 use crate::cache::{Cache, CacheConfig, CacheError, RegistryMode, RegistryTierConfig};
-use clap::builder::PossibleValue;
-use clap::ValueEnum;
 use std::path::PathBuf;
 
 /// `--cache-dir`: the local cache.
@@ -40,7 +38,7 @@ pub(crate) struct CacheArgs {
     #[arg(long, value_name = "REF", env = "QUARRY_CACHE_REGISTRY")]
     pub cache_registry: Option<String>,
     /// `rw` reads and writes the cache registry; `ro` only reads it (pull-request jobs)
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = RegistryMode::Rw, env = "QUARRY_CACHE_REGISTRY_MODE")]
+    #[arg(long, value_parser = registry_mode(), value_name = "MODE", default_value = "rw", env = "QUARRY_CACHE_REGISTRY_MODE")]
     pub cache_registry_mode: RegistryMode,
     /// Fail when the cache registry cannot be reached (default: warn once and build locally)
     #[arg(long)]
@@ -67,15 +65,12 @@ impl CacheArgs {
     }
 }
 
-impl ValueEnum for RegistryMode {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[RegistryMode::Rw, RegistryMode::Ro]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(match self {
-            RegistryMode::Rw => "rw",
-            RegistryMode::Ro => "ro",
-        }))
-    }
+/// `--cache-registry-mode rw|ro`: a parser rather than `ValueEnum`, which
+/// cannot be implemented here for a type of `quarry-store`.
+fn registry_mode() -> impl clap::builder::TypedValueParser<Value = RegistryMode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["rw", "ro"]).map(|word| match word.as_str() {
+        "ro" => RegistryMode::Ro,
+        _ => RegistryMode::Rw,
+    })
 }

@@ -3,8 +3,8 @@
 
 use super::layer::Layer;
 use super::packages::PackagesBase;
-use super::platform::Platform;
 use crate::oci::Digest;
+use crate::platform::Platform;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

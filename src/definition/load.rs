@@ -5,10 +5,10 @@
 
 use super::image::{Base, Image};
 use super::params::{subst_value, SubstError};
-use super::platform::Platform;
 use super::raw::{ImageFile, LayerBody};
 use super::validate::{validate_base, validate_config, validate_layer, ValidBase};
 use super::{field_err, DefinitionError};
+use crate::platform::Platform;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -9,10 +9,10 @@ mod layer;
 mod load;
 mod packages;
 pub mod params;
-mod platform;
 mod raw;
 mod validate;
 
+pub use crate::platform::{Arch, Platform, PlatformError};
 pub use image::{Base, ConfigDef, Image, RootfsBase};
 pub use layer::{
     requirement_name, ArchiveSource, DirSource, FileSource, FilesLayer, Input, InputKind, Layer, LayerKind, PypiFormat,
@@ -21,7 +21,6 @@ pub use layer::{
 };
 pub use load::{find_layer_file, load_image, parse_sets};
 pub use packages::{Configure, Keyring, KeyringDeb, Mirror, PackageSet, PackagesBase, UserDef, Variant};
-pub use platform::{Arch, Platform, PlatformError};
 pub use raw::InputDef;
 
 use std::path::{Path, PathBuf};

@@ -1,11 +1,11 @@
 //! Bases and the image config.
 
 use super::super::image::{Base, ConfigDef, RootfsBase};
-use super::super::platform::Platform;
 use super::super::raw::BaseDef;
 use super::super::{field_err, resolve_path};
 use super::packages::validate_packages_base;
 use super::{check_sha256, Result};
+use crate::platform::Platform;
 use std::path::{Path, PathBuf};
 
 pub(in crate::definition) fn validate_config(file: &Path, c: &ConfigDef) -> Result<()> {

@@ -2,12 +2,12 @@
 
 use super::super::field_err;
 use super::super::layer::*;
-use super::super::platform::Platform;
 use super::super::raw::{self, LayerBody};
 use super::super::resolve_path;
 use super::packages::validate_packages_source;
 use super::source::validate_source;
 use super::{check_sha256, pypi_request, Result};
+use crate::platform::Platform;
 use std::path::Path;
 
 pub(in crate::definition) fn validate_layer(

@@ -1,10 +1,10 @@
 //! Package sets: a `[base.packages]` table and a layer's `[source.packages]`.
 
 use super::super::packages::{Configure, Keyring, KeyringDeb, Mirror, PackageSet, PackagesBase, Variant};
-use super::super::platform::Platform;
 use super::super::raw::{self, SourceDef};
 use super::super::{field_err, resolve_path};
 use super::{given_keys, Result};
+use crate::platform::Platform;
 use std::path::Path;
 
 fn valid_package_name(n: &str) -> bool {

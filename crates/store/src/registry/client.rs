@@ -128,7 +128,7 @@ impl Client {
         self.base.join(location).map_err(|e| self.protocol(what, format!("bad Location `{location}`: {e}")))
     }
 
-    pub(crate) fn protocol(&self, what: &str, message: impl Into<String>) -> RegistryError {
+    pub fn protocol(&self, what: &str, message: impl Into<String>) -> RegistryError {
         RegistryError::Protocol { registry: self.registry.clone(), what: what.to_string(), message: message.into() }
     }
 

@@ -411,7 +411,7 @@ pub fn pull_image(
 
 /// A registry base's layers when `blobs` holds all of it (manifest,
 /// config and every layer), without contacting the registry.
-pub fn cached_layers(reference: &str, platform: &crate::definition::Platform, blobs: &BlobDir) -> Option<PulledImage> {
+pub fn cached_layers(reference: &str, platform: &crate::platform::Platform, blobs: &BlobDir) -> Option<PulledImage> {
     let r = base_reference_offline(reference)?;
     let opts = PullOptions { plain_http: false, progress: Progress::hidden(), offline: true };
     let store = Store { blobs, notes: None };

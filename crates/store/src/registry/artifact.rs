@@ -21,7 +21,7 @@ const MANIFEST_LIMIT: u64 = 4 << 20;
 const CHUNK: u64 = 64 << 20;
 
 /// A blob writer's failure as the registry's error about `what`.
-pub(crate) fn blob_err(e: BlobError, what: &str) -> RegistryError {
+pub fn blob_err(e: BlobError, what: &str) -> RegistryError {
     match e {
         BlobError::Io { path, what, err } => RegistryError::Io { path: path.display().to_string(), what, err },
         BlobError::Mismatch { expected, actual, .. } => RegistryError::DigestMismatch {
