@@ -109,7 +109,15 @@ pub(super) async fn install(
 fn target_env(env: &[String]) -> Vec<String> {
     let value = |name: &str| env.iter().rev().find_map(|e| e.strip_prefix(name)?.strip_prefix('=')).map(str::to_string);
     let Some(list) = value("PYTORCH_ROCM_ARCH") else { return Vec::new() };
-    let targets: Vec<&str> = list.split([';', ',']).map(str::trim).filter(|t| !t.is_empty()).collect();
+    let targets = match crate::code_objects::target_list::TargetList::parse(&list, "PYTORCH_ROCM_ARCH") {
+        Ok(l) => l.targets,
+        Err(e) => {
+            log::warn!(
+                "PYTORCH_ROCM_ARCH={list} is not a target list ({e}): GPU_TARGETS and the others are left unset"
+            );
+            return Vec::new();
+        }
+    };
     [
         ("GPU_TARGETS", targets.join(";")),
         ("AMDGPU_TARGETS", targets.join(";")),
@@ -179,5 +187,18 @@ mod tests {
         assert_eq!(env.iter().filter(|e| e.starts_with("AMDGPU_TARGETS=")).count(), 1, "{env:?}");
         assert!(env.contains(&"CMAKE_PREFIX_PATH=/r/lib/cmake".to_string()));
         assert!(env.contains(&"PYTORCH_EXTRA_INSTALL_REQUIREMENTS=rocm[libraries]==5.7.dev0".to_string()));
+    }
+
+    #[test]
+    fn the_other_variables_follow_pytorch_rocm_arch_unless_set() {
+        let env = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let got =
+            target_env(&env(&["PYTORCH_ROCM_ARCH=gfx942", "PYTORCH_ROCM_ARCH=gfx90a,gfx942", "GPU_TARGETS=gfx1100"]));
+        assert_eq!(
+            got,
+            ["AMDGPU_TARGETS=gfx90a;gfx942", "HIP_OFFLOAD_ARCH=gfx90a;gfx942", "HCC_AMDGPU_TARGET=gfx90a,gfx942"]
+        );
+        assert!(target_env(&env(&["PYTORCH_ROCM_ARCH=sm_80"])).is_empty());
+        assert!(target_env(&env(&["PATH=/bin"])).is_empty());
     }
 }
