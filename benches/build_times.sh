@@ -11,7 +11,7 @@
 #
 # usage: benches/build_times.sh REV...    (e.g. 80d380f HEAD)
 # Prints one table row per measure and revision: wall s, CPU s (user+sys),
-# peak RSS MB. Needs the crates in cargo's registry cache (a first
+# peak RSS MB. Each revision's release binary is left as $WORK/quarry-REV. Needs the crates in cargo's registry cache (a first
 # `cargo fetch` does it); takes about 25 minutes per revision on two cores.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,6 +45,8 @@ for rev in "$@"; do
   zip_file=$(git ls-files '*zip/time.rs')
   matrix_file=$(git ls-files '*matrix/plan.rs')
   measure "cold release build" "$short" cargo build --release --locked --bin quarry
+  # Kept for comparing what each revision builds (the README's main job).
+  cp "$CARGO_TARGET_DIR/release/quarry" "$work/quarry-$short"
   cargo build --locked --bin quarry >/dev/null 2>&1
   touch "$matrix_file"
   measure "dev rebuild, one file in matrix" "$short" cargo build --locked --bin quarry
