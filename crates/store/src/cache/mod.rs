@@ -22,6 +22,7 @@ mod config;
 pub use config::{default_dir, CacheConfig, Hit, Sharing, Tier};
 mod entry;
 pub mod key;
+mod lazy;
 mod lease;
 mod local;
 pub mod remote;
@@ -33,6 +34,7 @@ pub mod usage;
 pub use bucket::Bucket;
 pub use entry::{Entry, Staged};
 pub use key::{Key, KeyEncoder};
+pub use lazy::LazyCache;
 pub use local::{layout_dir, peek_entry_files, peek_entry_metas};
 pub use remote::{Mode as RegistryMode, RegistryTierConfig, RemoteReport};
 
