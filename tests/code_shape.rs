@@ -522,6 +522,33 @@ fn only_the_command_line_and_the_sink_print_to_stderr() {
     assert!(found.is_empty(), "library code printing to stderr (use log::warn! / log::info!):\n{}", found.join("\n"));
 }
 
+/// A command ends `Ok(status)` or `Err`: only `main` (`cli/mod.rs`, through `cli::exit`)
+/// prints an error, so each failure is printed once and its exit status comes
+/// from one mapping.
+#[test]
+fn no_command_prints_its_own_error() {
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli");
+    let mut found = Vec::new();
+    for e in walkdir::WalkDir::new(&cli).into_iter().filter_map(|e| e.ok()) {
+        let rel = e.path().strip_prefix(&cli).unwrap();
+        if e.path().extension().is_none_or(|x| x != "rs") || ["exit.rs", "mod.rs"].iter().any(|m| rel == Path::new(m)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        for (i, line) in non_test_code(&text).lines().enumerate() {
+            let printing = line.contains("eprintln!(\"quarry: error") || line.contains("eprint!(\"quarry: error");
+            if printing || line.contains(".exit_code()") {
+                found.push(format!("src/cli/{}:{}: {}", rel.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "commands printing their own error or choosing its status (return Err):\n{}",
+        found.join("\n")
+    );
+}
+
 /// ARCHITECTURE.md's module table: (the modules a row is about, the
 /// top-level modules its "depends on" column names outside parentheses,
 /// which say what of a module is used; None for a row that names none, such

@@ -48,6 +48,16 @@ pub enum BuildError {
     Provenance(#[from] crate::provenance::ProvenanceError),
 }
 
+impl BuildError {
+    /// What to do about it, printed after the error (see `cli::exit`).
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            BuildError::Plan(e) => e.hint(),
+            _ => None,
+        }
+    }
+}
+
 impl From<crate::source::SourceError> for BuildError {
     fn from(e: crate::source::SourceError) -> BuildError {
         BuildError::Plan(e.into())

@@ -78,17 +78,14 @@ fn print_human(out: &mut impl Write, r: &FileReport) -> std::io::Result<()> {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     super::set_output_mode(a.json, false);
     let mut reports = Vec::new();
-    let mut failed = false;
+    let mut unread = crate::cli::exit::Failures::default();
     for f in &a.files {
         match inspect_path(f) {
             Ok(r) => reports.extend(r),
-            Err(e) => {
-                eprintln!("quarry: error: {e}");
-                failed = true;
-            }
+            Err(e) => unread.0.push(e.to_string()),
         }
     }
-    failed |= reports.iter().any(|r| !r.problems.is_empty());
+    let problems = reports.iter().any(|r| !r.problems.is_empty());
     if a.json {
         super::print_json(&reports)?;
     } else {
@@ -101,5 +98,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         }
     }
-    Ok(if failed { 1 } else { 0 })
+    // Problems found are the answer (exit 1); an unreadable file is a failure.
+    unread.or_status(if problems { 1 } else { 0 })
 }

@@ -6,7 +6,7 @@ use crate::cli::image_arg;
 use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::{self, GpuMode};
 use crate::engine::run::parse_env;
-use crate::kernel::{self, targets, KernelError, KernelOptions};
+use crate::kernel::{self, targets, KernelOptions};
 use crate::progress::Progress;
 use std::path::PathBuf;
 
@@ -112,15 +112,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     for line in crate::trace::summary() {
         eprintln!("quarry trace: {line}");
     }
-    let mut report = match built {
-        Ok(r) => r,
-        Err(e @ KernelError::Failed { .. })
-        | Err(e @ KernelError::Engine(crate::engine::EngineError::Interrupted(_))) => {
-            eprintln!("quarry: error: {e}");
-            return Ok(e.exit_code());
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let mut report = built?;
     let image_name = crate::provenance::image_argument(&a.image);
     report.provenance = Some(kernel::provenance::write(&opts, &image_name, &report, sign_key.as_ref())?.provenance);
     if a.json {

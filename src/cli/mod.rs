@@ -22,6 +22,7 @@ mod code_objects;
 mod diff;
 mod dockerfile;
 mod doctor;
+mod exit;
 mod export;
 mod gc;
 mod gpus;
@@ -113,7 +114,7 @@ enum Command {
     Matrix(matrix::Command),
 }
 
-/// Runs the command line; returns the process exit code.
+/// Runs the command line; returns the process exit code (see `exit`).
 pub fn main() -> i32 {
     // The sandbox's inside (see `sandbox`): before anything that could
     // start a thread, as a new user namespace needs a single-threaded process.
@@ -157,29 +158,14 @@ pub fn main() -> i32 {
         Command::Matrix(c) => matrix::run(c),
     };
     match result {
-        Ok(code) => code,
+        Ok(status) => status,
         Err(e) => {
-            eprintln!("quarry: error: {}", error_line(&e));
-            1
-        }
-    }
-}
-
-/// The error and its causes on one line, each cause once: library errors
-/// often write their cause into their own message too (`path: No such file
-/// or directory`), and anyhow's chain would then repeat it.
-pub(crate) fn error_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            if !line.is_empty() {
-                line.push_str(": ");
+            for line in exit::report(&e) {
+                eprintln!("{line}");
             }
-            line.push_str(&text);
+            exit::code(&e)
         }
     }
-    line
 }
 
 /// `--set` and the cache options, for the commands that take an image
@@ -251,18 +237,4 @@ pub(crate) fn short_digest(d: impl std::fmt::Display) -> String {
     let text = d.to_string();
     let hex = text.strip_prefix(crate::oci::Digest::PREFIX).unwrap_or(&text);
     hex[..hex.len().min(12)].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_cause_already_in_the_message_is_not_repeated() {
-        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
-        let e = crate::wheel::WheelError::Io { path: "/tmp/x.whl".into(), source: io };
-        let line = super::error_line(&anyhow::Error::new(e).context("checking `/tmp/x.whl`"));
-        assert_eq!(line.matches("entity not found").count(), 1, "{line}");
-        assert!(line.starts_with("checking `/tmp/x.whl`: `/tmp/x.whl`: "), "{line}");
-        let chained = anyhow::anyhow!("inner cause").context("outer");
-        assert_eq!(super::error_line(&chained), "outer: inner cause");
-    }
 }

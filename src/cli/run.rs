@@ -98,12 +98,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         engine.load_layout(&dir, &tag, &opened.tmp_dir())?;
         opts.image = tag;
     }
-    match engine.run(&opts) {
-        Ok(code) => Ok(code),
-        Err(e) if e.is_the_commands() => {
-            eprintln!("quarry: {e}");
-            Ok(e.exit_code())
-        }
-        Err(e) => Err(e.into()),
-    }
+    // The container's own status is the answer; a command that could not
+    // start (126, 127) or a signal (130, 143) is an error with its status.
+    Ok(engine.run(&opts)?)
 }

@@ -54,7 +54,7 @@ pub enum DistroError {
     PinGone { package: String, version: String, suite: String, file: String, url: String, status: u16 },
     #[error("suite `{suite}` is Debian's security archive, which {mirror} does not name; give `security_mirror = \"http://.../debian-security\"` (or `\"host\"`) in the packages definition")]
     NoSecurityMirror { suite: String, mirror: String },
-    #[error("sha256 mismatch for {what}: expected {expected}, actual {actual}; {hint}")]
+    #[error("sha256 mismatch for {what}: expected {expected}, actual {actual}")]
     Mismatch { what: String, expected: String, actual: String, hint: String },
     #[error("suite `{suite}`: bad signature on {url} (keyring `{keyring}`): {message}; is `keyring` the key that signs this archive?")]
     BadSignature { suite: String, url: String, keyring: String, message: String },
@@ -78,13 +78,27 @@ pub enum DistroError {
     Io { path: String, err: std::io::Error },
     #[error(transparent)]
     Cache(#[from] CacheError),
-    #[error("{0}; or set `configure = \"engine\"` in the packages definition to run the scripts in a container step instead")]
+    #[error("{0}")]
     Sandbox(Box<crate::sandbox::SandboxError>),
     #[error("the {script} script of package `{package}` failed (exit status {code}); nothing was cached. Its output:\n{output}")]
     Script { package: String, script: String, code: i32, output: String },
 }
 
 impl DistroError {
+    /// What to do about it, printed after the error (see `cli::exit`).
+    pub fn hint(&self) -> Option<String> {
+        const ENGINE: &str =
+            "set `configure = \"engine\"` in the packages definition to run the scripts in a container step instead";
+        match self {
+            DistroError::Mismatch { hint, .. } => Some(hint.clone()),
+            DistroError::Sandbox(e) => Some(match e.hint() {
+                Some(h) => format!("{h}; or {ENGINE}"),
+                None => ENGINE.to_string(),
+            }),
+            _ => None,
+        }
+    }
+
     pub fn io(path: &Path, err: std::io::Error) -> DistroError {
         DistroError::Io { path: path.display().to_string(), err }
     }

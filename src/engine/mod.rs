@@ -114,12 +114,6 @@ impl EngineError {
             _ => 1,
         }
     }
-
-    /// Whether `run` should end with this error's own exit status rather
-    /// than as a failure of quarry's (the container's command, not quarry, failed).
-    pub fn is_the_commands(&self) -> bool {
-        matches!(self.exit_code(), 126 | 127 | 130 | 143)
-    }
 }
 
 /// The runtime's words for a command the image does not have (runc/crun

@@ -47,11 +47,12 @@ pub(crate) struct Session<'e> {
 
 impl Engine {
     /// Run `work` with SIGINT/SIGTERM caught; afterwards (success, error or
-    /// signal) remove what it created.
-    pub(crate) fn guarded<T>(
+    /// signal) remove what it created. `work` fails with the caller's own
+    /// error type, which a signal becomes through `From<EngineError>`.
+    pub(crate) fn guarded<T, E: From<EngineError>>(
         &self,
-        work: impl AsyncFnOnce(&Session) -> Result<T, EngineError>,
-    ) -> Result<T, EngineError> {
+        work: impl AsyncFnOnce(&Session) -> Result<T, E>,
+    ) -> Result<T, E> {
         use tokio::signal::unix::{signal, SignalKind};
         self.rt.block_on(async {
             // The listeners live as long as the engine: once installed, the
@@ -63,8 +64,8 @@ impl Engine {
                 None => {
                     let sig_err = |e| EngineError::Invalid(format!("cannot watch for signals: {e}"));
                     (
-                        signal(SignalKind::interrupt()).map_err(sig_err)?,
-                        signal(SignalKind::terminate()).map_err(sig_err)?,
+                        signal(SignalKind::interrupt()).map_err(sig_err).map_err(E::from)?,
+                        signal(SignalKind::terminate()).map_err(sig_err).map_err(E::from)?,
                     )
                 }
             };
@@ -72,8 +73,8 @@ impl Engine {
                 Session { engine: self, containers: RefCell::new(Vec::new()), images: RefCell::new(Vec::new()) };
             let r = tokio::select! {
                 biased;
-                _ = int.recv() => Err(EngineError::Interrupted("SIGINT")),
-                _ = term.recv() => Err(EngineError::Interrupted("SIGTERM")),
+                _ = int.recv() => Err(EngineError::Interrupted("SIGINT").into()),
+                _ = term.recv() => Err(EngineError::Interrupted("SIGTERM").into()),
                 r = work(&session) => r,
             };
             session.cleanup().await;

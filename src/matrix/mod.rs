@@ -82,6 +82,15 @@ impl From<crate::wheel::build::BuildError> for MatrixError {
 }
 
 impl MatrixError {
+    /// What to do about it, printed after the error (see `cli::exit`).
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            MatrixError::Build(e) => e.hint(),
+            MatrixError::Plan(e) => e.hint(),
+            _ => None,
+        }
+    }
+
     /// The exit status: the build's own when a build failed, else 1.
     pub fn exit_code(&self) -> i32 {
         match self {

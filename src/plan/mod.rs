@@ -51,6 +51,16 @@ pub enum PlanError {
     Layout(#[from] crate::oci::layout::LayoutError),
 }
 
+impl PlanError {
+    /// What to do about it, printed after the error (see `cli::exit`).
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            PlanError::Distro { err, .. } | PlanError::DistroLayer { err, .. } => err.hint(),
+            _ => None,
+        }
+    }
+}
+
 /// Whose pins a plan uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PinMode {

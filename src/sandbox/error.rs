@@ -6,12 +6,22 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("cannot make the sandbox that runs the packages' scripts: {reason}; {hint}")]
+    #[error("cannot make the sandbox that runs the packages' scripts: {reason}")]
     Unavailable { reason: String, hint: String },
     #[error("the sandbox failed: {0}")]
     Helper(String),
     #[error("`{path}`: {err}")]
     Io { path: PathBuf, err: std::io::Error },
+}
+
+impl SandboxError {
+    /// What to do about it, printed after the error (see `cli::exit`).
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            SandboxError::Unavailable { hint, .. } => Some(hint),
+            _ => None,
+        }
+    }
 }
 
 /// Exit code of the helper when the namespaces could not be made (its

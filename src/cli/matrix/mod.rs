@@ -232,10 +232,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<i32> {
         );
     }
     match failed {
-        Some(e) => {
-            eprintln!("quarry: error: cell {}: {e}", cell.id);
-            Ok(e.exit_code())
-        }
+        Some(e) => Err(anyhow::Error::new(e).context(format!("cell {}", cell.id))),
         None => Ok(0),
     }
 }
@@ -335,11 +332,10 @@ fn collect(a: CollectArgs) -> anyhow::Result<i32> {
         return Err(anyhow::anyhow!("{e}"));
     }
     if !r.incomplete.is_empty() {
-        eprintln!(
-            "quarry: error: cells failed or missing: {}; run them again (quarry matrix run --cell ID)",
+        anyhow::bail!(
+            "cells failed or missing: {}; run them again (quarry matrix run --cell ID)",
             r.incomplete.join(", ")
         );
-        return Ok(1);
     }
     Ok(0)
 }

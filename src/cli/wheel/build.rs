@@ -153,14 +153,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let source = a.source;
     let failed = |e: crate::wheel::build::BuildError| {
-        eprintln!("quarry: wheel build of `{}`: {e}", source.display());
-        e.exit_code()
+        anyhow::Error::new(e).context(format!("wheel build of `{}`", source.display()))
     };
     // Checked before any image is built: a bad input costs nothing.
-    let prepared = match prepare(request) {
-        Ok(p) => p,
-        Err(e) => return Ok(failed(e)),
-    };
+    let prepared = prepare(request).map_err(failed)?;
     // Layouts are loaded into the engine only when a build or a test runs.
     let progress = Progress::new(a.json, true);
     let image = image_arg::build_image(&a.image, &a.def.sets, &cache, progress)?;
@@ -169,10 +165,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         None => None,
     };
     let opts = prepared.with_image(image, test_image);
-    let mut built = match build(&opts) {
-        Ok(b) => b,
-        Err(e) => return Ok(failed(e)),
-    };
+    let mut built = build(&opts).map_err(failed)?;
     let image_name = crate::provenance::image_argument(&a.image);
     let written = provenance::write(&opts, &image_name, &built, sign_key.as_ref())?;
     // One statement per wheel, in `products` order: each wheel, then its device wheels.

@@ -71,7 +71,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     let mut summaries = Vec::new();
     let mut bad_records = Vec::new();
     let mut bad_abi3 = Vec::new();
-    let mut failures = 0;
+    let mut failures = crate::cli::exit::Failures::default();
     for wheel in &a.wheels {
         // One unreadable wheel does not stop the others from being checked.
         let report = match check(wheel, &options) {
@@ -79,9 +79,8 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             Err(e) => {
                 // The error names the file and its cause, once; --json gets an entry too.
                 let message = e.to_string();
-                eprintln!("quarry: error: {message}");
                 summaries.push(serde_json::json!({ "wheel": wheel.display().to_string(), "error": message }));
-                failures += 1;
+                failures.0.push(message);
                 continue;
             }
         };
@@ -139,10 +138,8 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             None => super::super::print_json(&summaries)?,
         }
     }
-    for b in bad_records.iter().chain(&bad_abi3) {
-        eprintln!("quarry: error: {b}");
-    }
-    let mut uncovered = false;
+    // What the check found wrong is reported as the command's failure.
+    failures.0.extend(bad_records.into_iter().chain(bad_abi3));
     if let Some(c) = &coverage {
         if !a.json {
             outln!("targets {} (loader {}): {} GPU binaries checked", c.targets.join(" "), c.loader, c.binaries.len());
@@ -150,12 +147,9 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         for p in &c.notes {
             log::info!("note: {} on {}: {}", p.binary, p.target, p.why);
         }
-        for p in &c.problems {
-            eprintln!("quarry: error: {} on {}: {}", p.binary, p.target, p.why);
-        }
-        uncovered = !c.problems.is_empty();
+        failures.0.extend(c.problems.iter().map(|p| format!("{} on {}: {}", p.binary, p.target, p.why)));
     }
-    Ok(if bad_records.is_empty() && bad_abi3.is_empty() && failures == 0 && !uncovered { 0 } else { 1 })
+    failures.or_status(0)
 }
 
 fn print_human(s: &crate::wheel::check::CheckSummary) {

@@ -67,11 +67,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let report = match merge(&shards, &a.out_dir, &options) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("quarry: error: {e}");
+            // --json readers get the failure as the document too.
             if a.json {
                 super::super::print_json(&serde_json::json!({ "error": e.to_string() }))?;
             }
-            return Ok(1);
+            return Err(e.into());
         }
     };
     provenance(&report, &a.shards, parameters, key.as_ref())?;

@@ -84,13 +84,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         update_tags: !a.no_update_tags,
         within,
     };
-    let report = match repair(&a.wheel, &a.output, &options) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("quarry: error: repairing `{}`: {e}", a.wheel.display());
-            return Ok(e.exit_code());
-        }
-    };
+    let report = repair(&a.wheel, &a.output, &options)
+        .map_err(|e| anyhow::Error::new(e).context(format!("repairing `{}`", a.wheel.display())))?;
     if let Some(r) = &rocm {
         let covered: Vec<&str> =
             report.excluded_libs.iter().filter(|l| r.libraries.contains(*l)).map(String::as_str).collect();

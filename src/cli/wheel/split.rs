@@ -153,7 +153,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let key = a.sign.load()?;
     let mut reports = Vec::new();
-    let mut failures = 0;
+    let mut failures = crate::cli::exit::Failures::default();
     for wheel in &a.wheels {
         match split(wheel, &a.out_dir, &options) {
             Ok(r) => {
@@ -183,14 +183,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 reports.push(serde_json::to_value(&r)?);
             }
             Err(e) => {
-                eprintln!("quarry: error: {e}");
                 reports.push(serde_json::json!({ "wheel": wheel.display().to_string(), "error": e.to_string() }));
-                failures += 1;
+                failures.0.push(e.to_string());
             }
         }
     }
     if a.json {
         super::super::print_json(&reports)?;
     }
-    Ok(if failures > 0 { 1 } else { 0 })
+    failures.or_status(0)
 }

@@ -224,17 +224,7 @@ fn is_sdist(p: &Path) -> bool {
     [".tar.gz", ".tgz", ".zip", ".tar.bz2", ".tar.xz", ".tar"].iter().any(|s| n.ends_with(s))
 }
 
-/// The guarded engine session returns [`EngineError`]; build errors raised
-/// inside it travel as `Invalid` carrying the message and come back out
-/// unchanged in meaning.
 impl BuildError {
-    pub(super) fn into_engine(self) -> EngineError {
-        match self {
-            BuildError::Engine(e) => e,
-            other => EngineError::Invalid(other.to_string()),
-        }
-    }
-
     /// The exit status for the CLI (130/143 after a signal, else 1).
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -14,7 +14,6 @@ use super::isolation::Env;
 use super::BuildError;
 use crate::engine::exec::ExecOutput;
 use crate::engine::run::Session;
-use crate::engine::EngineError;
 use crate::wheel::rocm_init::RocmPin;
 use crate::wheel::rocm_packages::RocmPackages;
 
@@ -65,7 +64,7 @@ pub(super) async fn install(
     venv: &Env,
     python_tag: &str,
     envs: &[String],
-) -> Result<SdkPaths, EngineError> {
+) -> Result<SdkPaths, BuildError> {
     let mut cmd: Vec<String> = vec![venv.python(), venv.pip.clone(), "install".into()];
     for a in ["--no-index", "--find-links", ROCM_PACKAGES_DIR, "--no-cache-dir", "--disable-pip-version-check"] {
         cmd.push(a.into());
@@ -78,8 +77,7 @@ pub(super) async fn install(
             python: python_tag.into(),
             what: format!("`{}` from --rocm-packages", rocm.build_requirement()),
             code,
-        }
-        .into_engine());
+        });
     }
     let mut answers = Vec::new();
     for flag in ["--root", "--bin", "--cmake"] {
@@ -90,8 +88,7 @@ pub(super) async fn install(
             return Err(BuildError::Input(format!(
                 "`rocm-sdk path {flag}` in the build environment of {python_tag} failed (exit code {code}): {text}; \
                  does --rocm-packages hold the devel package (rocm-sdk-devel)?"
-            ))
-            .into_engine());
+            )));
         }
         answers.push(text.lines().last().unwrap_or_default().to_string());
     }

@@ -197,89 +197,83 @@ pub(super) fn run_builds(
     let mut cc_stats = None;
     drop(before_session);
     let session = Instant::now();
-    engine
-        .guarded(async |s| {
-            let id = s.start_idle(&run_opts, copy_in.clone()).await?;
-            let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
-            let ccache = s.prepare_compiler_cache(&id, o.compiler_cache).await?;
-            let cc_env = if ccache { compiler_cache::env(BUILD_DIR) } else { Vec::new() };
-            let (_, out) = s.exec(&id, sh(FIND_PYTHONS), vec![], None, ExecOutput::Capture).await?;
-            let mut pythons = parse_pythons(&String::from_utf8_lossy(&out));
-            if pythons.is_empty() {
-                return Err(BuildError::NoPython { image: image.to_string() }.into_engine());
-            }
-            if let Some(want) = &o.pythons {
-                for w in want {
-                    if !pythons.iter().any(|p| &p.tag == w) {
-                        return Err(BuildError::Input(format!(
-                            "--python {w}: image `{}` has no such Python (found: {})",
-                            image,
-                            pythons.iter().map(|p| p.tag.as_str()).collect::<Vec<_>>().join(", ")
-                        ))
-                        .into_engine());
-                    }
+    engine.guarded(async |s| {
+        let id = s.start_idle(&run_opts, copy_in.clone()).await?;
+        let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+        let ccache = s.prepare_compiler_cache(&id, o.compiler_cache).await?;
+        let cc_env = if ccache { compiler_cache::env(BUILD_DIR) } else { Vec::new() };
+        let (_, out) = s.exec(&id, sh(FIND_PYTHONS), vec![], None, ExecOutput::Capture).await?;
+        let mut pythons = parse_pythons(&String::from_utf8_lossy(&out));
+        if pythons.is_empty() {
+            return Err(BuildError::NoPython { image: image.to_string() });
+        }
+        if let Some(want) = &o.pythons {
+            for w in want {
+                if !pythons.iter().any(|p| &p.tag == w) {
+                    return Err(BuildError::Input(format!(
+                        "--python {w}: image `{}` has no such Python (found: {})",
+                        image,
+                        pythons.iter().map(|p| p.tag.as_str()).collect::<Vec<_>>().join(", ")
+                    )));
                 }
-                pythons.retain(|p| want.contains(&p.tag));
             }
-            for python in &pythons {
-                let mut sdk_paths = None;
-                let venv = match &iso {
-                    Some(iso) => {
-                        let mut env = build_env(o, python, &combos[0], epoch, None);
-                        env.extend(backend_env.iter().cloned());
-                        let probe = isolation::unpack_lines(
-                            sdist_arg(o).as_deref(),
-                            SRC_DIR,
-                            &format!("{BUILD_DIR}/{}-probe", python.tag),
-                        );
-                        let made = isolation::prepare(s, &id, python, image, iso, &mut lock, &probe, &env)
-                            .await
-                            .map_err(BuildError::into_engine)?;
-                        // The lock is written once the requirements are known, built or not.
-                        if lock != lock_before {
-                            lock.write(&lock_path).map_err(|e| BuildError::Lock(e).into_engine())?;
-                        }
-                        if let Some(r) = &o.rocm {
-                            sdk_paths = Some(rocm::install(s, &id, r, &made, &python.tag, &env).await?);
-                        }
-                        Some(made.dir)
-                    }
-                    None => None,
-                };
-                for (combo, axes) in combos.iter().enumerate() {
-                    let n = jobs.len();
-                    let mut env = build_env(o, python, axes, epoch, venv.as_deref());
+            pythons.retain(|p| want.contains(&p.tag));
+        }
+        for python in &pythons {
+            let mut sdk_paths = None;
+            let venv = match &iso {
+                Some(iso) => {
+                    let mut env = build_env(o, python, &combos[0], epoch, None);
                     env.extend(backend_env.iter().cloned());
-                    env.extend(cc_env.iter().cloned());
-                    if let (Some(r), Some(paths)) = (&o.rocm, &sdk_paths) {
-                        rocm::apply_env(&mut env, paths, r);
+                    let probe = isolation::unpack_lines(
+                        sdist_arg(o).as_deref(),
+                        SRC_DIR,
+                        &format!("{BUILD_DIR}/{}-probe", python.tag),
+                    );
+                    let made = isolation::prepare(s, &id, python, image, iso, &mut lock, &probe, &env).await?;
+                    // The lock is written once the requirements are known, built or not.
+                    if lock != lock_before {
+                        lock.write(&lock_path).map_err(BuildError::Lock)?;
                     }
-                    log::info!("building for {}{} in `{}`", python.tag, axes_suffix(axes), image);
-                    let t = Instant::now();
-                    let script = job_script(o, python, combo, n, venv.as_deref());
-                    let (code, _) = s.exec(&id, sh(&script), env, None, ExecOutput::Stderr).await?;
-                    if code != 0 {
-                        let what = if venv.is_some() { "the build backend" } else { "pip wheel" };
-                        return Err(BuildError::Failed { python: python.tag.clone(), axes: axes.clone(), what, code }
-                            .into_engine());
+                    if let Some(r) = &o.rocm {
+                        sdk_paths = Some(rocm::install(s, &id, r, &made, &python.tag, &env).await?);
                     }
-                    jobs.push(Job {
-                        python: python.clone(),
-                        axes: axes.clone(),
-                        combo,
-                        seconds: t.elapsed().as_secs_f64(),
-                    });
+                    Some(made.dir)
                 }
+                None => None,
+            };
+            for (combo, axes) in combos.iter().enumerate() {
+                let n = jobs.len();
+                let mut env = build_env(o, python, axes, epoch, venv.as_deref());
+                env.extend(backend_env.iter().cloned());
+                env.extend(cc_env.iter().cloned());
+                if let (Some(r), Some(paths)) = (&o.rocm, &sdk_paths) {
+                    rocm::apply_env(&mut env, paths, r);
+                }
+                log::info!("building for {}{} in `{}`", python.tag, axes_suffix(axes), image);
+                let t = Instant::now();
+                let script = job_script(o, python, combo, n, venv.as_deref());
+                let (code, _) = s.exec(&id, sh(&script), env, None, ExecOutput::Stderr).await?;
+                if code != 0 {
+                    let what = if venv.is_some() { "the build backend" } else { "pip wheel" };
+                    return Err(BuildError::Failed { python: python.tag.clone(), axes: axes.clone(), what, code });
+                }
+                jobs.push(Job {
+                    python: python.clone(),
+                    axes: axes.clone(),
+                    combo,
+                    seconds: t.elapsed().as_secs_f64(),
+                });
             }
-            s.copy_out(&id, OUT_DIR, &raw).await?;
-            if ccache {
-                cc_stats = Some(s.compiler_cache_stats(&id).await?);
-                s.save_compiler_cache(&id, cc.1).await?;
-            }
-            s.remove_container(&id).await;
-            Ok(())
-        })
-        .map_err(BuildError::Engine)?;
+        }
+        s.copy_out(&id, OUT_DIR, &raw).await?;
+        if ccache {
+            cc_stats = Some(s.compiler_cache_stats(&id).await?);
+            s.save_compiler_cache(&id, cc.1).await?;
+        }
+        s.remove_container(&id).await;
+        Ok::<_, BuildError>(())
+    })?;
 
     let session_seconds = session.elapsed().as_secs_f64();
     let mut built = crate::trace::time("wheel: finish (labels, files)", || {
