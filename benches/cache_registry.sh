@@ -16,13 +16,13 @@
 # build container's CPU seconds (`container_cpu_seconds` in the report),
 # the compile work, which a busy shared machine does not inflate.
 # usage: [ONLY=kernels|images] [VARIANTS=40] benches/cache_registry.sh   (cargo build --release first; the
-# hip-builder layout comes from `cargo test --test kernel_build`, see benches/kernel_build.sh)
+# hip-builder layout comes from `cargo test --test e2e kernel_build::`, see benches/kernel_build.sh)
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 quarry=${QUARRY:-$repo/target/release/quarry}
 [ -x "$quarry" ] || { echo "build first: cargo build --release (or set QUARRY)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
-# Named as tests/common/mod.rs names it: by the Debian 13 definitions and locks.
+# Named as tests/e2e/common/mod.rs names it: by the Debian 13 definitions and locks.
 defs=$(cd "$repo/images" && cat rocm-runtime-debian13.toml rocm-runtime-debian13.lock hip-builder-debian13.toml hip-builder-debian13.lock | sha256sum | cut -c1-12)
 layout=${QUARRY_TEST_CACHE:-$HOME/.cache/quarry-tests}/fixtures/rocm-debian13/hip-builder-debian13-$defs
 work=$(mktemp -d)
@@ -89,7 +89,7 @@ fi
 [ "${ONLY:-}" = images ] && exit 0
 
 if [ ! -f "$layout/index.json" ]; then
-    echo "(no kernel rows: run cargo test --test kernel_build once for $layout)"
+    echo "(no kernel rows: run cargo test --test e2e kernel_build:: once for $layout)"
     exit 0
 fi
 "$quarry" load "$layout" --tag "$tag" >/dev/null

@@ -3,7 +3,7 @@
 #
 # Input: tests/fixtures/hip/lib (two HIP kernels, `make` calling hipcc) for
 # gfx90a, gfx942 and gfx1100 in the shipped hip-builder-debian13 image (the
-# layout tests/kernel_build.rs builds in the test fixtures; run that test
+# layout tests/e2e/kernel_build.rs builds in the test fixtures; run that test
 # once first). The image is loaded into the engine before the first row.
 # Plain = `docker create --network none` of the image, `docker cp` of the
 # source in, `docker start -a` of `make` with PYTORCH_ROCM_ARCH and
@@ -16,10 +16,10 @@ runs=${1:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 quarry=${QUARRY:-$repo/target/release/quarry}
 [ -x "$quarry" ] || { echo "build first: cargo build --release (or set QUARRY)" >&2; exit 1; }
-# Named as tests/common/mod.rs names it: by the Debian 13 definitions and locks.
+# Named as tests/e2e/common/mod.rs names it: by the Debian 13 definitions and locks.
 defs=$(cd "$repo/images" && cat rocm-runtime-debian13.toml rocm-runtime-debian13.lock hip-builder-debian13.toml hip-builder-debian13.lock | sha256sum | cut -c1-12)
 layout=${QUARRY_TEST_CACHE:-$HOME/.cache/quarry-tests}/fixtures/rocm-debian13/hip-builder-debian13-$defs
-[ -f "$layout/index.json" ] || { echo "run cargo test --test kernel_build first (it builds $layout)" >&2; exit 1; }
+[ -f "$layout/index.json" ] || { echo "run cargo test --test e2e kernel_build:: first (it builds $layout)" >&2; exit 1; }
 src=$repo/tests/fixtures/hip/lib
 out=$(mktemp -d)
 tag=quarry-bench-hip-builder-$$:1

@@ -15,7 +15,7 @@
 # slurmd.
 # usage: QUARRY=target/debug/quarry RUNS=3 benches/matrix_slurm.sh
 #   (RUNS rounds, each side fresh every round; the order alternates)
-#   (the hip-builder layout comes from `cargo test --test kernel_build`)
+#   (the hip-builder layout comes from `cargo test --test e2e kernel_build::`)
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 quarry=${QUARRY:-$repo/target/release/quarry}
@@ -24,10 +24,10 @@ quarry=$(cd "$(dirname "$quarry")" && pwd)/$(basename "$quarry")
 for t in slurmctld slurmd sbatch squeue munged mungekey docker-registry; do
     command -v "$t" >/dev/null 2>&1 || { echo "needs $t: run scripts/setup" >&2; exit 1; }
 done
-# Named as tests/common/mod.rs names it: by the Debian 13 definitions and locks.
+# Named as tests/e2e/common/mod.rs names it: by the Debian 13 definitions and locks.
 defs=$(cd "$repo/images" && cat rocm-runtime-debian13.toml rocm-runtime-debian13.lock hip-builder-debian13.toml hip-builder-debian13.lock | sha256sum | cut -c1-12)
 layout=${QUARRY_TEST_CACHE:-$HOME/.cache/quarry-tests}/fixtures/rocm-debian13/hip-builder-debian13-$defs
-[ -f "$layout/index.json" ] || { echo "no $layout: run cargo test --test kernel_build once" >&2; exit 1; }
+[ -f "$layout/index.json" ] || { echo "no $layout: run cargo test --test e2e kernel_build:: once" >&2; exit 1; }
 
 work=$(mktemp -d)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -56,7 +56,7 @@ trap cleanup EXIT
 /usr/bin/docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 pids="$pids $!"
 
-# The one-node Slurm (as tests/common/slurm.rs starts it, without GPUs).
+# The one-node Slurm (as tests/e2e/common/slurm.rs starts it, without GPUs).
 . "$repo/benches/slurm_node.sh"
 slurm_node "$work/slurm"
 

@@ -1,6 +1,6 @@
 # Sourced by the benchmarks that need a scheduler (benches/matrix_slurm.sh,
 # benches/wheel_merge.sh): `slurm_node DIR` starts a one-node Slurm from
-# Debian (munged, slurmctld, slurmd, as tests/common/slurm.rs starts it,
+# Debian (munged, slurmctld, slurmd, as tests/e2e/common/slurm.rs starts it,
 # without GPUs) with its config, state and ports under DIR, exports
 # SLURM_CONF, and adds the daemons' pids to $pids for the caller's cleanup
 # (which also runs `scancel`). POSIX sh.

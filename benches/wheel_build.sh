@@ -2,7 +2,7 @@
 # `quarry wheel build` against the plain tools in the same image, same run.
 #
 # 1. Isolated builds (the default), for two sdists of the corpus of
-#    tests/wheel_corpus.rs (ujson 6.1.0, xxhash 4.1.0) in its Debian 12 build
+#    tests/e2e/wheel_corpus.rs (ujson 6.1.0, xxhash 4.1.0) in its Debian 12 build
 #    image (python3, python3-venv, gcc/g++, -dev libraries; no pip, no
 #    setuptools). Plain = what cibuildwheel does on Linux: `docker create`
 #    (network on) of the image, `docker cp` of the sdist, `python3 -m venv`
@@ -10,7 +10,7 @@
 #    `docker cp` of the wheel out, `docker rm`. quarry cold = an empty cache
 #    and no lock (resolves and downloads the requirements with the host's
 #    pip); quarry warm = the lock and a warm cache, network off.
-# 2. --no-build-isolation, msgpack in the build image of tests/wheel_build.rs
+# 2. --no-build-isolation, msgpack in the build image of tests/e2e/wheel_build.rs
 #    (run that test once first), against `pip wheel --no-build-isolation`.
 #
 # The host's pip configuration (PIP_INDEX_URL, PIP_CERT) is passed to the
@@ -96,10 +96,10 @@ for sdist in "$corpus_dir"/sdists/ujson-*.tar.gz "$corpus_dir"/sdists/xxhash-*.t
     printf '  quarry wheel build, lock + warm, offline  : %7s  (ratio %s)\n' "$w" "$(ratio "$w" "$p")"
 done
 
-# 2. --no-build-isolation (msgpack, the build image of tests/wheel_build.rs).
+# 2. --no-build-isolation (msgpack, the build image of tests/e2e/wheel_build.rs).
 old=$(ls -d "$fixtures"/wheelbuild/quarry-test-wheelbuild-* 2>/dev/null | head -1 || true)
 if [ -z "$old" ] || [ ! -f "$old/index.json" ]; then
-    echo "(no --no-build-isolation row: run cargo test --test wheel_build once for its build image)"
+    echo "(no --no-build-isolation row: run cargo test --test e2e wheel_build:: once for its build image)"
     exit 0
 fi
 wheels=$fixtures/wheels-$(sha256sum "$repo/tests/fixtures/wheel-fixtures.sh" | cut -c1-12)

@@ -4,7 +4,7 @@
 #
 # The project: the heavy library of benches/wheel_split.sh (UNITS units of
 # template-instantiated kernels, device compile dominating) plus the
-# -fgpu-rdc library of tests/wheel_merge.rs, for gfx90a, gfx942 and
+# -fgpu-rdc library of tests/e2e/wheel_merge.rs, for gfx90a, gfx942 and
 # gfx1100, compiled with Debian 13's hipcc in hip-builder-debian13 and
 # linked as `wheel build` links split builds and shards (.hip_fatbin last).
 # - fat: one build for the three targets (units compiled $(nproc) at a time);

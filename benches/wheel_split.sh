@@ -24,7 +24,7 @@
 #
 # Inputs, made once under target/bench/split/ and reused (each directory
 # has a `done` stamp; remove it to remake):
-# - small: the wheel of tests/wheel_split.rs, built with Debian 13's hipcc
+# - small: the wheel of tests/e2e/wheel_split.rs, built with Debian 13's hipcc
 #   (ROCm 5.7, clang 17) in hip-builder-debian13: libvec.so (one unit,
 #   gfx90a:xnack+, gfx942, gfx1100), libtwo.so (two units), librdc.so
 #   (-fgpu-rdc: two wrappers, one bundle) and a rocBLAS Tensile code object;

@@ -1,6 +1,6 @@
 //! The README's and docs' examples against the real command line (a test
 //! only): in README.md and every docs/*.md, every `sh` block says how it is
-//! tested (`<!-- readme-test: run -->`, run by tests/readme.rs, or
+//! tested (`<!-- readme-test: run -->`, run by tests/e2e/readme.rs, or
 //! `<!-- readme-test: covered by tests/NAME.rs ... -->`, a test that
 //! exists), and every `quarry` command in every block parses with quarry's
 //! own argument parser, so a renamed or removed flag cannot stay in the

@@ -134,7 +134,7 @@ mod tests {
     }
 
     /// A Debian version with an epoch: the `:` stays (the purl
-    /// specification; the SPDX writer gives the same URL, tests/sbom.rs).
+    /// specification; the SPDX writer gives the same URL, tests/e2e/sbom.rs).
     #[test]
     fn an_epoch_keeps_its_colon() {
         let out = "os\tdebian\t12\npkg\t/usr/lib/x86_64-linux-gnu/libattr.so.1\tdeb\tlibattr1\t1:2.5.1-4\tamd64\n";

@@ -116,7 +116,7 @@ mod tests {
     }
 
     /// A Debian version with an epoch keeps its `:` (the purl
-    /// specification), as in the SPDX documents of images (tests/sbom.rs
+    /// specification), as in the SPDX documents of images (tests/e2e/sbom.rs
     /// compares the two writers); a local version's `+` is `%2B`.
     #[test]
     fn an_epoch_version_is_written_as_the_purl_spec_says() {

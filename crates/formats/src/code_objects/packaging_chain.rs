@@ -3,7 +3,7 @@
 //! (`gfx1151` -> `gfx115x` -> `gfx11`). The table is the data of ROCm's
 //! `rocm-bootstrap` 0.3.0 (`targets.py`: `packaging_chain`), MIT licensed;
 //! it is Python source, not a data file, so it is carried here as a table
-//! and `tests/packaging_chain.rs` checks it, target by target, against the
+//! and `tests/e2e/packaging_chain.rs` checks it, target by target, against the
 //! pinned wheel's own `packaging_chain()` run by Python.
 
 /// The pinned rocm-bootstrap this table comes from (its wheel's sha256).
