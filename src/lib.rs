@@ -6,13 +6,12 @@
 // The crates below, under the module names every path here uses.
 pub use quarry_base::{diagnostics, epoch, progress, purl, read_once, splice, trace};
 pub use quarry_formats::{code_objects, elf, export, layer, oci, platform, zip};
+pub use quarry_inputs::{definition, distro, pypi, rocm_artifacts, sandbox, source, tools};
 pub use quarry_store::{cache, registry, signing};
 
 pub mod build;
 pub mod cli;
-pub mod definition;
 pub mod diff;
-pub mod distro;
 pub mod dockerfile;
 pub mod doctor;
 pub mod engine;
@@ -20,12 +19,7 @@ pub mod kernel;
 pub mod matrix;
 pub mod plan;
 pub mod provenance;
-pub mod pypi;
 pub mod rocm;
-pub mod rocm_artifacts;
-pub mod sandbox;
 pub mod sbom;
-pub mod source;
-pub mod tools;
 pub mod verify;
 pub mod wheel;

@@ -79,7 +79,7 @@ pub(super) fn base_pins(
     fresh: bool,
     cache: &Cache,
     spool: &Path,
-) -> Result<(PackagePins, Option<String>), DistroError> {
+) -> Result<(PackagePins, Option<String>), Box<DistroError>> {
     if let (Some(file), false) = (lock, fresh) {
         let pins = file.base.clone().ok_or_else(|| DistroError::Lock {
             lock: lock_path.display().to_string(),
@@ -101,7 +101,7 @@ pub(super) fn layer_pins(
     name: &str,
     set: &PackageSet,
     fresh: bool,
-) -> Result<Option<PackagePins>, DistroError> {
+) -> Result<Option<PackagePins>, Box<DistroError>> {
     let Some(file) = lock.filter(|_| !fresh) else { return Ok(None) };
     let what = format!("layer `{name}`");
     let pins = file.layer.get(name).cloned().ok_or_else(|| DistroError::Lock {

@@ -219,11 +219,11 @@ impl Planner<'_> {
             Base::Packages(b) => {
                 let fresh = self.scopes[scope].fresh;
                 let path = self.scopes[scope].lock_path.clone();
-                let derr = |err| PlanError::Distro { file: image.file.display().to_string(), err: Box::new(err) };
+                let derr = |err| PlanError::Distro { file: image.file.display().to_string(), err };
                 let (pins, note) =
                     pins::base_pins(lock, &path, b, fresh, &self.opts.cache, self.spool).map_err(derr)?;
                 self.scopes[scope].pins.base = Some(pins.clone());
-                let mirror = crate::distro::mirrors(b).map_err(derr)?;
+                let mirror = crate::distro::mirrors(b).map_err(Box::new).map_err(derr)?;
                 let own = keys::packages_base(b, &pins, &mirror);
                 let history =
                     format!("quarry: packages {} {} ({} packages)", b.suite(), b.architecture, pins.packages.len());
@@ -311,7 +311,7 @@ fn configure_layer(name: &str, file: &Path, field_prefix: &str, script: String) 
 fn archive(
     set: &crate::definition::PackageSet,
     mirrors: Vec<(String, String)>,
-) -> Result<crate::plan::Archive, crate::distro::DistroError> {
+) -> Result<crate::plan::Archive, Box<crate::distro::DistroError>> {
     let keyring = match &set.keyring {
         crate::definition::Keyring::Deb(k) => {
             let mirror = crate::distro::mirrors::keyring_mirror(k, &set.architecture)?;

@@ -20,13 +20,10 @@ impl Planner<'_> {
     ) -> Result<(), PlanError> {
         let fresh = self.scopes[scope].fresh;
         let path = self.scopes[scope].lock_path.clone();
-        let derr = |err| PlanError::DistroLayer {
-            file: layer.file.display().to_string(),
-            layer: layer.name.clone(),
-            err: Box::new(err),
-        };
+        let derr =
+            |err| PlanError::DistroLayer { file: layer.file.display().to_string(), layer: layer.name.clone(), err };
         let pins = pins::layer_pins(lock, &path, &layer.name, set, fresh).map_err(derr)?;
-        let mirror = crate::distro::mirrors(set).map_err(derr)?;
+        let mirror = crate::distro::mirrors(set).map_err(Box::new).map_err(derr)?;
         if let Some(p) = &pins {
             self.scopes[scope].pins.layer.insert(layer.name.clone(), p.clone());
         }
