@@ -40,10 +40,9 @@ pub struct EngineStatus {
 }
 
 fn engine_status(e: &Engine) -> EngineStatus {
-    let info = e.rt.block_on(e.docker.info());
-    let (driver, problem) = match info {
-        Ok(i) => (Some(i.driver.unwrap_or_else(|| "unknown".into())), None),
-        Err(err) => (None, Some(crate::engine::EngineError::api("reading the engine's info", err).to_string())),
+    let (driver, problem) = match e.storage_driver() {
+        Ok(d) => (Some(d), None),
+        Err(err) => (None, Some(err.to_string())),
     };
     let rootless = Some(e.rootless());
     let process_limits = e.process_limits.clone();

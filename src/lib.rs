@@ -5,6 +5,7 @@
 
 // The crates below, under the module names every path here uses.
 pub use quarry_base::{diagnostics, epoch, progress, purl, read_once, splice, trace};
+pub use quarry_engine::engine;
 pub use quarry_formats::{code_objects, elf, export, layer, oci, platform, zip};
 pub use quarry_inputs::{definition, distro, pypi, rocm_artifacts, sandbox, source, tools};
 pub use quarry_store::{cache, registry, signing};
@@ -14,7 +15,6 @@ pub mod cli;
 pub mod diff;
 pub mod dockerfile;
 pub mod doctor;
-pub mod engine;
 pub mod kernel;
 pub mod matrix;
 pub mod plan;

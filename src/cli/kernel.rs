@@ -38,7 +38,7 @@ pub struct BuildArgs {
     #[arg(long)]
     jobs: Option<u64>,
     /// GPUs passed to the build container: `auto` when /dev/kfd exists (not needed to compile)
-    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    #[arg(long, value_parser = crate::cli::values::gpu_mode(), default_value = "auto")]
     gpu: GpuMode,
     /// Set an environment variable: K=V, or K to pass quarry's own value (repeatable; part of the cache key)
     #[arg(long, value_name = "K=V")]
@@ -56,7 +56,7 @@ pub struct BuildArgs {
     /// Compile through ccache, its directory kept in the cache (and shared
     /// through --cache-registry) per image, targets and project: `auto` when
     /// the image has ccache
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = CompilerCacheMode::Auto)]
+    #[arg(long, value_parser = crate::cli::values::compiler_cache(), value_name = "MODE", default_value = "auto")]
     compiler_cache: CompilerCacheMode,
     /// Build even when the cache has the result (the compiler cache starts empty too); the cache is still written
     #[arg(long)]

@@ -10,7 +10,7 @@ pub struct Args {
     /// An OCI layout directory, an image definition (.toml, built and loaded first) or an engine image
     image: String,
     /// GPUs: `auto` passes AMD GPUs when /dev/kfd exists
-    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    #[arg(long, value_parser = crate::cli::values::gpu_mode(), default_value = "auto")]
     gpu: GpuMode,
     /// Only these GPUs: render nodes (renderD128), their paths, indexes (0,1), or CDI names (amd.com/gpu=0, amd.com/gpu=all); comma-separated
     #[arg(long = "gpu-devices", value_delimiter = ',')]
@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long)]
     user: Option<String>,
     /// Network of the container
-    #[arg(long, value_enum, default_value_t = Network::None)]
+    #[arg(long, value_parser = crate::cli::values::network(), default_value = "none")]
     network: Network,
     /// Print the equivalent `docker` command line and exit
     #[arg(long)]

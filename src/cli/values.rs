@@ -1,59 +1,43 @@
-//! How the engine's option types are spelled on the command line: the
-//! engine knows nothing of clap, the command line maps words to them here.
+//! How the option types of the crates below are spelled on the command
+//! line: they know nothing of clap, and `ValueEnum` cannot be implemented
+//! here for their types (the orphan rule), so each is a parser of its words.
 
+use crate::engine::compiler_cache::Mode as CompilerCacheMode;
 use crate::engine::gpu::GpuMode;
 use crate::engine::run::Network;
-use clap::builder::PossibleValue;
-use clap::ValueEnum;
+use crate::layer::compress::Compression;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 
-impl ValueEnum for GpuMode {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[GpuMode::Auto, GpuMode::Amd, GpuMode::None]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(match self {
-            GpuMode::Auto => "auto",
-            GpuMode::Amd => "amd",
-            GpuMode::None => "none",
-        }))
-    }
-}
-
-impl ValueEnum for Network {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[Network::None, Network::Bridge, Network::Host]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.mode()))
-    }
-}
-
-/// `--compression gzip|zstd|none`: a parser rather than `ValueEnum`, which
-/// cannot be implemented here for a type of `quarry-formats`.
-pub(crate) fn compression() -> impl clap::builder::TypedValueParser<Value = crate::layer::compress::Compression> {
-    use crate::layer::compress::Compression;
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(["gzip", "zstd", "none"]).map(|word| match word.as_str() {
+/// `--compression gzip|zstd|none`.
+pub(crate) fn compression() -> impl TypedValueParser<Value = Compression> {
+    PossibleValuesParser::new(["gzip", "zstd", "none"]).map(|word| match word.as_str() {
         "zstd" => Compression::Zstd,
         "none" => Compression::None,
         _ => Compression::Gzip,
     })
 }
 
-impl ValueEnum for crate::engine::compiler_cache::Mode {
-    fn value_variants<'a>() -> &'a [Self] {
-        use crate::engine::compiler_cache::Mode;
-        &[Mode::Auto, Mode::On, Mode::Off]
-    }
+/// `--gpu auto|amd|none`.
+pub(crate) fn gpu_mode() -> impl TypedValueParser<Value = GpuMode> {
+    PossibleValuesParser::new(["auto", "amd", "none"]).map(|word| match word.as_str() {
+        "amd" => GpuMode::Amd,
+        "none" => GpuMode::None,
+        _ => GpuMode::Auto,
+    })
+}
 
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        use crate::engine::compiler_cache::Mode;
-        Some(PossibleValue::new(match self {
-            Mode::Auto => "auto",
-            Mode::On => "on",
-            Mode::Off => "off",
-        }))
-    }
+/// `--network none|bridge|host`, spelled as the engine's network modes.
+pub(crate) fn network() -> impl TypedValueParser<Value = Network> {
+    let all = [Network::None, Network::Bridge, Network::Host];
+    PossibleValuesParser::new(all.map(|n| n.mode()))
+        .map(move |word| all.into_iter().find(|n| n.mode() == word).unwrap_or(Network::None))
+}
+
+/// `--compiler-cache auto|on|off`.
+pub(crate) fn compiler_cache() -> impl TypedValueParser<Value = CompilerCacheMode> {
+    PossibleValuesParser::new(["auto", "on", "off"]).map(|word| match word.as_str() {
+        "on" => CompilerCacheMode::On,
+        "off" => CompilerCacheMode::Off,
+        _ => CompilerCacheMode::Auto,
+    })
 }

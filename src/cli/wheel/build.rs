@@ -70,12 +70,12 @@ pub struct Args {
     lock: Option<PathBuf>,
     /// GPUs: `auto` passes AMD GPUs when /dev/kfd exists; the target list comes from
     /// PYTORCH_ROCM_ARCH / GPU_ARCHS, else the detected GPUs, else the default list
-    #[arg(long, value_enum, default_value_t = GpuMode::Auto)]
+    #[arg(long, value_parser = crate::cli::values::gpu_mode(), default_value = "auto")]
     gpu: GpuMode,
     /// Compile through ccache (CMake's compiler launchers, hipcc's
     /// HIP_CLANG_LAUNCHER), its directory kept in the cache per image,
     /// targets and project: `auto` when the image has ccache
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = CompilerCacheMode::Auto)]
+    #[arg(long, value_parser = crate::cli::values::compiler_cache(), value_name = "MODE", default_value = "auto")]
     compiler_cache: CompilerCacheMode,
     /// Build even when the cache has the result (the compiler cache starts empty too); the cache is still written
     #[arg(long)]

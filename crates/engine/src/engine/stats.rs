@@ -11,7 +11,7 @@ impl Session<'_> {
     /// CPU seconds (user and system) the processes of container `id` have
     /// used; None when the engine does not say (best effort: a report
     /// field, never a reason to fail a build).
-    pub(crate) async fn cpu_seconds(&self, id: &str) -> Option<f64> {
+    pub async fn cpu_seconds(&self, id: &str) -> Option<f64> {
         // one-shot: the current counters at once, without the second sample
         // the engine otherwise waits about a second for.
         let options = StatsOptionsBuilder::default().stream(false).one_shot(true).build();

@@ -88,7 +88,7 @@ pub fn env(base_dir: &str) -> Vec<String> {
 impl Session<'_> {
     /// Get the container `id` ready to use ccache as its user: false when
     /// it has no ccache (an error with [`Mode::On`]).
-    pub(crate) async fn prepare_compiler_cache(&self, id: &str, mode: Mode) -> Result<bool, EngineError> {
+    pub async fn prepare_compiler_cache(&self, id: &str, mode: Mode) -> Result<bool, EngineError> {
         if mode == Mode::Off {
             return Ok(false);
         }
@@ -123,14 +123,14 @@ impl Session<'_> {
     }
 
     /// What ccache did since [`Session::prepare_compiler_cache`].
-    pub(crate) async fn compiler_cache_stats(&self, id: &str) -> Result<Stats, EngineError> {
+    pub async fn compiler_cache_stats(&self, id: &str) -> Result<Stats, EngineError> {
         let cmd = vec!["ccache".into(), "--print-stats".into()];
         let (code, out) = self.exec(id, cmd, env("/"), None, ExecOutput::Capture).await?;
         Ok(if code == 0 { Stats::parse(&String::from_utf8_lossy(&out)) } else { Stats::default() })
     }
 
     /// Copy the container's compiler cache out into `into` (an empty directory).
-    pub(crate) async fn save_compiler_cache(&self, id: &str, into: &Path) -> Result<(), EngineError> {
+    pub async fn save_compiler_cache(&self, id: &str, into: &Path) -> Result<(), EngineError> {
         self.copy_out(id, CCACHE_DIR, into).await
     }
 }

@@ -39,15 +39,15 @@ pub struct Engine {
     /// The API version both sides use after negotiation (`1.41`...).
     pub api_version: String,
     /// SIGINT and SIGTERM listeners, made by the first guarded operation.
-    pub(crate) signals: std::cell::RefCell<Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>>,
+    pub signals: std::cell::RefCell<Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>>,
     /// Container limits the engine refused, and what replaced them.
-    pub(crate) limits: LimitFallbacks,
+    pub limits: LimitFallbacks,
     /// A local engine process's limits (read through its socket's peer).
     pub process_limits: Option<super::limits::EngineProcessLimits>,
     /// Whether the engine resolves CDI names (asked once, when needed).
-    pub(crate) cdi: std::cell::OnceCell<super::devices::CdiSupport>,
+    pub cdi: std::cell::OnceCell<super::devices::CdiSupport>,
     /// Whether the engine runs rootless (asked once, when needed).
-    pub(crate) rootless: std::cell::OnceCell<bool>,
+    pub rootless: std::cell::OnceCell<bool>,
 }
 
 /// The engine address quarry uses, for messages when it cannot connect.

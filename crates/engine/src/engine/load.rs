@@ -55,11 +55,7 @@ impl Engine {
         self.rt.block_on(self.known_prefix_async(diff_ids, hint))
     }
 
-    pub(crate) async fn known_prefix_async(
-        &self,
-        diff_ids: &[String],
-        hint: Option<&str>,
-    ) -> Result<usize, EngineError> {
+    pub async fn known_prefix_async(&self, diff_ids: &[String], hint: Option<&str>) -> Result<usize, EngineError> {
         if diff_ids.is_empty() {
             return Ok(0);
         }
@@ -96,7 +92,7 @@ impl Engine {
         self.rt.block_on(self.load_async(layout, reference, tag, scratch))
     }
 
-    pub(crate) async fn load_async(
+    pub async fn load_async(
         &self,
         layout: &Path,
         reference: Option<&str>,

@@ -94,11 +94,11 @@ pub struct Unreachable {
 }
 
 impl EngineError {
-    pub(crate) fn api(what: impl Into<String>, err: bollard::errors::Error) -> EngineError {
+    pub fn api(what: impl Into<String>, err: bollard::errors::Error) -> EngineError {
         EngineError::Api { what: what.into(), detail: describe(&err) }
     }
 
-    pub(crate) fn io(what: impl Into<String>, path: impl AsRef<std::path::Path>, err: std::io::Error) -> EngineError {
+    pub fn io(what: impl Into<String>, path: impl AsRef<std::path::Path>, err: std::io::Error) -> EngineError {
         EngineError::Io { what: what.into(), path: path.as_ref().display().to_string(), err }
     }
 
@@ -129,7 +129,7 @@ fn command_not_found(detail: &str) -> bool {
 }
 
 /// The engine's own message when there is one, without bollard's debug dump.
-pub(crate) fn describe(err: &bollard::errors::Error) -> String {
+pub fn describe(err: &bollard::errors::Error) -> String {
     use bollard::errors::Error as E;
     match err {
         E::DockerResponseServerError { status_code, message } => format!("{} (HTTP {status_code})", message.trim()),
@@ -159,6 +159,6 @@ pub(crate) fn describe(err: &bollard::errors::Error) -> String {
     }
 }
 
-pub(crate) fn is_not_found(err: &bollard::errors::Error) -> bool {
+pub fn is_not_found(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
 }

@@ -44,7 +44,7 @@ pub enum TlsSetupError {
 
 impl TlsSetupError {
     /// What to check: the files, but for the client itself.
-    pub(crate) fn failure(&self) -> Failure {
+    pub fn failure(&self) -> Failure {
         match self {
             TlsSetupError::Client(_) | TlsSetupError::Transport(_) => Failure::Connection,
             _ => Failure::Certificate,
@@ -54,7 +54,7 @@ impl TlsSetupError {
 
 /// What a failed connection to a TLS endpoint says about its cause.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// Verification failed: of the engine's certificate here, or of ours
     /// at the endpoint (a certificate alert); or the files are missing.
     Certificate,
@@ -71,7 +71,7 @@ impl Failure {
     /// errors keep the rustls error inside `io::Error`s, whose `source()`
     /// skips it (as does bollard's transparent `IOError`): those are looked
     /// into with `get_ref()`.
-    pub(crate) fn of(err: &(dyn std::error::Error + 'static)) -> Failure {
+    pub fn of(err: &(dyn std::error::Error + 'static)) -> Failure {
         let mut cause = Some(err);
         while let Some(c) = cause {
             if let Some(tls) = c.downcast_ref::<rustls::Error>() {
@@ -115,7 +115,7 @@ impl Failure {
     }
 
     /// What to check, for the endpoint at `url` with the material in `files`.
-    pub(crate) fn hint(&self, url: &str, files: &TlsFiles) -> String {
+    pub fn hint(&self, url: &str, files: &TlsFiles) -> String {
         match self {
             Failure::Certificate => format!(
                 "check the TLS material in {}: ca.pem must have signed the engine's certificate, and cert.pem/key.pem must be a client certificate the engine trusts",
@@ -136,7 +136,7 @@ impl Failure {
 
 /// The client configuration: `ca.pem` as the only roots, the client
 /// certificate, no resumption.
-pub(crate) fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsSetupError> {
+pub fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsSetupError> {
     let mut roots = RootCertStore::empty();
     for ca in certificates("CA certificate", &files.ca)? {
         roots.add(ca).map_err(|source| TlsSetupError::Ca { path: files.ca.clone(), source })?;
@@ -171,7 +171,7 @@ fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'s
 /// A bollard client for the engine at `addr` (`host:port`) over TLS. As
 /// bollard's own TLS client does, no idle connection is kept: each request
 /// has its own connection (and so its own full handshake).
-pub(crate) fn connect(addr: &str, files: &TlsFiles, timeout_secs: u64) -> Result<Docker, TlsSetupError> {
+pub fn connect(addr: &str, files: &TlsFiles, timeout_secs: u64) -> Result<Docker, TlsSetupError> {
     let config = client_config(files)?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);

@@ -110,7 +110,7 @@ fn append<W: Write>(b: &mut tar::Builder<W>, path: &Path, name: &str, stamp: Sta
 }
 
 /// Stream `items` into the container's filesystem.
-pub(crate) async fn copy_in(docker: &Docker, id: &str, items: Vec<CopyIn>, stamp: Stamp) -> Result<(), EngineError> {
+pub async fn copy_in(docker: &Docker, id: &str, items: Vec<CopyIn>, stamp: Stamp) -> Result<(), EngineError> {
     if items.is_empty() {
         return Ok(());
     }
@@ -134,7 +134,7 @@ pub(crate) async fn copy_in(docker: &Docker, id: &str, items: Vec<CopyIn>, stamp
 /// Copy the container path `src` to the host path `dest`: a file becomes
 /// `dest` (or `dest/NAME` when `dest` is a directory); a directory's
 /// contents land in `dest`, which must be new or empty.
-pub(crate) async fn copy_out(docker: &Docker, id: &str, src: &str, dest: &Path) -> Result<(), EngineError> {
+pub async fn copy_out(docker: &Docker, id: &str, src: &str, dest: &Path) -> Result<(), EngineError> {
     let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
     std::fs::create_dir_all(&parent).map_err(|e| EngineError::io("--copy-out: cannot create", &parent, e))?;
     let mut spool = tempfile::Builder::new()

@@ -106,7 +106,7 @@ impl Engine {
 
     /// Keep either the CDI names or their device-node fallback in `body`,
     /// as the engine can take them.
-    pub(crate) async fn adapt_gpu_devices(&self, body: &mut ContainerCreateBody) -> Result<(), EngineError> {
+    pub async fn adapt_gpu_devices(&self, body: &mut ContainerCreateBody) -> Result<(), EngineError> {
         let groups = body.host_config.as_ref().and_then(|h| h.group_add.clone()).unwrap_or_default();
         if self.kind == EngineKind::Podman && !groups.is_empty() && self.rootless_async().await {
             log::warn!(
@@ -146,13 +146,13 @@ impl Engine {
     }
 
     /// Podman takes CDI names only through its own endpoint (see `podman`).
-    pub(crate) fn creates_through_libpod(&self, body: &ContainerCreateBody) -> bool {
+    pub fn creates_through_libpod(&self, body: &ContainerCreateBody) -> bool {
         self.kind == EngineKind::Podman && !cdi_names(body).is_empty()
     }
 
     /// An error creating or starting a container, with what to do when the
     /// engine's message says what went wrong.
-    pub(crate) fn explain_start_error(&self, what: &str, message: String) -> EngineError {
+    pub fn explain_start_error(&self, what: &str, message: String) -> EngineError {
         if let Some(devices) = unresolvable_devices(&message) {
             return EngineError::Invalid(format!(
                 "CDI device {devices} does not exist on the engine at {}: no CDI spec in its host's /etc/cdi or /var/run/cdi names it (or two specs name it, and the engine drops both); write one there with `quarry cdi generate -o /etc/cdi/amd.json` (or `amd-ctk cdi generate`), or ask for a device it lists ({KIND}=0, {KIND}=all)",

@@ -5,7 +5,7 @@
 
 use super::copy::{self, CopyIn, Stamp};
 use super::gpu::GpuPlan;
-pub(crate) use super::session::{unique_suffix, Memlock, Output, Session};
+pub use super::session::{unique_suffix, Memlock, Output, Session};
 use super::{Engine, EngineError, LABEL_HOST, LABEL_MANAGED, LABEL_PID};
 use bollard::models::{ContainerCreateBody, DeviceMapping, DeviceRequest, HostConfig, ResourcesUlimits};
 use std::collections::HashMap;
@@ -116,7 +116,7 @@ pub struct RunOptions {
 }
 
 /// The labels every quarry container carries.
-pub(crate) fn labels() -> HashMap<String, String> {
+pub fn labels() -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
@@ -138,7 +138,7 @@ impl RunOptions {
         Stamp { owner, mtime: None }
     }
 
-    pub(crate) fn body(&self, memlock: Memlock) -> ContainerCreateBody {
+    pub fn body(&self, memlock: Memlock) -> ContainerCreateBody {
         let g = &self.gpu;
         let mut env = g.env.clone();
         env.extend(self.env.iter().cloned());
@@ -264,7 +264,7 @@ fn bind_spec(m: &Mount) -> String {
 
 /// POSIX shell quoting for display (a dozen lines; not worth a dependency):
 /// plain words stay as they are, anything else is single-quoted.
-pub(crate) fn shell_quote(s: &str) -> String {
+pub fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./:=@%+,".contains(&b));
     if plain {
         s.to_string()

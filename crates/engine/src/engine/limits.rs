@@ -32,7 +32,7 @@ const RLIMITS: [(u32, &str, Resource); 5] = [
 ];
 
 /// The ulimit an engine error says could not be applied (`nofile`, ...).
-pub(crate) fn refused(message: &str) -> Option<&'static str> {
+pub fn refused(message: &str) -> Option<&'static str> {
     if let Some(at) = message.find("rlimit type ") {
         let digits: String = message[at + 12..].chars().take_while(char::is_ascii_digit).collect();
         let n: u32 = digits.parse().ok()?;
@@ -78,7 +78,7 @@ fn describe(name: &str, (soft, hard): (i64, i64)) -> String {
 /// Limits learned during one command: once a limit is refused, later
 /// containers ask for what worked.
 #[derive(Debug, Default)]
-pub(crate) struct LimitFallbacks {
+pub struct LimitFallbacks {
     chosen: RefCell<BTreeMap<&'static str, (i64, i64)>>,
     /// A local engine process's hard limits, the best first guess.
     engine_hard: BTreeMap<String, i64>,

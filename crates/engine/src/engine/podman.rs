@@ -114,7 +114,7 @@ fn spec_generator(name: &str, body: &ContainerCreateBody) -> Value {
 
 /// Create the container `body` describes through Podman's own endpoint
 /// (see the module docs).
-pub(crate) async fn create(
+pub async fn create(
     docker: &Docker,
     name: &str,
     body: &ContainerCreateBody,

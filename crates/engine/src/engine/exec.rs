@@ -14,7 +14,7 @@ use std::path::Path;
 
 /// Where an exec'd command's output goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum ExecOutput {
+pub enum ExecOutput {
     /// stdout and stderr both to quarry's stderr, as they arrive.
     Stderr,
     /// stdout captured (returned), stderr to quarry's stderr.
@@ -24,7 +24,7 @@ pub(crate) enum ExecOutput {
 impl Session<'_> {
     /// Create and start a container that idles until removed; `opts.cmd` is
     /// replaced by `sleep infinity`. Returns its id.
-    pub(crate) async fn start_idle(&self, opts: &RunOptions, copy_in: Vec<CopyIn>) -> Result<String, EngineError> {
+    pub async fn start_idle(&self, opts: &RunOptions, copy_in: Vec<CopyIn>) -> Result<String, EngineError> {
         self.require_image(&opts.image).await?;
         let mut opts = opts.clone();
         opts.cmd = vec!["sleep".into(), "infinity".into()];
@@ -33,7 +33,7 @@ impl Session<'_> {
 
     /// Run `cmd` in the running container `id`; returns its exit code and,
     /// with [`ExecOutput::Capture`], its stdout.
-    pub(crate) async fn exec(
+    pub async fn exec(
         &self,
         id: &str,
         cmd: Vec<String>,
@@ -45,7 +45,7 @@ impl Session<'_> {
     }
 
     /// [`Session::exec`] as `user` (NAME, UID or UID:GID) instead of the container's.
-    pub(crate) async fn exec_as(
+    pub async fn exec_as(
         &self,
         id: &str,
         user: Option<&str>,
@@ -117,12 +117,12 @@ impl Session<'_> {
     }
 
     /// Copy host files into the running container `id` (see [`copy::copy_in`]).
-    pub(crate) async fn copy_in(&self, id: &str, items: Vec<CopyIn>) -> Result<(), EngineError> {
+    pub async fn copy_in(&self, id: &str, items: Vec<CopyIn>) -> Result<(), EngineError> {
         copy::copy_in(&self.engine.docker, id, items, Stamp::default()).await
     }
 
     /// Copy a container path out to the host (see [`copy::copy_out`]).
-    pub(crate) async fn copy_out(&self, id: &str, src: &str, dest: &Path) -> Result<(), EngineError> {
+    pub async fn copy_out(&self, id: &str, src: &str, dest: &Path) -> Result<(), EngineError> {
         copy::copy_out(&self.engine.docker, id, src, dest).await
     }
 }

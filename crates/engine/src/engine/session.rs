@@ -23,14 +23,14 @@ use std::io::Write;
 
 /// The memlock limit asked of the engine.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Memlock {
+pub enum Memlock {
     Unset,
     Unlimited,
 }
 
 /// Where a container's output goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Output {
+pub enum Output {
     /// stdout to stdout, stderr to stderr.
     Passthrough,
     /// Both to stderr (build steps: stdout is for `--json`).
@@ -39,7 +39,7 @@ pub(crate) enum Output {
 
 /// Containers and images created while a guarded operation runs; all are
 /// removed when it ends, however it ends.
-pub(crate) struct Session<'e> {
+pub struct Session<'e> {
     pub engine: &'e Engine,
     containers: RefCell<Vec<String>>,
     images: RefCell<Vec<String>>,
@@ -49,10 +49,7 @@ impl Engine {
     /// Run `work` with SIGINT/SIGTERM caught; afterwards (success, error or
     /// signal) remove what it created. `work` fails with the caller's own
     /// error type, which a signal becomes through `From<EngineError>`.
-    pub(crate) fn guarded<T, E: From<EngineError>>(
-        &self,
-        work: impl AsyncFnOnce(&Session) -> Result<T, E>,
-    ) -> Result<T, E> {
+    pub fn guarded<T, E: From<EngineError>>(&self, work: impl AsyncFnOnce(&Session) -> Result<T, E>) -> Result<T, E> {
         use tokio::signal::unix::{signal, SignalKind};
         self.rt.block_on(async {
             // The listeners live as long as the engine: once installed, the
@@ -150,7 +147,7 @@ impl Session<'_> {
     /// Create a container (tracked), copy `copy_in` into it and start it;
     /// with `output`, its output is streamed there until it ends. A limit
     /// the engine's runtime refuses is lowered and the container made again.
-    pub(crate) async fn start(
+    pub async fn start(
         &self,
         body: ContainerCreateBody,
         copy_in: &[CopyIn],
@@ -295,7 +292,7 @@ async fn forward(
 }
 
 /// A short suffix unique within this process.
-pub(crate) fn unique_suffix() -> String {
+pub fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);

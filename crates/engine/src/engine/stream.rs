@@ -12,7 +12,7 @@ const CHUNK: usize = 1 << 20;
 
 /// A `Write` that sends full chunks down a channel; blocks when the
 /// consumer is behind (at most `depth` chunks in flight).
-pub(crate) struct ChannelWriter {
+pub struct ChannelWriter {
     tx: mpsc::Sender<io::Result<Bytes>>,
     buf: Vec<u8>,
 }
@@ -47,7 +47,7 @@ impl Write for ChannelWriter {
 /// Run `produce` on a blocking thread; returns the byte stream it writes
 /// and a handle yielding its result. A failing producer ends the stream
 /// with an error, so the engine sees a broken upload, never a short one.
-pub(crate) fn from_writer<T, E, F>(
+pub fn from_writer<T, E, F>(
     produce: F,
 ) -> (impl Stream<Item = io::Result<Bytes>> + Send + 'static, tokio::task::JoinHandle<Result<T, E>>)
 where

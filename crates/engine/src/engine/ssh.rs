@@ -43,7 +43,7 @@ pub fn command_line(t: &SshTarget) -> Vec<String> {
 
 /// What the ssh processes said on stderr, last lines kept.
 #[derive(Clone, Default)]
-pub(crate) struct SshStderr(Arc<Mutex<Vec<String>>>);
+pub struct SshStderr(Arc<Mutex<Vec<String>>>);
 
 impl SshStderr {
     fn push(&self, line: String) {
@@ -141,7 +141,7 @@ impl Connection for SshStream {
 
 /// A bollard client whose connections are `ssh ... docker system dial-stdio`.
 /// Idle connections are kept (a new one costs an ssh handshake).
-pub(crate) fn connect(target: &SshTarget, timeout_secs: u64) -> Result<(Docker, SshStderr), bollard::errors::Error> {
+pub fn connect(target: &SshTarget, timeout_secs: u64) -> Result<(Docker, SshStderr), bollard::errors::Error> {
     let stderr = SshStderr::default();
     let connector = SshConnector { argv: Arc::new(command_line(target)), stderr: stderr.clone() };
     // The body type is bollard's own (not nameable here): inferred from the request.
