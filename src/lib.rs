@@ -9,6 +9,7 @@ pub use quarry_engine::engine;
 pub use quarry_formats::{code_objects, elf, export, layer, oci, platform, zip};
 pub use quarry_inputs::{definition, distro, pypi, rocm_artifacts, sandbox, source, tools};
 pub use quarry_store::{cache, registry, signing};
+pub use quarry_wheel::wheel;
 
 pub mod build;
 pub mod cli;
@@ -22,4 +23,3 @@ pub mod provenance;
 pub mod rocm;
 pub mod sbom;
 pub mod verify;
-pub mod wheel;

@@ -34,7 +34,7 @@ type Tree = BTreeMap<String, Entry>;
 
 fn hash_file(path: &str, bytes: &[u8]) -> String {
     // The header of a .pyc names its source's time (see `pyc-timestamps`
-    // in src/distro/normalize.rs); the code after it must be equal.
+    // in crates/inputs/src/distro/normalize.rs); the code after it must be equal.
     let body = if path.ends_with(".pyc") && bytes.len() >= 16 { &bytes[16..] } else { bytes };
     quarry::oci::digest::sha256_hex(body)
 }

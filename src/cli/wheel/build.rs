@@ -127,7 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             "auto" => None,
             list => Some(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()),
         },
-        axes: a.axes.iter().map(|s| parse_axis(s)).collect::<Result<Vec<_>, _>>()?,
+        axes: a.axes.iter().map(String::as_str).map(parse_axis).collect::<Result<Vec<_>, _>>()?,
         local_version: a.local_version,
         repair: a.repair,
         split: a.split,
