@@ -7,19 +7,14 @@
 pub use quarry_base::{diagnostics, epoch, progress, purl, read_once, splice, trace};
 pub use quarry_engine::engine;
 pub use quarry_formats::{code_objects, elf, export, layer, oci, platform, zip};
+pub use quarry_image::{build, diff, dockerfile, plan, provenance, sbom};
 pub use quarry_inputs::{definition, distro, pypi, rocm_artifacts, sandbox, source, tools};
 pub use quarry_store::{cache, registry, signing};
 pub use quarry_wheel::wheel;
 
-pub mod build;
 pub mod cli;
-pub mod diff;
-pub mod dockerfile;
 pub mod doctor;
 pub mod kernel;
 pub mod matrix;
-pub mod plan;
-pub mod provenance;
 pub mod rocm;
-pub mod sbom;
 pub mod verify;

@@ -73,9 +73,8 @@ pub fn rebuild(
 fn input_gone(claim: &Claim, e: &crate::build::BuildError) -> Option<VerifyError> {
     use crate::distro::DistroError;
     use crate::plan::PlanError;
-    let crate::build::BuildError::Plan(PlanError::Distro { err, .. } | PlanError::DistroLayer { err, .. }) = e else {
-        return None;
-    };
+    let crate::build::BuildError::Plan(plan) = e else { return None };
+    let (PlanError::Distro { err, .. } | PlanError::DistroLayer { err, .. }) = &**plan else { return None };
     let DistroError::PinGone { package, version, file, url, status, .. } = &**err else { return None };
     let recorded = claim.statement.predicate.build_definition.resolved_dependencies.iter().find(|d| {
         d.uri.as_deref().is_some_and(|u| u.strip_suffix(file.as_str()).is_some_and(|rest| rest.ends_with('/')))

@@ -16,7 +16,7 @@ pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, Bu
     let (layers, config) = match &n.work {
         Work::Oci { path, reference } => {
             let base_err =
-                |message: String| BuildError::Plan(PlanError::Base { path: path.display().to_string(), message });
+                |message: String| BuildError::from(PlanError::Base { path: path.display().to_string(), message });
             let base =
                 crate::oci::layout::open_image(path, reference.as_deref(), Some((&platform.os, platform.arch.oci())))?;
             let diff_ids = base.config.rootfs().diff_ids().clone();
@@ -46,7 +46,7 @@ pub(super) fn run(exec: &mut Executor, plan: &Plan, i: usize) -> Result<bool, Bu
         }
         Work::Registry { reference } => {
             use crate::registry::pull;
-            let err = |err| BuildError::Plan(PlanError::Registry { file: file.clone(), err });
+            let err = |err| BuildError::from(PlanError::Registry { file: file.clone(), err });
             let pulled = if exec.is_dry() {
                 match pull::cached_layers(reference, &platform, exec.cache.blobs()) {
                     Some(p) => p,
@@ -87,7 +87,7 @@ fn import_blob(
     digest: &Digest,
     path: &std::path::Path,
 ) -> Result<(), BuildError> {
-    let base_err = |message: String| BuildError::Plan(PlanError::Base { path: path.display().to_string(), message });
+    let base_err = |message: String| BuildError::from(PlanError::Base { path: path.display().to_string(), message });
     let mismatch = |e: crate::oci::BlobError| base_err(format!("blob {digest} does not match its descriptor: {e}"));
     if let Some(f) = base.source.blob_file(digest) {
         return match exec.cache.blobs().import_file(&f, digest, d.size()) {

@@ -49,7 +49,7 @@ pub(super) fn layer(exec: &mut Executor, plan: &mut Plan, i: usize, reuse: bool)
     let blobs: Vec<std::path::PathBuf> = exec.layers.iter().map(|l| exec.cache.blobs().path(&l.digest)).collect();
     let err = |plan: &Plan, e| {
         let Work::Packages { layer, .. } = &plan.layers[i].work else { unreachable!("a packages node") };
-        BuildError::Plan(PlanError::DistroLayer {
+        BuildError::from(PlanError::DistroLayer {
             file: layer.file.display().to_string(),
             layer: layer.name.clone(),
             err: Box::new(e),

@@ -30,8 +30,9 @@ use std::path::{Path, PathBuf};
 pub enum BuildError {
     #[error(transparent)]
     Definition(#[from] DefinitionError),
+    /// Boxed: the plan's errors are the largest, and every build result carries the size.
     #[error(transparent)]
-    Plan(#[from] PlanError),
+    Plan(Box<PlanError>),
     #[error(transparent)]
     Cache(#[from] CacheError),
     #[error(transparent)]
@@ -58,9 +59,15 @@ impl BuildError {
     }
 }
 
+impl From<PlanError> for BuildError {
+    fn from(e: PlanError) -> BuildError {
+        BuildError::Plan(Box::new(e))
+    }
+}
+
 impl From<crate::source::SourceError> for BuildError {
     fn from(e: crate::source::SourceError) -> BuildError {
-        BuildError::Plan(e.into())
+        BuildError::Plan(Box::new(e.into()))
     }
 }
 
