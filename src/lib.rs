@@ -9,11 +9,11 @@ pub use quarry_engine::engine;
 pub use quarry_formats::{code_objects, elf, export, layer, oci, platform, zip};
 pub use quarry_image::{build, diff, dockerfile, plan, provenance, sbom};
 pub use quarry_inputs::{definition, distro, pypi, rocm_artifacts, sandbox, source, tools};
+pub use quarry_matrix::matrix;
 pub use quarry_products::{kernel, rocm};
 pub use quarry_store::{cache, registry, signing};
 pub use quarry_wheel::wheel;
 
 pub mod cli;
 pub mod doctor;
-pub mod matrix;
 pub mod verify;
