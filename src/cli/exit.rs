@@ -48,7 +48,7 @@ fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(e) = cause.downcast_ref::<crate::wheel::WheelError>() {
         return Some(e.exit_code());
     }
-    if let Some(e) = cause.downcast_ref::<crate::wheel::build::BuildError>() {
+    if let Some(e) = cause.downcast_ref::<crate::wheel::build::WheelBuildError>() {
         return Some(e.exit_code());
     }
     if let Some(e) = cause.downcast_ref::<crate::matrix::MatrixError>() {

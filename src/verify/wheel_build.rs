@@ -89,7 +89,7 @@ pub fn rerun(
     r.lock = lock;
     r.compiler_cache = crate::engine::compiler_cache::Mode::Off;
     r.no_cache = true;
-    let failed = |e: crate::wheel::build::BuildError| {
+    let failed = |e: crate::wheel::build::WheelBuildError| {
         bad(target, format!("running the recorded wheel build again (in image sha256:{config}) failed: {e}"))
     };
     let prepared = crate::wheel::build::prepare(r).map_err(failed)?;

@@ -152,7 +152,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ..BuildRequest::new(a.source.clone(), a.output, cache.clone())
     };
     let source = a.source;
-    let failed = |e: crate::wheel::build::BuildError| {
+    let failed = |e: crate::wheel::build::WheelBuildError| {
         anyhow::Error::new(e).context(format!("wheel build of `{}`", source.display()))
     };
     // Checked before any image is built: a bad input costs nothing.

@@ -16,7 +16,7 @@ use crate::provenance::files::{input_file, write_beside, FileBuild, Written};
 use crate::provenance::image::TREE_DIGEST;
 use crate::provenance::ResourceDescriptor;
 use crate::tools::patchelf::ContainerPatchelf;
-use crate::wheel::build::{key, lock, BuildError, BuildOptions, Built};
+use crate::wheel::build::{key, lock, BuildOptions, Built, WheelBuildError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -35,7 +35,7 @@ fn tree(name: String, key: &crate::cache::Key) -> ResourceDescriptor {
 
 /// The project as an input: an sdist's sha256, a directory's tree.
 fn source(o: &BuildOptions) -> anyhow::Result<ResourceDescriptor> {
-    let io = |err| BuildError::Io { path: o.source.clone(), err };
+    let io = |err| WheelBuildError::Io { path: o.source.clone(), err };
     let name = o.source.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if !o.source.is_dir() {
         return Ok(input_file(&o.source)?);
@@ -62,7 +62,7 @@ fn patchelf(built: &[Built]) -> Option<ResourceDescriptor> {
 /// What `o` was asked and read, for the wheels in `built`.
 pub fn file_build(o: &BuildOptions, image_name: &str, built: &[Built]) -> anyhow::Result<FileBuild> {
     let mut engine = None;
-    let image = o.image.digest(&mut engine).map_err(BuildError::from)?;
+    let image = o.image.digest(&mut engine).map_err(WheelBuildError::from)?;
     let mut inputs = vec![source(o)?, ResourceDescriptor::sha256(image_name, &image.hex())];
     if o.isolation {
         let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(lock::DEFAULT_NAME));
@@ -81,7 +81,7 @@ pub fn file_build(o: &BuildOptions, image_name: &str, built: &[Built]) -> anyhow
     }
     if let Some(f) = &o.find_links {
         let k = crate::cache::key::tree_key("wheel-find-links", f, &[])
-            .map_err(|err| BuildError::Io { path: f.clone(), err })?;
+            .map_err(|err| WheelBuildError::Io { path: f.clone(), err })?;
         inputs.push(tree("find-links".into(), &k));
     }
     if let Some(r) = &o.rocm {

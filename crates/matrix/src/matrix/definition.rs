@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {field}: {message}")]
-pub struct DefinitionError {
+pub struct MatrixFileError {
     pub file: String,
     pub field: String,
     pub message: String,
@@ -222,8 +222,8 @@ fn valid_axis(name: &str) -> bool {
 }
 
 impl Matrix {
-    pub fn load(file: &Path) -> Result<Matrix, DefinitionError> {
-        let err = |field: &str, message: String| DefinitionError {
+    pub fn load(file: &Path) -> Result<Matrix, MatrixFileError> {
+        let err = |field: &str, message: String| MatrixFileError {
             file: file.display().to_string(),
             field: field.to_string(),
             message,
@@ -259,7 +259,7 @@ impl Matrix {
                 return Err(err(&format!("axes.{axis}"), format!("`{v}` is listed twice")));
             }
         }
-        let known = |field: &str, m: &BTreeMap<String, String>| -> Result<(), DefinitionError> {
+        let known = |field: &str, m: &BTreeMap<String, String>| -> Result<(), MatrixFileError> {
             match m.keys().find(|k| !raw.axes.contains_key(*k)) {
                 Some(k) => Err(err(field, format!("`{k}` is no axis (axes: {})", axis_list(&raw.axes)))),
                 None => Ok(()),
@@ -411,7 +411,7 @@ fn axis_list(axes: &BTreeMap<String, Vec<String>>) -> String {
 mod tests {
     use super::*;
 
-    fn load(text: &str) -> Result<Matrix, DefinitionError> {
+    fn load(text: &str) -> Result<Matrix, MatrixFileError> {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("m.toml");
         std::fs::write(&f, text).unwrap();

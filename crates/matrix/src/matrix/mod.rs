@@ -35,7 +35,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixError {
     #[error(transparent)]
-    Definition(#[from] definition::DefinitionError),
+    Definition(#[from] definition::MatrixFileError),
     #[error(transparent)]
     Scheduler(#[from] scheduler::SchedulerError),
     #[error("{0}")]
@@ -43,7 +43,7 @@ pub enum MatrixError {
     #[error("{}: job.source.sha256: {source} (cell {cell})", file.display())]
     Sha256 { file: PathBuf, cell: String, source: source::NoSha256 },
     #[error(transparent)]
-    Wheel(Box<crate::wheel::build::BuildError>),
+    Wheel(Box<crate::wheel::build::WheelBuildError>),
     #[error(transparent)]
     Kernel(#[from] crate::kernel::KernelError),
     #[error(transparent)]
@@ -75,8 +75,8 @@ impl From<crate::build::BuildError> for MatrixError {
 }
 
 // Boxed: a wheel build's error is large, and every matrix result carries the enum.
-impl From<crate::wheel::build::BuildError> for MatrixError {
-    fn from(e: crate::wheel::build::BuildError) -> MatrixError {
+impl From<crate::wheel::build::WheelBuildError> for MatrixError {
+    fn from(e: crate::wheel::build::WheelBuildError) -> MatrixError {
         MatrixError::Wheel(Box::new(e))
     }
 }

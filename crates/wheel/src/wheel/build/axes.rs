@@ -1,12 +1,13 @@
 //! `--axis KEY=V1,V2`: build axes and their combinations.
 
-use super::BuildError;
+use super::WheelBuildError;
 use std::collections::BTreeMap;
 
 /// Parse `KEY=V1,V2`.
-pub fn parse_axis(s: &str) -> Result<(String, Vec<String>), BuildError> {
-    let bad =
-        |why: &str| BuildError::Input(format!("--axis `{s}`: {why}; expected KEY=V1,V2 (e.g. TORCH_VERSION=2.5,2.6)"));
+pub fn parse_axis(s: &str) -> Result<(String, Vec<String>), WheelBuildError> {
+    let bad = |why: &str| {
+        WheelBuildError::Input(format!("--axis `{s}`: {why}; expected KEY=V1,V2 (e.g. TORCH_VERSION=2.5,2.6)"))
+    };
     let (k, v) = s.split_once('=').ok_or_else(|| bad("no `=`"))?;
     if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(bad("the key must be a variable name (letters, digits, `_`)"));

@@ -21,7 +21,7 @@
 
 use super::lock::{BuildLock, LockError, LockTarget, LockedWheel, Role};
 use super::system::BuildSystem;
-use super::{BuildError, Python};
+use super::{Python, WheelBuildError};
 use crate::cache::Cache;
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
@@ -62,9 +62,9 @@ impl Env {
 }
 
 /// The platform wheels are chosen for in this Python's image.
-pub fn target_of(python: &Python, image: &str) -> Result<(Target, String), BuildError> {
+pub fn target_of(python: &Python, image: &str) -> Result<(Target, String), WheelBuildError> {
     let Some(minor) = python.glibc_minor else {
-        return Err(BuildError::Input(format!(
+        return Err(WheelBuildError::Input(format!(
             "image `{image}`: {} has no glibc (musl?); isolated builds choose manylinux wheels for glibc images only; build with --no-build-isolation",
             python.path
         )));
@@ -103,16 +103,21 @@ fn is_pip(name: &str) -> bool {
 
 /// A pip failure while resolving for a target: a missing wheel names the
 /// requirement and says what to do.
-pub(super) fn resolve_error(e: crate::pypi::PypiError, python: &str, platform: &str) -> BuildError {
+pub(super) fn resolve_error(e: crate::pypi::PypiError, python: &str, platform: &str) -> WheelBuildError {
     match e {
         crate::pypi::PypiError::NotFound { requirement, detail } => {
             let missing = detail
                 .split_once("No matching distribution found for ")
                 .map(|(_, r)| r.split(';').next().unwrap_or(r).trim().to_string())
                 .unwrap_or(requirement);
-            BuildError::Requirement { requirement: missing, python: python.into(), platform: platform.into(), detail }
+            WheelBuildError::Requirement {
+                requirement: missing,
+                python: python.into(),
+                platform: platform.into(),
+                detail,
+            }
         }
-        other => BuildError::Pypi(other),
+        other => WheelBuildError::Pypi(other),
     }
 }
 
@@ -157,7 +162,7 @@ pub(crate) async fn prepare(
     lock: &mut BuildLock,
     probe: &str,
     envs: &[String],
-) -> Result<Env, BuildError> {
+) -> Result<Env, WheelBuildError> {
     let (target, platform) = target_of(python, image)?;
     let bs = iso.build_system;
     let tag = &python.tag;
@@ -189,14 +194,14 @@ pub(crate) async fn prepare(
     let venv = vec![python.path.clone(), "-m".into(), "venv".into(), "--without-pip".into(), env.dir.clone()];
     let (code, _) = s.exec(id, venv, envs.to_vec(), None, ExecOutput::Stderr).await?;
     if code != 0 {
-        return Err(BuildError::Input(format!(
+        return Err(WheelBuildError::Input(format!(
             "image `{image}`: `{} -m venv` failed (exit code {code}); install Python's venv module in the image (Debian: python3-venv), or build with --no-build-isolation",
             python.path
         )));
     }
     let code = pip_install(s, id, &env, &pip_file, &dir, &bs.requires, envs).await?;
     if code != 0 {
-        return Err(BuildError::Install { python: tag.clone(), what: "[build-system] requires".into(), code });
+        return Err(WheelBuildError::Install { python: tag.clone(), what: "[build-system] requires".into(), code });
     }
 
     // What the backend asks for, with the static requirements installed.
@@ -209,11 +214,11 @@ pub(crate) async fn prepare(
     let (code, out) =
         s.exec(id, vec!["sh".into(), "-c".into(), script], envs.to_vec(), None, ExecOutput::Capture).await?;
     if code != 0 {
-        return Err(BuildError::Backend { python: tag.clone(), hook: "get_requires_for_build_wheel", code });
+        return Err(WheelBuildError::Backend { python: tag.clone(), hook: "get_requires_for_build_wheel", code });
     }
     let text = String::from_utf8_lossy(&out);
     let dynamic: Vec<String> = serde_json::from_str(text.lines().last().unwrap_or("")).map_err(|e| {
-        BuildError::Input(format!("the backend's get_requires_for_build_wheel answered `{}` ({e})", text.trim()))
+        WheelBuildError::Input(format!("the backend's get_requires_for_build_wheel answered `{}` ({e})", text.trim()))
     })?;
 
     let mut wheels = static_set;
@@ -242,7 +247,11 @@ pub(crate) async fn prepare(
         copy_wheels(s, id, &files, &dir).await?;
         let code = pip_install(s, id, &env, &pip_file, &dir, &dynamic, envs).await?;
         if code != 0 {
-            return Err(BuildError::Install { python: tag.clone(), what: "what the backend asked for".into(), code });
+            return Err(WheelBuildError::Install {
+                python: tag.clone(),
+                what: "what the backend asked for".into(),
+                code,
+            });
         }
         wheels.extend(backend_set);
     }

@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
-pub enum BuildError {
+pub enum WheelBuildError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
@@ -106,8 +106,8 @@ fn axes_suffix(axes: &BTreeMap<String, String>) -> String {
     format!(" with {}", v.join(" "))
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
-    move |err| BuildError::Io { path: path.to_path_buf(), err }
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + '_ {
+    move |err| WheelBuildError::Io { path: path.to_path_buf(), err }
 }
 
 /// What to build and how: made only by [`setup::prepare`], which checks it.
@@ -224,12 +224,12 @@ fn is_sdist(p: &Path) -> bool {
     [".tar.gz", ".tgz", ".zip", ".tar.bz2", ".tar.xz", ".tar"].iter().any(|s| n.ends_with(s))
 }
 
-impl BuildError {
+impl WheelBuildError {
     /// The exit status for the CLI (130/143 after a signal, else 1).
     pub fn exit_code(&self) -> i32 {
         match self {
-            BuildError::Engine(e) => e.exit_code(),
-            BuildError::Wheel(e) => e.exit_code(),
+            WheelBuildError::Engine(e) => e.exit_code(),
+            WheelBuildError::Wheel(e) => e.exit_code(),
             _ => 1,
         }
     }

@@ -3,7 +3,7 @@
 //! packages with `_rocm_init.py` (`--rocm-packages`), repaired, and moved
 //! into the output directory.
 
-use super::{BuildError, BuildOptions, Built, Job};
+use super::{BuildOptions, Built, Job, WheelBuildError};
 use crate::engine::Engine;
 use crate::wheel::image::RepairImage;
 use crate::wheel::local_version::add_local_version;
@@ -12,8 +12,8 @@ use crate::wheel::normalize::normalize;
 use crate::wheel::repair::{repair, RepairIn, RepairOptions};
 use std::path::{Path, PathBuf};
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
-    move |err| BuildError::Io { path: path.to_path_buf(), err }
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + '_ {
+    move |err| WheelBuildError::Io { path: path.to_path_buf(), err }
 }
 
 /// Claim `wheel`'s file name in `output` for job `n`, unless an earlier
@@ -25,7 +25,7 @@ fn place(
     n: usize,
     wheel: &Path,
     output: &Path,
-) -> Result<(), BuildError> {
+) -> Result<(), WheelBuildError> {
     let name = wheel.file_name().unwrap_or_default().to_os_string();
     if let Some(&first) = placed.get(&name) {
         let there = output.join(&name);
@@ -33,7 +33,7 @@ fn place(
         if same(&there)? == same(wheel)? {
             return Ok(());
         }
-        return Err(BuildError::SameName {
+        return Err(WheelBuildError::SameName {
             name: name.to_string_lossy().into_owned(),
             python: jobs[n].python.tag.clone(),
             first: jobs[first].axes.clone(),
@@ -44,7 +44,7 @@ fn place(
     Ok(())
 }
 
-pub(super) fn parse_name(wheel: &Path) -> Result<WheelName, BuildError> {
+pub(super) fn parse_name(wheel: &Path) -> Result<WheelName, WheelBuildError> {
     Ok(WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())?)
 }
 
@@ -60,7 +60,7 @@ pub(super) fn finish(
     raw: &Path,
     staging: &Path,
     epoch: u64,
-) -> Result<Vec<Built>, BuildError> {
+) -> Result<Vec<Built>, WheelBuildError> {
     let mut built = Vec::new();
     // Each product's file name, by the job that made it: a second job
     // making the same name is refused before it overwrites the first's.
@@ -73,7 +73,7 @@ pub(super) fn finish(
             .filter(|p| p.extension().is_some_and(|x| x == "whl"))
             .collect();
         if wheels.len() != 1 {
-            return Err(BuildError::WheelCount {
+            return Err(WheelBuildError::WheelCount {
                 python: job.python.tag.clone(),
                 axes: job.axes.clone(),
                 count: wheels.len(),

@@ -7,19 +7,19 @@
 //! environment without a lock resolves its requirements, so it cannot be
 //! looked up first: it is committed under the key of the lock it wrote.
 
-use super::{key, lock, run_builds, test, BuildError, BuildOptions, Built};
+use super::{key, lock, run_builds, test, BuildOptions, Built, WheelBuildError};
 use crate::cache::{Bucket, Cache, Entry, Sharing, Tier};
 use crate::engine::build_image::connect;
 use crate::engine::compiler_cache::Mode;
 use crate::tools::patchelf::ContainerPatchelf;
 use std::path::{Path, PathBuf};
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
-    move |err| BuildError::Io { path: path.to_path_buf(), err }
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + '_ {
+    move |err| WheelBuildError::Io { path: path.to_path_buf(), err }
 }
 
 /// Which patchelf repairs, for the key.
-fn patchelf_identity(p: &ContainerPatchelf) -> Result<String, BuildError> {
+fn patchelf_identity(p: &ContainerPatchelf) -> Result<String, WheelBuildError> {
     Ok(match p {
         ContainerPatchelf::Pinned { .. } => format!("pinned {}", crate::tools::patchelf::pinned::VERSION),
         ContainerPatchelf::Host(p) => {
@@ -42,7 +42,7 @@ struct KeyParts {
 }
 
 impl KeyParts {
-    fn read(o: &BuildOptions, engine: &mut Option<crate::engine::Engine>) -> Result<KeyParts, BuildError> {
+    fn read(o: &BuildOptions, engine: &mut Option<crate::engine::Engine>) -> Result<KeyParts, WheelBuildError> {
         let image = o.image.digest(engine)?;
         let epoch = o.epoch;
         // An output directory inside a project directory is not part of it.
@@ -112,12 +112,12 @@ impl KeyParts {
 pub fn cache_key(
     o: &BuildOptions,
     engine: &mut Option<crate::engine::Engine>,
-) -> Result<Option<crate::cache::Key>, BuildError> {
+) -> Result<Option<crate::cache::Key>, WheelBuildError> {
     Ok(KeyParts::read(o, engine)?.lookup_key(o))
 }
 
 /// Build the wheels (or take them from the cache), then test them when asked.
-pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
+pub fn build(o: &BuildOptions) -> Result<Vec<Built>, WheelBuildError> {
     let cache = &o.cache;
     let mut engine = None;
     let parts = crate::trace::time("wheel: key parts", || KeyParts::read(o, &mut engine))?;
@@ -175,7 +175,7 @@ pub fn build(o: &BuildOptions) -> Result<Vec<Built>, BuildError> {
         };
         crate::progress::announce(format!("testing the wheels in a container of {reference}"));
         // The tests pin what they install in the lock (`[[test]]`).
-        let mut lock = lock::BuildLock::read(&parts.lock_path).map_err(BuildError::Lock)?;
+        let mut lock = lock::BuildLock::read(&parts.lock_path).map_err(WheelBuildError::Lock)?;
         let mut cx = test::TestContext { cache, lock: &mut lock, lock_path: &parts.lock_path };
         test::test_all(engine, o, &reference, cmd, &mut built, &mut cx)?;
     }
@@ -190,7 +190,7 @@ pub fn output_inside(source: &Path, output: &Path) -> Option<String> {
 }
 
 /// Keep the build's wheels (and what was said of each) as the entry `name`.
-fn commit(cache: &Cache, name: &str, built: &[Built], sharing: &Sharing) -> Result<(), BuildError> {
+fn commit(cache: &Cache, name: &str, built: &[Built], sharing: &Sharing) -> Result<(), WheelBuildError> {
     let staged = cache.stage()?;
     let mut meta = Vec::new();
     for b in built {
@@ -208,16 +208,16 @@ fn commit(cache: &Cache, name: &str, built: &[Built], sharing: &Sharing) -> Resu
         }
         meta.push(m);
     }
-    let text = serde_json::to_vec(&meta).map_err(|e| BuildError::Input(e.to_string()))?;
+    let text = serde_json::to_vec(&meta).map_err(|e| WheelBuildError::Input(e.to_string()))?;
     staged.set_meta(&text).map_err(io(&staged.files()))?;
     cache.commit(Bucket::Wheels, name, staged, sharing)?;
     Ok(())
 }
 
 /// The entry's wheels, copied into `output` and checked against what was recorded.
-fn from_entry(entry: &Entry, output: &Path, tier: Tier) -> Result<Vec<Built>, BuildError> {
+fn from_entry(entry: &Entry, output: &Path, tier: Tier) -> Result<Vec<Built>, WheelBuildError> {
     let bad = |why: String| {
-        BuildError::Input(format!(
+        WheelBuildError::Input(format!(
             "a cached wheel build is damaged ({why}); remove it with `quarry cache prune` and build again"
         ))
     };

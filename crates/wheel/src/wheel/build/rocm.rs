@@ -11,7 +11,7 @@
 //! library the packages provide.
 
 use super::isolation::Env;
-use super::BuildError;
+use super::WheelBuildError;
 use crate::engine::exec::ExecOutput;
 use crate::engine::run::Session;
 use crate::wheel::rocm_init::RocmPin;
@@ -64,7 +64,7 @@ pub(super) async fn install(
     venv: &Env,
     python_tag: &str,
     envs: &[String],
-) -> Result<SdkPaths, BuildError> {
+) -> Result<SdkPaths, WheelBuildError> {
     let mut cmd: Vec<String> = vec![venv.python(), venv.pip.clone(), "install".into()];
     for a in ["--no-index", "--find-links", ROCM_PACKAGES_DIR, "--no-cache-dir", "--disable-pip-version-check"] {
         cmd.push(a.into());
@@ -73,7 +73,7 @@ pub(super) async fn install(
     cmd.push(rocm.build_requirement());
     let (code, _) = s.exec(id, cmd, envs.to_vec(), None, ExecOutput::Stderr).await?;
     if code != 0 {
-        return Err(BuildError::Install {
+        return Err(WheelBuildError::Install {
             python: python_tag.into(),
             what: format!("`{}` from --rocm-packages", rocm.build_requirement()),
             code,
@@ -85,7 +85,7 @@ pub(super) async fn install(
         let (code, out) = s.exec(id, cmd, envs.to_vec(), None, ExecOutput::Capture).await?;
         let text = String::from_utf8_lossy(&out).trim().to_string();
         if code != 0 || !text.starts_with('/') {
-            return Err(BuildError::Input(format!(
+            return Err(WheelBuildError::Input(format!(
                 "`rocm-sdk path {flag}` in the build environment of {python_tag} failed (exit code {code}): {text}; \
                  does --rocm-packages hold the devel package (rocm-sdk-devel)?"
             )));

@@ -9,7 +9,7 @@ use super::isolation::{self, Isolation, FRONTEND, FRONTEND_PATH};
 use super::lock::{self as build_lock, BuildLock};
 use super::pythons::{parse_pythons, Python, FIND_PYTHONS};
 use super::system::{self as build_system, BuildSystem};
-use super::{axes_suffix, combinations, io, is_sdist, output, rocm, BuildError, BuildOptions, Built};
+use super::{axes_suffix, combinations, io, is_sdist, output, rocm, BuildOptions, Built, WheelBuildError};
 use crate::engine::compiler_cache::{self, Stats, CCACHE_DIR};
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
@@ -128,7 +128,7 @@ pub(super) fn run_builds(
     o: &BuildOptions,
     cache: &crate::cache::Cache,
     cc: (Option<PathBuf>, &Path),
-) -> Result<Ran, BuildError> {
+) -> Result<Ran, WheelBuildError> {
     let before_session = crate::trace::span("wheel: before the session (inputs, lock)");
     let epoch = o.epoch;
     let combos = combinations(&o.axes);
@@ -146,7 +146,7 @@ pub(super) fn run_builds(
     };
     let lock_path = o.lock.clone().unwrap_or_else(|| o.output.join(build_lock::DEFAULT_NAME));
     // Read with or without isolation: `--test` pins its requirements here too.
-    let mut lock = BuildLock::read(&lock_path).map_err(BuildError::Lock)?;
+    let mut lock = BuildLock::read(&lock_path).map_err(WheelBuildError::Lock)?;
 
     std::fs::create_dir_all(&o.output).map_err(io(&o.output))?;
     let staging =
@@ -205,12 +205,12 @@ pub(super) fn run_builds(
         let (_, out) = s.exec(&id, sh(FIND_PYTHONS), vec![], None, ExecOutput::Capture).await?;
         let mut pythons = parse_pythons(&String::from_utf8_lossy(&out));
         if pythons.is_empty() {
-            return Err(BuildError::NoPython { image: image.to_string() });
+            return Err(WheelBuildError::NoPython { image: image.to_string() });
         }
         if let Some(want) = &o.pythons {
             for w in want {
                 if !pythons.iter().any(|p| &p.tag == w) {
-                    return Err(BuildError::Input(format!(
+                    return Err(WheelBuildError::Input(format!(
                         "--python {w}: image `{}` has no such Python (found: {})",
                         image,
                         pythons.iter().map(|p| p.tag.as_str()).collect::<Vec<_>>().join(", ")
@@ -233,7 +233,7 @@ pub(super) fn run_builds(
                     let made = isolation::prepare(s, &id, python, image, iso, &mut lock, &probe, &env).await?;
                     // The lock is written once the requirements are known, built or not.
                     if lock != lock_before {
-                        lock.write(&lock_path).map_err(BuildError::Lock)?;
+                        lock.write(&lock_path).map_err(WheelBuildError::Lock)?;
                     }
                     if let Some(r) = &o.rocm {
                         sdk_paths = Some(rocm::install(s, &id, r, &made, &python.tag, &env).await?);
@@ -256,7 +256,7 @@ pub(super) fn run_builds(
                 let (code, _) = s.exec(&id, sh(&script), env, None, ExecOutput::Stderr).await?;
                 if code != 0 {
                     let what = if venv.is_some() { "the build backend" } else { "pip wheel" };
-                    return Err(BuildError::Failed { python: python.tag.clone(), axes: axes.clone(), what, code });
+                    return Err(WheelBuildError::Failed { python: python.tag.clone(), axes: axes.clone(), what, code });
                 }
                 jobs.push(Job {
                     python: python.clone(),
@@ -272,7 +272,7 @@ pub(super) fn run_builds(
             s.save_compiler_cache(&id, cc.1).await?;
         }
         s.remove_container(&id).await;
-        Ok::<_, BuildError>(())
+        Ok::<_, WheelBuildError>(())
     })?;
 
     let session_seconds = session.elapsed().as_secs_f64();

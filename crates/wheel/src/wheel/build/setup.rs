@@ -9,7 +9,7 @@
 //! caller has its image; [`BuildOptions`] cannot be made any other way, so
 //! a matrix cell builds exactly what the CLI would for the same request.
 
-use super::{is_sdist, BuildError, BuildOptions, RocmBuild};
+use super::{is_sdist, BuildOptions, RocmBuild, WheelBuildError};
 use crate::cache::Cache;
 use crate::code_objects::target_list::TargetList;
 use crate::engine::build_image::BuildImage;
@@ -99,11 +99,11 @@ pub struct Prepared {
 }
 
 /// Check `r` and settle every choice that does not need the image.
-pub fn prepare(r: BuildRequest) -> Result<Prepared, BuildError> {
+pub fn prepare(r: BuildRequest) -> Result<Prepared, WheelBuildError> {
     check_source(&r)?;
     if r.split && r.test.is_some() {
         // The test would install the host wheel and no device code.
-        return Err(BuildError::Input(
+        return Err(WheelBuildError::Input(
             "--split and --test together: a test would install the host wheel without its device wheels; \
              build with --test first, or check the split wheels with `quarry wheel check --targets`"
                 .into(),
@@ -162,7 +162,7 @@ impl Prepared {
 /// axis of several values would make several shards of that name in one
 /// output directory, each overwriting the last. Refused before anything
 /// is built, unless the local version tells the cells apart.
-fn check_shard_axes(r: &BuildRequest) -> Result<(), BuildError> {
+fn check_shard_axes(r: &BuildRequest) -> Result<(), WheelBuildError> {
     if !r.shard {
         return Ok(());
     }
@@ -172,7 +172,7 @@ fn check_shard_axes(r: &BuildRequest) -> Result<(), BuildError> {
         return Ok(());
     };
     let out = r.output.display();
-    Err(BuildError::Input(format!(
+    Err(WheelBuildError::Input(format!(
         "--shard with --axis {key}={}: each shard has the wheel's one file name, so {} shards in `{out}` would overwrite each other; \
          build each value into its own output (`--axis {key}={} --shard -o {out}/{}`), then `quarry wheel merge {out}/*/*.whl -o DIR`, \
          or run them as a matrix with `merge = true`",
@@ -184,28 +184,28 @@ fn check_shard_axes(r: &BuildRequest) -> Result<(), BuildError> {
 }
 
 /// The project must be a directory or an sdist; the rest of the inputs must agree.
-fn check_source(r: &BuildRequest) -> Result<(), BuildError> {
+fn check_source(r: &BuildRequest) -> Result<(), WheelBuildError> {
     let meta = std::fs::metadata(&r.source).map_err(|e| {
-        BuildError::Input(format!(
+        WheelBuildError::Input(format!(
             "source `{}` cannot be read ({e}); give a project directory or an sdist",
             r.source.display()
         ))
     })?;
     if !meta.is_dir() && !is_sdist(&r.source) {
-        return Err(BuildError::Input(format!(
+        return Err(WheelBuildError::Input(format!(
             "source `{}` is neither a directory nor an sdist (.tar.gz, .zip); give a project directory or an sdist",
             r.source.display()
         )));
     }
     if r.rocm.is_some() && !r.isolation {
-        return Err(BuildError::Input(
+        return Err(WheelBuildError::Input(
             "--rocm-packages installs ROCm's packages into the isolated build environment; drop --no-build-isolation"
                 .into(),
         ));
     }
     if let Some(f) = &r.find_links {
         if !f.is_dir() {
-            return Err(BuildError::Input(format!("--find-links `{}` is not a directory of wheels", f.display())));
+            return Err(WheelBuildError::Input(format!("--find-links `{}` is not a directory of wheels", f.display())));
         }
     }
     Ok(())
@@ -214,7 +214,7 @@ fn check_source(r: &BuildRequest) -> Result<(), BuildError> {
 /// The patchelf a repair runs: the user's (QUARRY_PATCHELF, checked now:
 /// one older than 0.19 is an error before anything is built) or quarry's
 /// own, fetched now for this machine's architecture (the images' usual one).
-fn patchelf_for(r: &BuildRequest) -> Result<ContainerPatchelf, BuildError> {
+fn patchelf_for(r: &BuildRequest) -> Result<ContainerPatchelf, WheelBuildError> {
     if !r.repair {
         return Ok(ContainerPatchelf::Pinned { cache: r.cache.clone() });
     }
@@ -225,7 +225,7 @@ fn patchelf_for(r: &BuildRequest) -> Result<ContainerPatchelf, BuildError> {
     Ok(chosen)
 }
 
-fn rocm_build(r: RocmRequest) -> Result<RocmBuild, BuildError> {
+fn rocm_build(r: RocmRequest) -> Result<RocmBuild, WheelBuildError> {
     let packages = RocmPackages::read(&r.dir)?;
     let trimmed = |v: Vec<String>| v.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     let pin = RocmPin {

@@ -15,7 +15,7 @@
 
 use super::lock::{BuildLock, LockTest, LockedWheel, Role};
 use super::pythons::{parse_pythons, Python, FIND_PYTHONS};
-use super::{BuildError, BuildOptions, Built, FIND_LINKS_DIR};
+use super::{BuildOptions, Built, WheelBuildError, FIND_LINKS_DIR};
 use crate::cache::Cache;
 use crate::engine::copy::CopyIn;
 use crate::engine::exec::ExecOutput;
@@ -29,8 +29,8 @@ const TEST_REQ_DIR: &str = "/quarry/test-req";
 /// Where a wheel that failed its test goes, inside the output directory.
 pub const FAILED_DIR: &str = "failed-tests";
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
-    move |err| BuildError::Io { path: path.to_path_buf(), err }
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + '_ {
+    move |err| WheelBuildError::Io { path: path.to_path_buf(), err }
 }
 
 /// What the tests use from the build.
@@ -41,7 +41,7 @@ pub(super) struct TestContext<'a> {
 }
 
 /// The Pythons of the image the tests run in (found in a container of it).
-fn test_pythons(engine: &Engine, image: &str) -> Result<Vec<Python>, BuildError> {
+fn test_pythons(engine: &Engine, image: &str) -> Result<Vec<Python>, WheelBuildError> {
     let opts = RunOptions { image: image.to_string(), network: Network::None, ..Default::default() };
     let out = engine
         .guarded(async |s| {
@@ -52,12 +52,12 @@ fn test_pythons(engine: &Engine, image: &str) -> Result<Vec<Python>, BuildError>
             s.remove_container(&id).await;
             Ok(out)
         })
-        .map_err(BuildError::Engine)?;
+        .map_err(WheelBuildError::Engine)?;
     Ok(parse_pythons(&String::from_utf8_lossy(&out)))
 }
 
 /// The wheel's `Requires-Dist` lines (markers kept: pip evaluates them).
-fn runtime_requirements(wheel: &Path) -> Result<Vec<String>, BuildError> {
+fn runtime_requirements(wheel: &Path) -> Result<Vec<String>, WheelBuildError> {
     let mut zip = crate::wheel::archive::WheelZip::open(wheel)?;
     let meta = format!("{}/METADATA", zip.dist_info_dir()?);
     let text = String::from_utf8_lossy(&zip.read_file(&meta)?).into_owned();
@@ -78,7 +78,7 @@ fn test_requirements(
     image: &str,
     python: &Python,
     wheel: &Path,
-) -> Result<Vec<crate::pypi::Fetched>, BuildError> {
+) -> Result<Vec<crate::pypi::Fetched>, WheelBuildError> {
     let mut requires = runtime_requirements(wheel)?;
     // The ROCm packages come from --rocm-packages, copied in beside the wheel.
     if o.rocm.is_some() {
@@ -119,7 +119,7 @@ fn test_requirements(
                 requires,
                 wheels: wheels.clone(),
             });
-            cx.lock.write(cx.lock_path).map_err(BuildError::Lock)?;
+            cx.lock.write(cx.lock_path).map_err(WheelBuildError::Lock)?;
             wheels
         }
     };
@@ -138,12 +138,12 @@ pub(super) fn test_all(
     cmd: &str,
     built: &mut [Built],
     cx: &mut TestContext,
-) -> Result<(), BuildError> {
+) -> Result<(), WheelBuildError> {
     let pythons = test_pythons(engine, image)?;
     let mut failed = Vec::new();
     for b in built.iter_mut() {
         let python = pythons.iter().find(|p| p.tag == b.python).ok_or_else(|| {
-            BuildError::Input(format!(
+            WheelBuildError::Input(format!(
                 "--test-image `{image}` has no {} to test {} with (it has: {})",
                 b.python,
                 b.wheel.display(),
@@ -158,7 +158,7 @@ pub(super) fn test_all(
                 std::fs::create_dir_all(&dir).map_err(io(&dir))?;
                 let to = dir.join(b.wheel.file_name().unwrap_or_default());
                 std::fs::rename(&b.wheel, &to).map_err(io(&b.wheel))?;
-                failed.push(BuildError::TestFailed { wheel: to.display().to_string(), code });
+                failed.push(WheelBuildError::TestFailed { wheel: to.display().to_string(), code });
             }
         }
     }
@@ -180,7 +180,7 @@ fn test_wheel(
     python: &Python,
     extra: &[crate::pypi::Fetched],
     cmd: &str,
-) -> Result<i32, BuildError> {
+) -> Result<i32, WheelBuildError> {
     let file = wheel.file_name().unwrap().to_string_lossy().into_owned();
     let mut copy_in = Vec::new();
     for e in std::fs::read_dir(&o.output).map_err(io(&o.output))? {
@@ -239,5 +239,5 @@ fn test_wheel(
             s.remove_container(&id).await;
             Ok(code)
         })
-        .map_err(BuildError::Engine)
+        .map_err(WheelBuildError::Engine)
 }
